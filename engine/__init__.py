@@ -1,0 +1,1 @@
+"""spectune's engine: decoding, measurement, theory and recommendation. Never imports Streamlit."""

@@ -1,0 +1,255 @@
+"""Run a sweep: the autoregressive baseline and every draft × γ × temperature, on the same prompts.
+
+Everything is measured in one process, one after the other, so the ratios compare like with like.
+The CLI's `run` and the worker's sessions both go through `run_sweep`; hooks let the worker log
+every step to the store and honour cancellation without this module knowing about databases.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import metrics
+from engine.decoder import DecodeConfig, decode_prompt
+from engine.drafts import DraftSource, NoDraft, make_draft
+from engine.fidelity import classify
+from engine.loading import LoadedModel, load_model
+from engine.measure import verify_cost_curve
+from engine.profile import agreement_runs
+from engine.records import PromptOutput, StepRecord
+from engine.sampling import SamplingConfig
+from engine.settings import SweepSettings, check_context, validate
+from engine.theory import alpha_from_mean_accepted, speedup_positional
+
+TOP_LOGITS_K = 16
+
+
+class ModelPool:
+    """Loaded models kept in memory between sessions (the worker's reason to be long-lived)."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str, str], LoadedModel] = {}
+
+    def get(self, ref: str, dtype: str, device: str = "auto", trust_remote_code: bool = False) -> LoadedModel:
+        key = (ref, dtype, device)
+        if key not in self._models:
+            if ref.startswith("tiny:"):
+                from engine.tiny import load_tiny
+
+                self._models[key] = load_tiny(ref, dtype=dtype, device="cpu" if device == "auto" else device)
+            else:
+                self._models[key] = load_model(ref, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
+        return self._models[key]
+
+    def clear(self) -> None:
+        self._models.clear()
+
+
+@dataclass
+class PromptText:
+    prompt_id: str
+    text: str
+    category: str | None = None
+
+
+class Hooks:
+    """Callbacks for a sweep; the defaults do nothing."""
+
+    def run_started(self, key: dict[str, Any]) -> Any:
+        return None
+
+    def step(self, run: Any, record: StepRecord) -> None:
+        pass
+
+    def output(self, run: Any, output: PromptOutput, divergence: dict | None) -> None:
+        pass
+
+    def run_finished(self, run: Any, result: dict[str, Any]) -> None:
+        pass
+
+    def progress(self, done: int, total: int) -> None:
+        pass
+
+    def should_stop(self) -> bool:
+        return False
+
+
+def encode_prompt(tokenizer: Any, text: str, chat_template: bool) -> list[int]:
+    """Token ids for a user prompt, wrapped in the model's chat template when it has one."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return list(tokenizer.encode(text, add_special_tokens=True))
+
+
+@dataclass
+class RunOutcome:
+    outputs: list[PromptOutput]
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+def _decode_all(
+    target: LoadedModel,
+    draft: DraftSource,
+    encoded: Sequence[tuple[PromptText, list[int]]],
+    cfg: DecodeConfig,
+    hooks: Hooks,
+    run: Any,
+    tick: Any,
+) -> RunOutcome:
+    outcome = RunOutcome(outputs=[])
+    for index, (prompt, ids) in enumerate(encoded):
+        def on_step(rec: StepRecord) -> None:
+            hooks.step(run, rec)
+
+        out, steps = decode_prompt(
+            target, draft, ids, cfg, prompt_index=index, prompt_id=prompt.prompt_id,
+            on_step=on_step, should_stop=hooks.should_stop,
+        )
+        outcome.outputs.append(out)
+        outcome.steps.extend(steps)
+        tick()
+    return outcome
+
+
+def summarise_run(
+    steps: Sequence[StepRecord],
+    outputs: Sequence[PromptOutput],
+    gamma: int,
+    baseline_tps: float | None,
+    baseline_step_s: float | None,
+    verify_cost: dict[int, float],
+) -> dict[str, Any]:
+    """The numbers every consumer wants: α (two ways), tokens per call, per-position acceptance, c, speedups."""
+    tps = metrics.tokens_per_second(outputs)
+    result: dict[str, Any] = {
+        "tokens_per_s": tps,
+        "steps": len(steps),
+        "tokens": sum(len(o.token_ids) for o in outputs),
+        "mean_accepted_tokens": metrics.mean_tokens_per_call(steps),
+    }
+    if gamma == 0:
+        result |= {"alpha": None, "per_position_acceptance": [], "c": 0.0, "speedup_measured": 1.0,
+                   "speedup_predicted": 1.0, "alpha_from_mean_accepted": None}
+        return result
+    full = metrics.full_gamma_steps(steps, gamma)
+    per_pos = metrics.per_position_acceptance(steps)
+    mean_full = metrics.mean_tokens_per_call(full)
+    draft_fwd = metrics.draft_forward_time(steps)
+    c = (draft_fwd / baseline_step_s) if (draft_fwd and baseline_step_s) else 0.0
+    v = verify_cost.get(gamma + 1, 1.0)
+    result |= {
+        "alpha": metrics.alpha_mean_beta(steps),
+        "alpha_from_mean_accepted": alpha_from_mean_accepted(mean_full, gamma) if mean_full else None,
+        "per_position_acceptance": per_pos,
+        "proposed_fraction": len(full) / len(steps) if steps else 0.0,
+        "c": c,
+        "speedup_measured": tps / baseline_tps if baseline_tps else None,
+        "speedup_predicted": speedup_positional(per_pos, gamma, c, v) if per_pos else 1.0 / (1 + gamma * c),
+    }
+    return result
+
+
+def run_sweep(
+    settings: SweepSettings,
+    prompts: Sequence[PromptText],
+    pool: ModelPool | None = None,
+    hooks: Hooks | None = None,
+) -> dict[str, Any]:
+    """Baseline + every draft × γ × temperature; returns a JSON-able report (the CLI's contract)."""
+    validate(settings, len(prompts))
+    pool = pool or ModelPool()
+    hooks = hooks or Hooks()
+    target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
+    encoded = []
+    for p in prompts:
+        ids = encode_prompt(target.tokenizer, p.text, settings.chat_template)
+        check_context(len(ids), settings.max_new_tokens, target.max_context, f"prompt {p.prompt_id}")
+        encoded.append((p, ids))
+    drafts = {}
+    for ref in settings.drafts:
+        if ref != "none":
+            drafts[ref] = make_draft(
+                ref, target, lambda r: pool.get(r, settings.dtype, settings.device, settings.trust_remote_code)
+            )
+    combos = [(d, g, t) for d in drafts for g in sorted(set(settings.gammas)) for t in settings.temperatures]
+    total = len(prompts) * (1 + len(combos))
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        hooks.progress(done, total)
+
+    hooks.progress(0, total)
+    max_gamma = max(settings.gammas) if combos else 1
+    verify_cost = (
+        verify_cost_curve(target, encoded[0][1], max_gamma + 1) if settings.measure_verify_cost else {1: 1.0}
+    )
+
+    # the baseline: target alone, greedy, with top logits recorded for the fidelity verdicts
+    base_cfg = DecodeConfig(0, SamplingConfig(0.0), settings.max_new_tokens, settings.seed, TOP_LOGITS_K)
+    base_key = {"draft": "none", "gamma": 0, "temperature": 0.0, "kind": "baseline"}
+    base_run = hooks.run_started(base_key)
+    baseline = _decode_all(target, NoDraft(), encoded, base_cfg, hooks, base_run, tick)
+    base_tps = metrics.tokens_per_second(baseline.outputs)
+    base_step = metrics.single_token_step_time(baseline.steps)
+    base_summary = summarise_run(baseline.steps, baseline.outputs, 0, base_tps, base_step, verify_cost)
+    for out in baseline.outputs:
+        hooks.output(base_run, out, None)
+    hooks.run_finished(base_run, base_summary | {"verify_cost": verify_cost})
+
+    report: dict[str, Any] = {
+        "target": settings.target,
+        "dtype": settings.dtype,
+        "device": target.device,
+        "settings": settings.to_dict(),
+        "verify_cost": {str(k): v for k, v in verify_cost.items()},
+        "baseline": _public_run(base_key, base_summary, baseline.outputs, None),
+        "runs": [],
+    }
+    agreement_cache: dict[str, list[list[int]]] = {}
+    for draft_ref, gamma, temperature in combos:
+        source = drafts[draft_ref]
+        cfg = DecodeConfig(
+            gamma, SamplingConfig(temperature, settings.top_k, settings.top_p), settings.max_new_tokens, settings.seed
+        )
+        key = {"draft": draft_ref, "gamma": gamma, "temperature": temperature, "kind": "speculative"}
+        run = hooks.run_started(key)
+        t0 = time.perf_counter()
+        outcome = _decode_all(target, source, encoded, cfg, hooks, run, tick)
+        summary = summarise_run(outcome.steps, outcome.outputs, gamma, base_tps, base_step, verify_cost)
+        summary["wall_s"] = time.perf_counter() - t0
+        divergences = []
+        for base_out, out in zip(baseline.outputs, outcome.outputs, strict=True):
+            div = classify(base_out, out, settings.dtype, cfg.sampling.greedy).__dict__
+            divergences.append(div)
+            hooks.output(run, out, div)
+        if draft_ref not in agreement_cache:
+            pairs = zip(encoded, baseline.outputs, strict=True)
+            agreement_cache[draft_ref] = [agreement_runs(source, ids, out.token_ids) for (_, ids), out in pairs]
+        summary["agreement_runs"] = agreement_cache[draft_ref]
+        summary["method"] = source.method
+        summary["verify_cost"] = verify_cost
+        hooks.run_finished(run, summary)
+        report["runs"].append(_public_run(key, summary, outcome.outputs, divergences))
+    return report
+
+
+def _public_run(
+    key: dict[str, Any], summary: dict[str, Any], outputs: Sequence[PromptOutput], divergences: list[dict] | None
+) -> dict[str, Any]:
+    return key | {k: v for k, v in summary.items() if k != "verify_cost"} | {
+        "outputs": [
+            {"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": o.from_draft}
+            for o in outputs
+        ],
+        "divergences": divergences,
+    }

@@ -1,0 +1,205 @@
+"""The speculative-decoding arithmetic from Leviathan et al. (2023), as pure functions.
+
+Why a module of its own: every number the dashboard shows (latency multiple, arithmetic bill,
+crossover γ, cost per token) must come from one place, so that the UI, the recommender and the
+tests cannot disagree. Symbols follow the paper:
+
+* α — probability that the target accepts a draft token (the single-α model), or a list of
+  per-position *conditional* acceptance rates a_1, a_2, … (the positional model: a_i is the chance
+  that draft token i is accepted given tokens 1..i-1 were);
+* γ — draft tokens proposed per target call;
+* c — wall time of one draft forward relative to one target forward (memory-bound world);
+* ĉ — arithmetic of one draft forward relative to one target forward (compute-bound world);
+* v(k) — wall time of a k-token target forward relative to a 1-token one (v(1) = 1). The paper
+  assumes v(γ+1) = 1, i.e. verification is free because the step is memory-bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+Regime = str  # "memory-bound" | "compute-bound"
+VerifyCost = Callable[[int], float] | Mapping[int, float] | None
+
+MEMORY_BOUND = "memory-bound"
+COMPUTE_BOUND = "compute-bound"
+REGIMES = (MEMORY_BOUND, COMPUTE_BOUND)
+
+_ALPHA_ONE_EPS = 1e-12
+
+
+def _check(alpha: float, gamma: int) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+
+
+def expected_tokens_per_call(alpha: float, gamma: int) -> float:
+    """E[tokens per target call] = (1 − α^(γ+1)) / (1 − α); γ+1 at α = 1 (every guess accepted)."""
+    _check(alpha, gamma)
+    if alpha >= 1.0 - _ALPHA_ONE_EPS:
+        return float(gamma + 1)
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def walltime_improvement(alpha: float, gamma: int, c: float) -> float:
+    """Theorem 3.8: (1 − α^(γ+1)) / ((1 − α)(γc + 1)); the latency multiple, verification assumed free."""
+    return expected_tokens_per_call(alpha, gamma) / (gamma * c + 1.0)
+
+
+def operations_multiplier(alpha: float, gamma: int, c_hat: float = 0.0) -> float:
+    """Theorem 3.11: (1 − α)(γĉ + γ + 1) / (1 − α^(γ+1)); the arithmetic bill relative to no speculation.
+
+    Equivalently (γĉ + γ + 1) / E[tokens per call]: you always pay for γ+1 target positions (plus γ
+    draft forwards) but only get E tokens back.
+    """
+    return (gamma * c_hat + gamma + 1.0) / expected_tokens_per_call(alpha, gamma)
+
+
+def _acceptance_at(acceptance: Sequence[float], i: int) -> float:
+    """a_i for draft position i (1-based); positions past the list reuse the last measured value."""
+    return float(acceptance[min(i, len(acceptance)) - 1])
+
+
+def expected_tokens_per_call_positional(acceptance: Sequence[float], gamma: int) -> float:
+    """1 + Σ_{i=1..γ} Π_{j≤i} a_j: the positional model, because acceptance usually decays with depth.
+
+    acceptance[i] is the conditional acceptance rate at draft position i+1. An empty list means
+    nothing was measured, which returns 0 (no prediction), not 1.
+    """
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    if not acceptance:
+        return 0.0
+    for a in acceptance:
+        if not 0.0 <= a <= 1.0:
+            raise ValueError(f"acceptance rates must be in [0, 1], got {a}")
+    total, run = 1.0, 1.0
+    for i in range(1, gamma + 1):
+        run *= _acceptance_at(acceptance, i)
+        total += run
+    return total
+
+
+def verify_cost_at(verify_cost: VerifyCost, k: int) -> float:
+    """v(k) from a callable, a measured table, or None (free verification: v ≡ 1).
+
+    A table is interpolated linearly between measured k and extrapolated linearly from the two
+    nearest points beyond its ends, because measured sessions rarely cover every γ+1. v(1) = 1 by
+    definition (a 1-token forward is the unit), so it is added to the table when missing.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if verify_cost is None:
+        return 1.0
+    if callable(verify_cost) and not isinstance(verify_cost, Mapping):
+        return float(verify_cost(k))
+    table = {int(key): float(val) for key, val in verify_cost.items()}
+    table.setdefault(1, 1.0)
+    if k in table:
+        return table[k]
+    ks = sorted(table)
+    if len(ks) == 1:
+        return table[ks[0]]
+    if k < ks[0]:
+        lo, hi = ks[0], ks[1]
+    elif k > ks[-1]:
+        lo, hi = ks[-2], ks[-1]
+    else:
+        hi = next(x for x in ks if x > k)
+        lo = max(x for x in ks if x < k)
+    slope = (table[hi] - table[lo]) / (hi - lo)
+    return table[lo] + slope * (k - lo)
+
+
+def speedup_positional(acceptance: Sequence[float], gamma: int, c: float, verify_cost: float = 1.0) -> float:
+    """E_positional / (γc + v(γ+1)): Theorem 3.8 generalised to decaying acceptance and non-free verification.
+
+    `verify_cost` is v(γ+1) itself (a number). With a constant acceptance list and v = 1 this is
+    exactly Theorem 3.8.
+    """
+    return expected_tokens_per_call_positional(acceptance, gamma) / (gamma * c + verify_cost)
+
+
+def operations_multiplier_positional(acceptance: Sequence[float], gamma: int, c_hat: float = 0.0) -> float:
+    """(γĉ + γ + 1) / E_positional: the arithmetic bill with per-position acceptance."""
+    expected = expected_tokens_per_call_positional(acceptance, gamma)
+    if expected <= 0.0:
+        return float("inf")
+    return (gamma * c_hat + gamma + 1.0) / expected
+
+
+def crossover_gamma(alpha: float, c: float = 0.0, c_hat: float = 0.0, max_gamma: int = 32) -> int | None:
+    """Smallest γ ≥ 1 where the arithmetic multiplier exceeds the latency multiplier; None if none ≤ max_gamma.
+
+    In a compute-bound deployment this is the configuration limit: past it you burn arithmetic
+    faster than you gain time.
+    """
+    for gamma in range(1, max_gamma + 1):
+        if operations_multiplier(alpha, gamma, c_hat) > walltime_improvement(alpha, gamma, c):
+            return gamma
+    return None
+
+
+def crossover_gamma_positional(
+    acceptance: Sequence[float],
+    c: float = 0.0,
+    c_hat: float = 0.0,
+    verify_cost: VerifyCost = None,
+    max_gamma: int = 32,
+) -> int | None:
+    """The crossover with per-position acceptance and a measured v(k) (callable or {k: v(k)} table)."""
+    if not acceptance:
+        return None
+    for gamma in range(1, max_gamma + 1):
+        v = verify_cost_at(verify_cost, gamma + 1)
+        ops = operations_multiplier_positional(acceptance, gamma, c_hat)
+        if ops > speedup_positional(acceptance, gamma, c, v):
+            return gamma
+    return None
+
+
+def cost_per_token_multiplier(speedup: float, ops_multiplier: float, regime: Regime) -> float:
+    """What cost per token is multiplied by: 1/speedup when memory-bound, the ops multiplier when compute-bound.
+
+    Memory-bound: the extra arithmetic runs in idle capacity you already rent, so finishing sooner
+    means more tokens per rented hour. Compute-bound: the extra arithmetic displaces real work, so
+    throughput per accelerator falls by the ops multiplier at an unchanged hourly rate.
+    """
+    if regime == MEMORY_BOUND:
+        return 1.0 / speedup
+    if regime == COMPUTE_BOUND:
+        return ops_multiplier
+    raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+
+
+def cost_per_token_change(alpha: float, gamma: int, regime: Regime, c: float = 0.0, c_hat: float = 0.0) -> float:
+    """Fractional change in cost per token (2.25 means +225%, −0.59 means 59% cheaper) under the regime."""
+    multiplier = cost_per_token_multiplier(
+        walltime_improvement(alpha, gamma, c), operations_multiplier(alpha, gamma, c_hat), regime
+    )
+    return multiplier - 1.0
+
+
+def alpha_from_mean_accepted(mean_tokens_per_call: float, gamma: int, tol: float = 1e-10) -> float:
+    """Invert E(α) = (1 − α^(γ+1))/(1 − α) by bisection, to read a single α off a measured mean.
+
+    `mean_tokens_per_call` is tokens emitted per target call (accepted draft tokens + 1), which is
+    what a run log gives directly. E is increasing in α from 1 (α=0) to γ+1 (α=1), so values at
+    or beyond those ends clamp to 0 and 1.
+    """
+    if gamma < 1:
+        raise ValueError(f"gamma must be >= 1 to identify alpha, got {gamma}")
+    if mean_tokens_per_call <= 1.0:
+        return 0.0
+    if mean_tokens_per_call >= gamma + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2.0
+        if expected_tokens_per_call(mid, gamma) < mean_tokens_per_call:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0

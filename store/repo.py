@@ -1,0 +1,20 @@
+"""Store: the one object the worker and the dashboard use to read and write spectune's database.
+
+Each concern lives in its own mixin module (prompt_sets, sessions, runs, readers, recommendations);
+this class only assembles them. Get one from store.db.open_store(), which migrates the schema first.
+"""
+
+from __future__ import annotations
+
+from store.prompt_sets import PromptSetsMixin
+from store.readers import ReadersMixin
+from store.recommendations import RecommendationsMixin
+from store.runs import RunsMixin
+from store.sessions import SessionsMixin
+
+
+class Store(PromptSetsMixin, SessionsMixin, RunsMixin, ReadersMixin, RecommendationsMixin):
+    """Repository over one database; thread-safe (each call uses its own short transaction)."""
+
+    def __enter__(self) -> Store:
+        return self

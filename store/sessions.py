@@ -1,0 +1,206 @@
+"""Tuning sessions as a job queue: the dashboard enqueues, workers claim atomically, heartbeat and finish.
+
+Claiming is one conditional UPDATE (compare-and-set on status='queued'), so two workers racing for
+the same session cannot both win, on SQLite or PostgreSQL. A worker that dies leaves its session
+'running'; fail_orphaned_sessions() finds those by a stale heartbeat or a vanished pid.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import aliased
+
+from store.base import StoreBase, row_dict
+from store.coltypes import utcnow
+from store.errors import StoreError
+from store.models import FINAL_SESSION_STATUSES, TuningSession
+from store.workers import parse_worker_id, worker_is_dead
+
+_SETTINGS = frozenset(
+    c.key
+    for c in TuningSession.__mapper__.column_attrs
+    if c.key
+    not in {
+        "id", "status", "cancel_requested", "error", "worker_id", "heartbeat_at", "created_at",
+        "started_at", "finished_at", "progress_done", "progress_total", "summary",
+    }
+)  # fmt: skip
+_REQUIRED = frozenset({"target", "drafts", "gammas", "temperatures", "max_new_tokens"})
+_CLAIM_ATTEMPTS = 5
+
+
+def _stamp(moment: datetime | None) -> str:
+    return "it started" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class SessionsMixin(StoreBase):
+    def create_session(self, **settings: Any) -> int:
+        """Queue a session; ``settings`` are sessions columns (target, drafts, gammas, temperatures, ...)."""
+        unknown = set(settings) - _SETTINGS
+        if unknown:
+            raise TypeError(f"create_session: unknown settings {sorted(unknown)}; allowed: {sorted(_SETTINGS)}")
+        missing = _REQUIRED - {key for key, value in settings.items() if value is not None}
+        if missing:
+            raise TypeError(f"create_session: missing settings {sorted(missing)}")
+        now = utcnow()
+        settings.setdefault("name", f"{settings['target']} {now:%Y-%m-%d %H:%M}")
+        with self._write() as session:
+            row = TuningSession(**settings, status="queued", cancel_requested=False, created_at=now)
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def claim_next_session(self, worker_id: str) -> dict[str, Any] | None:
+        """Atomically take the oldest queued session for ``worker_id`` (status -> running); None if none."""
+        queued = aliased(TuningSession)
+        oldest = (
+            select(queued.id)
+            .where(queued.status == "queued")
+            .order_by(queued.created_at, queued.id)
+            .limit(1)
+            .scalar_subquery()
+        )
+        for _ in range(_CLAIM_ATTEMPTS):
+            now = utcnow()
+            claim = (
+                update(TuningSession)
+                .where(TuningSession.id == oldest, TuningSession.status == "queued")
+                .values(status="running", worker_id=worker_id, started_at=now, heartbeat_at=now)
+                .returning(TuningSession.id)
+            )
+            with self._core() as conn:
+                claimed = conn.execute(claim).scalar()
+            if claimed is not None:
+                return self.get_session(claimed)
+            # Lost a race on a server database (the row changed under us): retry only if work remains.
+            with self._read() as session:
+                if session.scalar(select(func.count()).where(TuningSession.status == "queued")) == 0:
+                    return None
+        return None
+
+    def heartbeat(self, session_id: int, worker_id: str) -> bool:
+        """Record that the worker is alive; False means it no longer owns the session and should stop."""
+        stmt = (
+            update(TuningSession)
+            .where(
+                TuningSession.id == session_id,
+                TuningSession.worker_id == worker_id,
+                TuningSession.status == "running",
+            )
+            .values(heartbeat_at=utcnow())
+        )
+        with self._core() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def set_progress(self, session_id: int, done: int, total: int) -> None:
+        """How many of the session's prompt × configuration units are finished."""
+        self._update(session_id, progress_done=done, progress_total=total)
+
+    def set_notes(self, session_id: int, notes: str | None) -> None:
+        self._update(session_id, notes=notes)
+
+    def set_regime(self, session_id: int, regime: dict[str, Any] | None) -> None:
+        self._update(session_id, regime=regime)
+
+    def finish_session(
+        self, session_id: int, status: str, error: str | None = None, summary: dict[str, Any] | None = None
+    ) -> None:
+        """Mark the session done / failed / cancelled, with an error line or the final metrics."""
+        if status not in FINAL_SESSION_STATUSES:
+            raise ValueError(f"finish_session: status must be one of {FINAL_SESSION_STATUSES}, not {status!r}")
+        self._update(session_id, status=status, error=error, summary=summary, finished_at=utcnow())
+
+    def request_cancel(self, session_id: int) -> bool:
+        """Cancel: a queued session is cancelled at once; a running one is flagged for its worker to stop."""
+        now = utcnow()
+        with self._core() as conn:
+            queued = conn.execute(
+                update(TuningSession)
+                .where(TuningSession.id == session_id, TuningSession.status == "queued")
+                .values(status="cancelled", cancel_requested=True, finished_at=now)
+            ).rowcount
+            running = conn.execute(
+                update(TuningSession)
+                .where(TuningSession.id == session_id, TuningSession.status == "running")
+                .values(cancel_requested=True)
+            ).rowcount
+        return bool(queued or running)
+
+    def is_cancel_requested(self, session_id: int) -> bool:
+        """Whether the worker should stop: cancel requested, session cancelled, or session deleted."""
+        with self._read() as session:
+            row = session.execute(
+                select(TuningSession.cancel_requested, TuningSession.status).where(TuningSession.id == session_id)
+            ).first()
+        return row is None or bool(row.cancel_requested) or row.status == "cancelled"
+
+    def fail_orphaned_sessions(self, stale_after_s: float, *, now: datetime | None = None) -> list[int]:
+        """Fail 'running' sessions whose worker is gone (stale heartbeat, or dead pid on this host).
+
+        Their steps and outputs are kept. Each update re-checks the heartbeat it judged, so a worker
+        that heartbeats in between is left alone. Returns the ids marked failed.
+        """
+        now = now or utcnow()
+        cutoff = now - timedelta(seconds=stale_after_s)
+        with self._read() as session:
+            running = session.execute(
+                select(
+                    TuningSession.id, TuningSession.worker_id, TuningSession.heartbeat_at, TuningSession.started_at
+                ).where(TuningSession.status == "running")
+            ).all()
+        failed: list[int] = []
+        for row in running:
+            last = row.heartbeat_at or row.started_at
+            stale = last is None or last < cutoff
+            dead = worker_is_dead(row.worker_id)
+            if not (stale or dead):
+                continue
+            reason = f"worker died (no heartbeat since {_stamp(last)}"
+            if dead:
+                host, pid = parse_worker_id(row.worker_id) or ("?", 0)
+                reason += f"; process {pid} on {host} is gone"
+            stmt = (
+                update(TuningSession)
+                .where(
+                    TuningSession.id == row.id,
+                    TuningSession.status == "running",
+                    TuningSession.heartbeat_at.is_not_distinct_from(row.heartbeat_at),
+                )
+                .values(status="failed", error=reason + ")", finished_at=now)
+            )
+            with self._core() as conn:
+                if conn.execute(stmt).rowcount:
+                    failed.append(row.id)
+        return failed
+
+    def list_sessions(self, status: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Sessions newest first, optionally only those with ``status``."""
+        query = select(TuningSession).order_by(TuningSession.created_at.desc(), TuningSession.id.desc()).limit(limit)
+        if status is not None:
+            query = query.where(TuningSession.status == status)
+        with self._read() as session:
+            return [row_dict(row) for row in session.scalars(query)]
+
+    def get_session(self, session_id: int) -> dict[str, Any] | None:
+        with self._read() as session:
+            row = session.get(TuningSession, session_id)
+            return row_dict(row) if row is not None else None
+
+    def delete_session(self, session_id: int) -> bool:
+        """Delete a session with its runs, steps, outputs and samples (database cascades); not while running."""
+        with self._core() as conn:
+            # Conditional delete: a worker claiming the session at this moment makes it 'running', not gone.
+            stmt = delete(TuningSession).where(TuningSession.id == session_id, TuningSession.status != "running")
+            if conn.execute(stmt).rowcount:
+                return True
+            if conn.scalar(select(TuningSession.status).where(TuningSession.id == session_id)) is None:
+                return False
+        raise StoreError(f"session {session_id} is running; cancel it before deleting it")
+
+    def _update(self, session_id: int, **values: Any) -> None:
+        with self._core() as conn:
+            if not conn.execute(update(TuningSession).where(TuningSession.id == session_id).values(**values)).rowcount:
+                raise StoreError(f"session {session_id} does not exist")

@@ -1,0 +1,174 @@
+"""Regime classification from recorded numbers, plus structure-only checks of the live measurements."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engine.regime import (  # noqa: E402
+    BatchSweep,
+    batch_sweep,
+    classify_batch_sweep,
+    classify_verify_curve,
+    measure_copy_bandwidth,
+    measure_matmul_flops,
+    regime_report,
+    roofline,
+)
+
+# recorded shapes (milliseconds; the unit does not matter)
+FLAT_THEN_LINEAR = ([1, 2, 4, 8, 16, 32], [10.0, 10.2, 10.5, 11.0, 20.5, 40.0])
+LINEAR_FROM_START = ([1, 2, 4, 8], [1.0, 2.0, 4.0, 8.0])
+
+
+@pytest.mark.parametrize(
+    ("serving", "label"), [(1, "memory-bound"), (8, "memory-bound"), (16, "compute-bound"), (32, "compute-bound")]
+)
+def test_flat_then_linear_sweep(serving: int, label: str) -> None:
+    result = classify_batch_sweep(*FLAT_THEN_LINEAR, serving_batch=serving)
+    # 8 → 16: ×1.86 for ×2 rows = 93% of proportional ≥ 80%, confirmed by 16 → 32
+    assert result.knee_batch == 16
+    assert result.label == label
+    assert result.growth_fraction[0] is None
+    assert result.growth_fraction[4] == pytest.approx(20.5 / 11.0 / 2)
+    assert result.marginal_cost_s[0] == pytest.approx(10.0)
+    assert result.marginal_cost_s[1] == pytest.approx(0.2)
+    assert result.marginal_cost_s[4] == pytest.approx((20.5 - 11.0) / 8)
+    assert result.per_row_s[-1] == pytest.approx(40.0 / 32)
+    assert any("knee at batch 16" in e for e in result.evidence)
+    assert any(label in e for e in result.evidence)
+
+
+def test_linear_from_start_is_compute_bound_at_batch_one() -> None:
+    result = classify_batch_sweep(*LINEAR_FROM_START, serving_batch=1)
+    assert result.knee_batch == 1
+    assert result.label == "compute-bound"
+
+
+def test_flat_sweep_has_no_knee() -> None:
+    result = classify_batch_sweep([1, 2, 4, 8], [5.0, 5.1, 5.2, 5.4], serving_batch=64)
+    assert result.knee_batch is None
+    assert result.label == "memory-bound"
+    assert any("beyond the sweep" in e for e in result.evidence)
+
+
+def test_single_noisy_pair_is_not_a_knee() -> None:
+    # 1 → 2 looks linear (85%), but 2 → 4 is flat again: noise, not a knee
+    result = classify_batch_sweep([1, 2, 4, 8], [1.0, 1.7, 1.75, 1.8], serving_batch=4)
+    assert result.knee_batch is None
+    # a linear last pair has nothing to confirm it and counts
+    tail = classify_batch_sweep([1, 2, 4, 8], [1.0, 1.02, 1.05, 1.9], serving_batch=8)
+    assert tail.knee_batch == 8 and tail.label == "compute-bound"
+
+
+def test_sweep_input_is_sorted_and_validated() -> None:
+    result = classify_batch_sweep([4, 1, 2], [4.0, 1.0, 2.0], serving_batch=2)
+    assert result.batch_sizes == [1, 2, 4] and result.step_times_s == [1.0, 2.0, 4.0]
+    with pytest.raises(ValueError):
+        classify_batch_sweep([1, 2], [1.0], serving_batch=1)
+    with pytest.raises(ValueError):
+        classify_batch_sweep([1, 1], [1.0, 1.0], serving_batch=1)
+    with pytest.raises(ValueError):
+        classify_batch_sweep([1, 2], [1.0, 0.0], serving_batch=1)
+
+
+def test_verify_curve_free_and_billed() -> None:
+    free = classify_verify_curve({2: 1.02, 4: 1.05, 8: 1.1})
+    assert (free.label, free.regime) == ("free", "memory-bound")
+    assert free.v_k == pytest.approx(1.1)
+    assert free.billed_fraction == pytest.approx(0.1 / 7)
+    billed = classify_verify_curve({2: 2.0, 4: 3.9, 8: 7.8})
+    assert (billed.label, billed.regime) == ("billed", "compute-bound")
+    partial = classify_verify_curve({8: 4.5})
+    assert (partial.label, partial.regime) == ("partial", "mixed")
+    # v(8) not measured: extrapolated from (2, 1.1)–(4, 1.3) to 1.7
+    extrapolated = classify_verify_curve({2: 1.1, 4: 1.3})
+    assert extrapolated.v_k == pytest.approx(1.7)
+    assert extrapolated.label == "free"
+    assert "interpolated" in extrapolated.evidence[0]
+    with pytest.raises(ValueError):
+        classify_verify_curve({})
+
+
+def test_roofline_arithmetic() -> None:
+    # 7B bf16 at batch 1: 14 GB of weights + 1 GB KV, 2 FLOP/param/token, 10 ms, H100-ish peaks
+    r = roofline(14e9, 1e9, 14e9, 0.010, peak_bw=3.35e12, peak_flops=989e12)
+    assert r.bytes_per_step == 15e9
+    assert r.achieved_bandwidth == pytest.approx(1.5e12)
+    assert r.achieved_flops == pytest.approx(1.4e12)
+    assert r.bandwidth_fraction == pytest.approx(1.5e12 / 3.35e12)
+    assert r.flops_fraction == pytest.approx(1.4e12 / 989e12)
+    assert r.arithmetic_intensity == pytest.approx(14e9 / 15e9)
+    assert r.ridge_intensity == pytest.approx(989e12 / 3.35e12)
+    assert (r.closer_to, r.label) == ("memory", "memory-bound")
+    # batch 512: the same bytes, 512× the FLOPs in 12 ms
+    big = roofline(14e9, 1e9, 14e9 * 512, 0.012, peak_bw=3.35e12, peak_flops=989e12)
+    assert big.flops_fraction == pytest.approx(14e9 * 512 / 0.012 / 989e12)
+    assert big.flops_fraction > big.bandwidth_fraction
+    assert (big.closer_to, big.label) == ("compute", "compute-bound")
+    with pytest.raises(ValueError):
+        roofline(1, 1, 1, 0.0, 1, 1)
+
+
+def test_regime_report_combines_evidence() -> None:
+    sweep_mem = classify_batch_sweep(*FLAT_THEN_LINEAR, serving_batch=4)
+    sweep_cmp = classify_batch_sweep(*FLAT_THEN_LINEAR, serving_batch=32)
+    free = classify_verify_curve({8: 1.1})
+    roof_mem = roofline(14e9, 1e9, 14e9, 0.010, 3.35e12, 989e12)
+
+    agree = regime_report(sweep_mem, free, roof_mem)
+    assert agree.label == "memory-bound" and agree.agree
+    assert set(agree.votes) == {"batch sweep", "verify curve", "roofline"}
+    assert any(e.startswith("verify curve:") for e in agree.evidence)
+
+    # 3 (sweep) vs 2 + 1: a tie goes to the batch sweep, the most direct evidence
+    split = regime_report(sweep_cmp, free, roof_mem)
+    assert split.label == "compute-bound" and not split.agree
+    assert any("disagree" in e for e in split.evidence)
+    assert regime_report(verify=classify_verify_curve({8: 7.5})).label == "compute-bound"
+    assert regime_report().label == "unknown"
+    assert regime_report(verify=classify_verify_curve({8: 4.5})).label == "unknown"  # "mixed" takes no side
+
+
+def test_micro_benchmarks_return_positive_rates() -> None:
+    bw = measure_copy_bandwidth("cpu", nbytes=1 << 20, reps=2)
+    flops = measure_matmul_flops("cpu", n=64, reps=2)
+    assert math.isfinite(bw) and bw > 0
+    assert math.isfinite(flops) and flops > 0
+
+
+def test_batch_sweep_on_a_tiny_random_model() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=128,
+    )
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # on a shared 2-core machine, thread contention turns 1 ms steps into 300 ms
+    try:
+        sweep = batch_sweep(model, input_len=8, batch_sizes=(4, 1, 2), reps=2, stop_when_linear=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert isinstance(sweep, BatchSweep)
+    assert sweep.batch_sizes == [1, 2, 4]  # sorted, every size measured
+    assert len(sweep.step_times_s) == 3
+    assert all(math.isfinite(t) and t > 0 for t in sweep.step_times_s)
+    assert sweep.device == "cpu" and sweep.input_len == 8 and not sweep.stopped_early
+    judged = classify_batch_sweep(sweep.batch_sizes, sweep.step_times_s, serving_batch=1)
+    assert judged.label in ("memory-bound", "compute-bound")
+    assert judged.knee_batch in (None, 1, 2, 4)
