@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,11 @@ def _dtype(value: str) -> str:
 
 def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="bundled name, .gguf path, model dir or id")
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b", action="append" if multi else "store",
+    p.add_argument("--draft", default=None if multi else "qwen2.5-coder-0.5b", action="append" if multi else "store",
                    help="draft model reference, 'ngram', or 'none' (target alone)" + (" (repeatable)" if multi else ""))
     p.add_argument("--prompts", required=True, help="plain text (one prompt a line) or JSONL with prompt/turns")
-    p.add_argument("--gamma", type=int, default=4, action="append" if multi else "store")
-    p.add_argument("--temperature", type=float, default=0.0, action="append" if multi else "store")
+    p.add_argument("--gamma", type=int, default=None if multi else 4, action="append" if multi else "store")
+    p.add_argument("--temperature", type=float, default=None if multi else 0.0, action="append" if multi else "store")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -231,3 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not a user error: one line, the traceback only on request
+        if os.environ.get("SPECTUNE_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"internal error: {type(exc).__name__}: {first} (set SPECTUNE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1

@@ -175,7 +175,7 @@ def classify_verify_curve(verify_cost: Mapping[int, float], k: int = 8) -> Verif
         label, regime = "partial", "mixed"
     source = "measured" if k in {int(x) for x in verify_cost} else "interpolated from measured k"
     evidence = [
-        f"v({k}) = {v_k:.2f} ({source}): a {k}-token verify costs {v_k:.2f} single-token steps, "
+        f"v({k}) = {v_k:.2f} ({source}): verifying {k} tokens costs {v_k:.2f} single-token steps, "
         f"{fraction:.0%} of the way from free (1) to fully billed ({k}) → {label}"
     ]
     return VerifyCurveClassification(

@@ -2,7 +2,9 @@
 
 They use a real character-level tokenizer (tokenizers' WordLevel over single characters), so every
 code path — chat-free encoding, decoding to text, the engine's loops — runs exactly as with a real
-model, in milliseconds. Reference them as "tiny:<seed>" or "tiny:<seed>:<vocab>:<layers>:<hidden>".
+model, in milliseconds. Reference them as "tiny:<seed>" or "tiny:<seed>:<vocab>:<layers>:<hidden>"; a "~<noise>" suffix
+("tiny:1~0.05") gives the same model with Gaussian noise of that relative size on every weight —
+a draft that agrees with its target often but not always, like a real distilled draft.
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ def tiny_tokenizer(vocab: int) -> object:
     return tok
 
 
-def parse_tiny_ref(ref: str) -> tuple[int, int, int, int]:
-    parts = ref.split(":")[1:]
+def parse_tiny_ref(ref: str) -> tuple[int, int, int, int, float]:
+    base, _, noise_text = ref.partition("~")
+    try:
+        noise = float(noise_text) if noise_text else 0.0
+    except ValueError as exc:
+        raise ModelError(f"bad noise in tiny model reference '{ref}'") from exc
+    parts = base.split(":")[1:]
     try:
         values = [int(x) for x in parts]
     except ValueError as exc:
@@ -40,7 +47,9 @@ def parse_tiny_ref(ref: str) -> tuple[int, int, int, int]:
     seed, vocab, layers, hidden = values[:4]
     if not (4 <= vocab <= len(ALPHABET) + 2 and 1 <= layers <= 8 and 8 <= hidden <= 512 and hidden % 4 == 0):
         raise ModelError(f"tiny model '{ref}' out of range (vocab 4..{len(ALPHABET) + 2}, layers 1..8, hidden 8..512)")
-    return seed, vocab, layers, hidden
+    if not 0.0 <= noise <= 10.0:
+        raise ModelError(f"tiny model '{ref}': noise must be in [0, 10]")
+    return seed, vocab, layers, hidden, noise
 
 
 def load_tiny(ref: str, dtype: str = "float32", device: str = "cpu", logit_scale: float = 1.0) -> LoadedModel:
@@ -48,7 +57,7 @@ def load_tiny(ref: str, dtype: str = "float32", device: str = "cpu", logit_scale
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    seed, vocab, layers, hidden = parse_tiny_ref(ref)
+    seed, vocab, layers, hidden, noise = parse_tiny_ref(ref)
     config = Qwen2Config(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -66,6 +75,11 @@ def load_tiny(ref: str, dtype: str = "float32", device: str = "cpu", logit_scale
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
+        if noise > 0:
+            noise_gen = torch.Generator().manual_seed(seed + 7919)
+            for param in model.parameters():
+                scale = param.abs().mean() * noise
+                param.add_(torch.randn(param.shape, generator=noise_gen) * scale)
     model.to(device=device, dtype=getattr(torch, dtype)).eval()
     model.generation_config.eos_token_id = 1
     return LoadedModel(ref=ref, model=model, tokenizer=tiny_tokenizer(vocab), device=device, dtype=dtype)

@@ -103,6 +103,7 @@ class TuningSession(Base):
     summary: Mapped[JsonDict | None]
     regime: Mapped[JsonDict | None]
     notes: Mapped[str | None] = mapped_column(Text)  # added by migration 0002
+    options: Mapped[JsonDict | None]  # added by migration 0003
 
 
 class Run(Base):

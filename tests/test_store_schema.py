@@ -46,7 +46,7 @@ def test_schema_created_with_pragmas(tmp_path: Path) -> None:
     store = open_store(url(tmp_path / "s.db"))
     try:
         assert set(inspect(store.engine).get_table_names()) == TABLES
-        assert current_revision(store.engine) == head_revision() == "0002"
+        assert current_revision(store.engine) == head_revision() == "0003"
         step_indexes = {ix["name"]: ix["column_names"] for ix in inspect(store.engine).get_indexes("steps")}
         assert step_indexes["ix_steps_run_id_step_index"] == ["run_id", "step_index"]
         results: list[tuple[str, int, int]] = []
@@ -120,7 +120,7 @@ def test_migrate_from_0001_keeps_rows(tmp_path: Path) -> None:
 
     store = open_store(url(path))
     try:
-        assert current_revision(store.engine) == "0002"
+        assert current_revision(store.engine) == "0003"
         session = store.get_session(7)
         assert session is not None
         assert (session["name"], session["drafts"], session["summary"], session["notes"]) == (
@@ -158,7 +158,7 @@ def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
         thread.join()
     try:
         assert errors == []
-        assert [current_revision(s.engine) for s in stores] == ["0002", "0002"]
+        assert [current_revision(s.engine) for s in stores] == ["0003", "0003"]
     finally:
         for s in stores:
             s.close()
@@ -250,7 +250,7 @@ def test_works_from_any_cwd_and_honours_spectune_home(tmp_path: Path, monkeypatc
     store = open_store()
     try:
         assert (tmp_path / "home" / "spectune.db").exists()
-        assert current_revision(store.engine) == "0002"
+        assert current_revision(store.engine) == "0003"
     finally:
         store.close()
     nested = open_store("sqlite:///relative/dir/x.db")  # relative to cwd; missing folders are created

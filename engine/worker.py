@@ -1,0 +1,301 @@
+"""The decoding worker: one long-lived process that runs queued sessions one at a time.
+
+It keeps loaded models in memory between sessions, logs every verification step through the
+store's batched writer, samples utilisation alongside, beats a heartbeat, and honours a cancel
+request within one verification step. A worker that dies mid-session leaves the session
+'running'; the next worker to start marks it failed (its steps are kept).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.decoder import Cancelled
+from engine.errors import SpectuneError
+from engine.paths import PROJECT_ROOT, default_database_url, spectune_home
+from engine.runner import Hooks, ModelPool, PromptText, run_sweep
+
+log = logging.getLogger("spectune.worker")
+
+HEARTBEAT_S = 2.0
+STALE_AFTER_S = 30.0
+CANCEL_POLL_S = 0.05
+
+
+class StoreHooks(Hooks):
+    """Connects a sweep to the store: runs, batched step logs, outputs, progress, heartbeat, cancel."""
+
+    def __init__(self, store: Any, session_id: int, worker_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.worker_id = worker_id
+        self.writer: Any = None
+        self.run_id: int | None = None
+        self._last_beat = 0.0
+        self._last_cancel_check = 0.0
+        self._stop = False
+
+    def run_started(self, key: dict[str, Any]) -> int:
+        run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
+        self.store.update_run(run_id, status="running")
+        self.run_id = run_id
+        self.writer = self.store.step_writer(run_id)
+        return run_id
+
+    def step(self, run: Any, record: Any) -> None:
+        self.writer.add(record)
+
+    def sample(self, t: float, source: str, metrics: dict[str, float]) -> None:
+        """Telemetry callback (sampler thread): attach to the current run when one is being logged."""
+        writer = self.writer
+        if writer is not None:
+            writer.add_sample(metrics, source, t=t)
+        else:
+            self.store.add_utilisation_samples(self.session_id, [{"t": t, "source": source, "metrics": metrics}])
+
+    def output(self, run: Any, output: Any, divergence: dict | None) -> None:
+        self.store.add_output(run, output, divergence)
+
+    def run_finished(self, run: Any, result: dict[str, Any]) -> None:
+        self.close_writer()
+        self.store.finish_run(run, result)
+
+    def close_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def progress(self, done: int, total: int) -> None:
+        self.store.set_progress(self.session_id, done, total)
+
+    def should_stop(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_beat >= HEARTBEAT_S:
+            self._last_beat = now
+            if not self.store.heartbeat(self.session_id, self.worker_id):
+                self._stop = True  # someone else owns the session now (it was failed as orphaned)
+        if not self._stop and now - self._last_cancel_check >= CANCEL_POLL_S:
+            self._last_cancel_check = now
+            self._stop = self.store.is_cancel_requested(self.session_id)
+        return self._stop
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, serving_batch: int) -> dict[str, Any]:
+    """Regime evidence for the session: the measured v(k) and a short batch sweep of the target."""
+    from engine.regime import batch_sweep, classify_batch_sweep, classify_verify_curve, regime_report
+
+    verify = {int(k): float(v) for k, v in report.get("verify_cost", {}).items()}
+    verify_cls = classify_verify_curve(verify) if len(verify) > 1 else None
+    target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max(2, serving_batch * 2)]
+    sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
+    sweep_cls = classify_batch_sweep(list(sweep.batch_sizes), list(sweep.step_times_s), serving_batch)
+    verdict = regime_report(sweep=sweep_cls, verify=verify_cls)
+    return _jsonable(
+        {
+            "label": verdict.label,
+            "serving_batch": serving_batch,
+            "evidence": verdict.evidence,
+            "votes": verdict.votes,
+            "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
+            "batch_classification": sweep_cls,
+            "verify_classification": verify_cls,
+        }
+    )
+
+
+def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
+    """Run one claimed session to its end state; returns that state. Never raises for session errors."""
+    from engine.hardware import describe_hardware
+    from engine.jobs import settings_from_session
+    from engine.telemetry import UtilisationSampler
+
+    session_id = session["id"]
+    hooks = StoreHooks(store, session_id, worker_id)
+    sampler = None
+    try:
+        settings = settings_from_session(session)
+        hardware = describe_hardware()
+        prompts = [
+            PromptText(str(p.get("id", i)), p["text"], p.get("category"))
+            for i, p in enumerate(store.get_prompts(session["prompt_set_id"], limit=session.get("n_prompts")))
+        ] if session.get("prompt_set_id") else []
+        start_unix = time.time()
+        sampler = UtilisationSampler(
+            interval_s=0.5, on_sample=lambda t, source, m: hooks.sample(start_unix + t, source, m)
+        )
+        sampler.start()
+        report = run_sweep(settings, prompts, pool=pool, hooks=hooks)
+        sampler.stop()
+        options = session.get("options") or {}
+        regime = None
+        if options.get("detect_regime", True):
+            try:
+                regime = detect_regime(pool, report, settings, int(options.get("serving_batch", 1)))
+                store.set_regime(session_id, regime)
+            except Exception as exc:  # evidence is a bonus; never fail a finished sweep over it
+                log.warning("regime detection failed: %s", exc)
+        summary = {k: v for k, v in report.items() if k not in ("baseline", "runs")}
+        summary["hardware"] = hardware
+        summary["telemetry_source"] = sampler.describe()
+        summary["runs"] = [
+            {k: v for k, v in r.items() if k not in ("outputs", "agreement_runs")} for r in report["runs"]
+        ]
+        store.finish_session(session_id, "done", summary=_jsonable(summary))
+        return "done"
+    except Cancelled:
+        hooks.close_writer()
+        _mark_open_run(store, hooks, "cancelled")
+        store.finish_session(session_id, "cancelled", error="cancelled by the user")
+        return "cancelled"
+    except SpectuneError as exc:
+        hooks.close_writer()
+        _mark_open_run(store, hooks, "failed")
+        store.finish_session(session_id, "failed", error=str(exc))
+        return "failed"
+    except MemoryError:
+        hooks.close_writer()
+        _mark_open_run(store, hooks, "failed")
+        pool.clear()
+        store.finish_session(session_id, "failed", error="out of memory: the models do not fit on this machine")
+        return "failed"
+    except Exception as exc:
+        hooks.close_writer()
+        _mark_open_run(store, hooks, "failed")
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        if "out of memory" in message.lower():
+            pool.clear()
+            error = f"out of memory: {message}"
+        else:
+            error = f"internal error ({type(exc).__name__}: {message}); see {worker_log_path()}"
+        log.error("session %s failed:\n%s", session_id, traceback.format_exc())
+        store.finish_session(session_id, "failed", error=error)
+        return "failed"
+    finally:
+        if sampler is not None and sampler.running:
+            sampler.stop()
+
+
+def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
+    if hooks.run_id is not None:
+        run = store.get_run(hooks.run_id)
+        if run and run.get("status") == "running":
+            store.update_run(hooks.run_id, status=status)
+
+
+def serve(
+    store: Any, once: bool = False, poll_s: float = 0.5, max_sessions: int | None = None, idle_exit_s: float | None = None
+) -> int:
+    """Claim and run sessions until stopped; returns how many ran."""
+    from store.workers import make_worker_id
+
+    worker_id = make_worker_id()
+    orphaned = store.fail_orphaned_sessions(STALE_AFTER_S)
+    if orphaned:
+        log.warning("marked orphaned sessions failed: %s", orphaned)
+    pool = ModelPool()
+    ran = 0
+    idle_since = time.monotonic()
+    stopping = False
+
+    def _stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    while not stopping:
+        session = store.claim_next_session(worker_id)
+        if session is None:
+            if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
+                break
+            time.sleep(poll_s)
+            store.fail_orphaned_sessions(STALE_AFTER_S)
+            continue
+        state = run_session(store, session, pool, worker_id)
+        log.info("session %s: %s", session["id"], state)
+        ran += 1
+        idle_since = time.monotonic()
+        if max_sessions is not None and ran >= max_sessions:
+            break
+    return ran
+
+
+def worker_pid_path() -> Path:
+    return spectune_home() / "worker.pid"
+
+
+def worker_log_path() -> Path:
+    return spectune_home() / "worker.log"
+
+
+def worker_alive() -> int | None:
+    """The pid of a live worker started for this data directory, or None."""
+    from store.workers import pid_alive
+
+    path = worker_pid_path()
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not pid_alive(pid):
+        return None
+    try:  # a recycled pid belonging to another program does not count
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        if b"engine" not in cmdline or b"worker" not in cmdline:
+            return None
+    except OSError:
+        pass
+    return pid
+
+
+def ensure_worker() -> str:
+    """Start a background worker for this data directory unless one is alive; returns a status line."""
+    pid = worker_alive()
+    if pid:
+        return f"worker running (pid {pid})"
+    env = dict(os.environ)
+    env.setdefault("SPECTUNE_DB_URL", default_database_url())
+    with open(worker_log_path(), "ab") as logf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine", "worker"],
+            cwd=str(PROJECT_ROOT),
+            env=env,
+            stdout=logf,
+            stderr=logf,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    worker_pid_path().write_text(str(proc.pid))
+    return f"worker started (pid {proc.pid})"
+
+
+def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s: float | None = None) -> int:
+    """Entry for `python -m engine worker`: records its pid so the dashboard can find it."""
+    from engine.jobs import open_app_store
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    store = open_app_store()
+    if worker_alive() is None:
+        worker_pid_path().write_text(str(os.getpid()))
+    ran = serve(store, once=once, max_sessions=max_sessions, idle_exit_s=idle_exit_s)
+    log.info("worker exiting after %d session(s)", ran)
+    return 0
