@@ -236,5 +236,6 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("SPECTUNE_DEBUG"):
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"internal error: {type(exc).__name__}: {first} (set SPECTUNE_DEBUG=1 for the traceback)", file=sys.stderr)
+        hint = "(set SPECTUNE_DEBUG=1 for the traceback)"
+        print(f"internal error: {type(exc).__name__}: {first} {hint}", file=sys.stderr)
         return 1

@@ -65,7 +65,10 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
             return None
     except Exception:  # an id huggingface_hub rejects as malformed
         pass
-    return f"'{ref}' is not a bundled model, a local path, or a model id in the local cache; it cannot be fetched offline"
+    return (
+        f"'{ref}' is not a bundled model, a local path, or a model id in the local cache; "
+        "it cannot be fetched offline"
+    )
 
 
 def check_same_tokenizer_family(target: str, draft: str) -> str | None:

@@ -22,7 +22,9 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
     worker.add_argument("--max-sessions", type=int, default=None)
 
-    submit = sub.add_parser("submit", help="queue a session (same options as run; repeat --draft/--gamma/--temperature)")
+    submit = sub.add_parser(
+        "submit", help="queue a session (same options as run; repeat --draft/--gamma/--temperature)"
+    )
     add_run_options(submit, True)
     submit.add_argument("--name", default=None)
     submit.add_argument("--serving-batch", type=int, default=1, help="batch size for regime detection")

@@ -203,7 +203,11 @@ def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
 
 
 def serve(
-    store: Any, once: bool = False, poll_s: float = 0.5, max_sessions: int | None = None, idle_exit_s: float | None = None
+    store: Any,
+    once: bool = False,
+    poll_s: float = 0.5,
+    max_sessions: int | None = None,
+    idle_exit_s: float | None = None,
 ) -> int:
     """Claim and run sessions until stopped; returns how many ran."""
     from store.workers import make_worker_id
