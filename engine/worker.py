@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, is_dataclass
@@ -40,9 +41,13 @@ class StoreHooks(Hooks):
         self.worker_id = worker_id
         self.writer: Any = None
         self.run_id: int | None = None
-        self._last_beat = 0.0
         self._last_cancel_check = 0.0
         self._stop = False
+        # FIX (reliability): True once a heartbeat finds that the session is no longer ours (another worker
+        # failed it as orphaned); the session's status then belongs to that worker and must not be overwritten.
+        self.lost = False
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
 
     def run_started(self, key: dict[str, Any]) -> int:
         run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
@@ -70,23 +75,58 @@ class StoreHooks(Hooks):
         self.store.finish_run(run, result)
 
     def close_writer(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        writer, self.writer = self.writer, None  # detach first: a failed close must not leave it attached
+        if writer is not None:
+            writer.close()
+
+    def discard_writer(self) -> None:
+        """FIX (reliability): close the writer on an error path without raising.
+
+        The error paths used to call close_writer(), whose final flush raises again when the cause was the
+        database itself (disk full, locked): the exception escaped run_session, killed the worker and left
+        the session 'running'. Here a failing flush is logged and its rows dropped; the session is failed.
+        """
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except Exception as exc:
+            log.warning("session %s: %d buffered rows could not be written: %s", self.session_id, writer.pending, exc)
 
     def progress(self, done: int, total: int) -> None:
         self.store.set_progress(self.session_id, done, total)
 
     def should_stop(self) -> bool:
         now = time.monotonic()
-        if now - self._last_beat >= HEARTBEAT_S:
-            self._last_beat = now
-            if not self.store.heartbeat(self.session_id, self.worker_id):
-                self._stop = True  # someone else owns the session now (it was failed as orphaned)
+        if self.lost:
+            self._stop = True  # someone else owns the session now (it was failed as orphaned)
         if not self._stop and now - self._last_cancel_check >= CANCEL_POLL_S:
             self._last_cancel_check = now
             self._stop = self.store.is_cancel_requested(self.session_id)
         return self._stop
+
+    # FIX (reliability): the heartbeat used to be beaten only from should_stop(), i.e. between decode steps.
+    # Model loading (a GGUF conversion takes about a minute), the verify-cost curve, agreement runs and the
+    # regime sweep run no steps, so a second worker polling fail_orphaned_sessions() failed a healthy
+    # session after STALE_AFTER_S. A small thread now beats every HEARTBEAT_S for the whole session.
+    def start_heartbeat(self) -> None:
+        self._beat_thread = threading.Thread(target=self._beat_loop, name="spectune-heartbeat", daemon=True)
+        self._beat_thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=5.0)
+
+    def _beat_loop(self) -> None:
+        while not self._beat_stop.wait(HEARTBEAT_S):
+            try:
+                if not self.store.heartbeat(self.session_id, self.worker_id):
+                    self.lost = True
+                    return
+            except Exception as exc:  # a locked/full database: keep trying; the session's own writes report it
+                log.warning("heartbeat for session %s failed: %s", self.session_id, exc)
 
 
 def _jsonable(value: Any) -> Any:
@@ -131,6 +171,7 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
 
     session_id = session["id"]
     hooks = StoreHooks(store, session_id, worker_id)
+    hooks.start_heartbeat()
     sampler = None
     try:
         settings = settings_from_session(session)
@@ -163,23 +204,26 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         store.finish_session(session_id, "done", summary=_jsonable(summary))
         return "done"
     except Cancelled:
-        hooks.close_writer()
+        hooks.discard_writer()
+        if hooks.lost:  # FIX: failed as orphaned by another worker; do not overwrite that with 'cancelled'
+            _mark_open_run(store, hooks, "failed")
+            return "failed"
         _mark_open_run(store, hooks, "cancelled")
         store.finish_session(session_id, "cancelled", error="cancelled by the user")
         return "cancelled"
     except SpectuneError as exc:
-        hooks.close_writer()
+        hooks.discard_writer()
         _mark_open_run(store, hooks, "failed")
         store.finish_session(session_id, "failed", error=str(exc))
         return "failed"
     except MemoryError:
-        hooks.close_writer()
+        hooks.discard_writer()
         _mark_open_run(store, hooks, "failed")
         pool.clear()
         store.finish_session(session_id, "failed", error="out of memory: the models do not fit on this machine")
         return "failed"
     except Exception as exc:
-        hooks.close_writer()
+        hooks.discard_writer()
         _mark_open_run(store, hooks, "failed")
         message = str(exc).splitlines()[0] if str(exc) else ""
         if "out of memory" in message.lower():
@@ -191,6 +235,7 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         store.finish_session(session_id, "failed", error=error)
         return "failed"
     finally:
+        hooks.stop_heartbeat()
         if sampler is not None and sampler.running:
             sampler.stop()
 
@@ -225,21 +270,29 @@ def serve(
         nonlocal stopping
         stopping = True
 
-    signal.signal(signal.SIGTERM, _stop)
-    while not stopping:
-        session = store.claim_next_session(worker_id)
-        if session is None:
-            if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
+    # FIX: signal.signal() raises ValueError outside the main thread, so serve() could not run in a thread
+    # (e.g. in-process next to a UI, or in tests), and it replaced the caller's SIGTERM handler for good.
+    # Install the handler only on the main thread, and put the previous one back on the way out.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stop) if on_main_thread else None
+    try:
+        while not stopping:
+            session = store.claim_next_session(worker_id)
+            if session is None:
+                if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
+                    break
+                time.sleep(poll_s)
+                store.fail_orphaned_sessions(STALE_AFTER_S)
+                continue
+            state = run_session(store, session, pool, worker_id)
+            log.info("session %s: %s", session["id"], state)
+            ran += 1
+            idle_since = time.monotonic()
+            if max_sessions is not None and ran >= max_sessions:
                 break
-            time.sleep(poll_s)
-            store.fail_orphaned_sessions(STALE_AFTER_S)
-            continue
-        state = run_session(store, session, pool, worker_id)
-        log.info("session %s: %s", session["id"], state)
-        ran += 1
-        idle_since = time.monotonic()
-        if max_sessions is not None and ran >= max_sessions:
-            break
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     return ran
 
 

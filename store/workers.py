@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 
 def make_worker_id(suffix: str | None = None) -> str:
@@ -32,7 +33,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # exists, owned by someone else
         return True
-    return True
+    # FIX (reliability): a killed worker whose parent (the dashboard that started it) has not reaped it yet
+    # is a zombie: signal 0 still succeeds, so its session was only failed after the 30 s stale heartbeat.
+    # A zombie runs nothing; count it as dead (Linux /proc; elsewhere this check is skipped).
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def worker_is_dead(worker_id: str | None) -> bool:

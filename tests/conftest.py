@@ -32,5 +32,8 @@ def real_pair(dtype: str):
 
         pool = ModelPool()
         _REAL.clear()  # keep at most one dtype in memory (fp32 1.5B + 0.5B is ~8 GB)
+        import gc
+
+        gc.collect()
         _REAL[dtype] = (pool.get("qwen2.5-coder-1.5b", dtype), pool.get("qwen2.5-coder-0.5b", dtype))
     return _REAL[dtype]

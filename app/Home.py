@@ -1,0 +1,62 @@
+"""spectune dashboard entry: what it is, the hardware, the worker, what is stored, and where to go next.
+
+Run with `python -m streamlit run app/Home.py`. The pages in app/pages/ only queue sessions and
+read the store; a separate worker process does all decoding.
+"""
+
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app import common  # noqa: E402
+
+common.page_setup("Home")
+st.title("⚡ spectune")
+st.markdown(
+    "Tune **speculative decoding** on your own prompts and hardware. A small draft (a model or n-gram lookup) "
+    "proposes γ tokens and the target verifies them in one forward pass; spectune measures the acceptance rate α, "
+    "the draft cost c and the real speedup for every draft × γ × temperature, checks the output is still the "
+    "target's, and tells you whether speculation pays off in your regime."
+)
+common.hardware_banner()
+
+store = common.get_store()
+pid, worker_line = common.worker_status()
+
+with common.guard("read the database"):
+    prompt_sets = store.list_prompt_sets()
+    sessions = store.list_sessions()
+    by_status: dict[str, int] = {}
+    for s in sessions:
+        by_status[s["status"]] = by_status.get(s["status"], 0) + 1
+
+    cols = st.columns(4)
+    cols[0].metric("Prompt sets", len(prompt_sets))
+    cols[1].metric("Sessions", len(sessions))
+    cols[2].metric("Queued / running", by_status.get("queued", 0) + by_status.get("running", 0))
+    cols[3].metric("Finished", by_status.get("done", 0))
+
+    st.caption(f"{'🟢' if pid else '⚪'} {common.md_escape(worker_line)} · database: {common.md_escape(store.where)}")
+    if not pid and (by_status.get("queued") or 0) > 0:
+        st.warning(f"{by_status['queued']} session(s) are queued but no worker is running.")
+        if st.button("Start the worker"):
+            with common.guard("start the worker"):
+                st.success(common.md_escape(common.start_worker()))
+
+st.subheader("Where to go")
+st.page_link(common.PAGES["Prompts"], label="Prompts — upload or import prompt sets", icon="📝")
+st.page_link(common.PAGES["Run"], label="Run — start a tuning session and watch it live", icon="▶️")
+st.page_link(common.PAGES["Sessions"], label="Sessions — results, fidelity, comparisons", icon="📊")
+st.page_link(common.PAGES["Theory"], label="Theory — speedup vs arithmetic, the crossover γ", icon="📐")
+st.page_link(common.PAGES["Recommend"], label="Recommend — best draft and γ, exports", icon="🎯")
+
+st.divider()
+st.caption(
+    "Typical flow: import a prompt set that looks like your traffic → start a session with a few drafts and γ values "
+    "→ read the measured speedup next to the prediction → check the Theory page for your regime."
+)

@@ -1,0 +1,105 @@
+"""Altair charts for the pages: built from DataFrames, never from model objects."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+HEIGHT = 240
+
+
+def bar_counts(frame: pd.DataFrame, x: str, y: str, title: str = "") -> alt.Chart:
+    return (
+        alt.Chart(frame, title=title, height=HEIGHT)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{x}:N", sort="-y", title=x, axis=alt.Axis(labelAngle=-30, labelLimit=160)),
+            y=alt.Y(f"{y}:Q", title=y, axis=alt.Axis(tickMinStep=1)),
+            tooltip=[x, y],
+        )
+    )
+
+
+def histogram(values: pd.DataFrame, field: str, title: str = "", maxbins: int = 30) -> alt.Chart:
+    return (
+        alt.Chart(values, title=title, height=HEIGHT)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{field}:Q", bin=alt.Bin(maxbins=maxbins), title=field),
+            y=alt.Y("count():Q", title="prompts"),
+            tooltip=[alt.Tooltip(f"{field}:Q", bin=alt.Bin(maxbins=maxbins)), "count():Q"],
+        )
+    )
+
+
+def acceptance_by_position(frame: pd.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(
+            frame,
+            title=alt.Title("Acceptance by draft position", subtitle="given the earlier positions were accepted"),
+            height=HEIGHT,
+        )
+        .mark_bar()
+        .encode(
+            x=alt.X("position:O", title="draft position", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("rate:Q", title="acceptance rate", scale=alt.Scale(domain=[0, 1])),
+            tooltip=["position", alt.Tooltip("rate:Q", format=".3f"), "evaluated"],
+        )
+    )
+
+
+def utilisation(frame: pd.DataFrame) -> alt.Chart:
+    return (
+        alt.Chart(frame, title="Utilisation over time", height=HEIGHT)
+        .mark_line(point=False)
+        .encode(
+            x=alt.X("seconds:Q", title="seconds since first sample"),
+            y=alt.Y("value:Q", title="%", scale=alt.Scale(domain=[0, 100])),
+            color=alt.Color("metric:N", title="metric"),
+            tooltip=["metric", alt.Tooltip("seconds:Q", format=".1f"), alt.Tooltip("value:Q", format=".1f")],
+        )
+    )
+
+
+def speedup_grouped(frame: pd.DataFrame, group: str = "which") -> alt.LayerChart:
+    """Grouped horizontal bars: one row per configuration, bars offset and coloured by ``group``
+    (measured/predicted, session, category); a dashed rule at 1× (the target alone). Horizontal so that
+    long configuration names stay readable; the height grows with the rows (a step per bar); no chart
+    title (the page labels it above the chart)."""
+    base = alt.Chart(frame)
+    bars = base.mark_bar().encode(
+        y=alt.Y("config:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
+        yOffset=alt.YOffset(f"{group}:N"),
+        x=alt.X("speedup:Q", title="speedup vs target alone (×)"),
+        color=alt.Color(f"{group}:N", title=group),
+        tooltip=["config", group, alt.Tooltip("speedup:Q", format=".2f")],
+    )
+    one = base.mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(1.0))
+    return alt.layer(bars, one).properties(height=alt.Step(12))
+
+
+def theory_curves(curve: pd.DataFrame, crossover: int | None, gamma: int) -> alt.LayerChart:
+    """Speedup and ops multiplier vs γ; the crossover (ops overtakes speed) and the chosen γ as rules."""
+    long = curve.melt(id_vars=["γ"], value_vars=["speedup", "ops multiplier"], var_name="quantity", value_name="×")
+    lines = (
+        alt.Chart(long, height=320)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("γ:Q", title="γ (draft tokens per target call)"),
+            y=alt.Y("×:Q", title="multiple of the target alone (×)"),
+            color=alt.Color("quantity:N", title=None),
+            tooltip=["γ", "quantity", alt.Tooltip("×:Q", format=".3f")],
+        )
+    )
+    layers: list[alt.Chart] = [lines]
+    chosen = pd.DataFrame({"γ": [gamma], "label": [f"chosen γ={gamma}"]})
+    layers.append(alt.Chart(chosen).mark_rule(color="gray", strokeDash=[2, 2]).encode(x="γ:Q", tooltip=["label"]))
+    if crossover is not None:
+        cross = pd.DataFrame({"γ": [crossover], "label": [f"crossover γ={crossover}"]})
+        layers.append(alt.Chart(cross).mark_rule(color="red", strokeWidth=2).encode(x="γ:Q", tooltip=["label"]))
+        layers.append(
+            alt.Chart(cross)
+            .mark_text(align="left", baseline="top", dx=4, color="red")
+            .encode(x="γ:Q", y=alt.value(4), text="label:N")
+        )
+    return alt.layer(*layers)

@@ -1,0 +1,246 @@
+"""What every page shares: page config, the cached store, the hardware banner, safe error display, escaping.
+
+The dashboard never runs a model in its own script run: it validates, queues sessions and reads the
+store. Anything the user typed or uploaded is shown through ``esc`` (HTML) or ``md_escape``
+(Streamlit markdown), so a prompt holding ``<script>`` or markdown tricks shows as text.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from engine.errors import SpectuneError
+from engine.paths import default_database_url
+
+T = TypeVar("T")
+
+APP_NAME = "spectune"
+PAGES = {
+    "Home": "Home.py",
+    "Prompts": "pages/1_Prompts.py",
+    "Run": "pages/2_Run.py",
+    "Sessions": "pages/3_Sessions.py",
+    "Theory": "pages/4_Theory.py",
+    "Recommend": "pages/5_Recommend.py",
+}
+ACTIVE_STATUSES = ("queued", "running")
+STATUS_ICONS = {"queued": "⏳", "running": "▶️", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
+
+# Markdown (and Streamlit's LaTeX `$`) punctuation that could turn text into links, images, emphasis or HTML.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|<>~$&:])")
+
+
+def esc(text: Any) -> str:
+    """HTML-escape anything shown inside st.html / unsafe markdown."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def md_escape(text: Any) -> str:
+    """Escape text for Streamlit markdown (st.markdown, st.error, st.caption, labels): shown literally."""
+    escaped = _MD_SPECIAL.sub(r"\\\1", "" if text is None else str(text))
+    return escaped.replace("\n", "  \n")
+
+
+def one_line(text: Any, limit: int = 300) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def page_setup(title: str, icon: str = "⚡") -> None:
+    """Page config plus the sidebar note every page carries."""
+    st.set_page_config(page_title=f"{APP_NAME} · {title}", page_icon=icon, layout="wide")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# errors
+
+
+def show_error(exc: BaseException, action: str | None = None) -> None:
+    """One clear line for the user: SpectuneError (incl. StoreError) messages as they are, anything else named."""
+    prefix = f"Could not {action}: " if action else ""
+    if isinstance(exc, SpectuneError):
+        st.error(md_escape(prefix + one_line(str(exc), 1000)), icon="🚫")
+    else:
+        detail = one_line(str(exc), 500) or "no details"
+        st.error(
+            md_escape(f"{prefix}unexpected {type(exc).__name__}: {detail}. Nothing stored was changed by this error."),
+            icon="🚫",
+        )
+        traceback.print_exc()  # for the server log, never the page
+
+
+@contextmanager
+def guard(action: str | None = None) -> Iterator[None]:
+    """Run a block; show its error (never a traceback) and carry on with the rest of the page."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the page must survive anything a block raises
+        if _is_streamlit_control_flow(exc):
+            raise
+        show_error(exc, action)
+
+
+def _is_streamlit_control_flow(exc: BaseException) -> bool:
+    """st.rerun / st.stop / st.switch_page raise exceptions that must pass through."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import ScriptControlException
+
+    return isinstance(exc, ScriptControlException)
+
+
+def attempt(fn: Callable[..., T], *args: Any, action: str | None = None, **kwargs: Any) -> T | None:
+    """Call fn; on error show it and return None."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        if _is_streamlit_control_flow(exc):
+            raise
+        show_error(exc, action)
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# store and hardware
+
+
+@st.cache_resource(show_spinner=False)
+def _open_store(url: str) -> Any:
+    """One Store per database URL (the URL is the cache key; open_app_store reads the same URL)."""
+    try:
+        from engine.jobs import open_app_store
+    except ImportError:  # engine.jobs not available: open the store directly
+        from store import open_store
+
+        return open_store(url)
+    return open_app_store(url)
+
+
+def get_store() -> Any:
+    """The dashboard's Store; a database that cannot be opened stops the page with one clear line."""
+    url = default_database_url()
+    try:
+        return _open_store(url)
+    except Exception as exc:  # noqa: BLE001
+        show_error(exc, "open the database")
+        st.info("Set SPECTUNE_HOME or SPECTUNE_DB_URL to use another database, then reload the page.")
+        st.stop()
+
+
+@st.cache_resource(show_spinner=False)
+def hardware() -> dict[str, Any]:
+    try:
+        from engine.hardware import describe_hardware
+
+        return describe_hardware()
+    except Exception as exc:  # noqa: BLE001 - describe_hardware never raises, but be safe
+        return {"kind": "cpu", "label": f"CPU (hardware could not be described: {exc})"}
+
+
+def hardware_banner() -> None:
+    hw = hardware()
+    icon = "🟢" if hw.get("kind") == "cuda" else "🖥️"
+    st.caption(f"{icon} Decoding hardware: **{md_escape(hw.get('label', 'unknown'))}**")
+
+
+def worker_status() -> tuple[int | None, str]:
+    """(pid or None, one line) for the background worker."""
+    try:
+        from engine.worker import worker_alive
+    except ImportError:
+        return None, "worker module not available (engine.worker)"
+    try:
+        pid = worker_alive()
+    except Exception as exc:  # noqa: BLE001
+        return None, f"worker status unknown ({exc})"
+    if pid:
+        return pid, f"worker running (pid {pid})"
+    return None, "no worker running — it starts when you start a session"
+
+
+def start_worker() -> str:
+    from engine.worker import ensure_worker
+
+    return ensure_worker()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# formatting
+
+
+def fmt_num(value: Any, digits: int = 2, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if number != number:  # NaN
+        return "—"
+    return f"{number:.{digits}f}{suffix}"
+
+
+def fmt_time(value: Any) -> str:
+    if value is None:
+        return "—"
+    try:
+        return value.strftime("%Y-%m-%d %H:%M")
+    except AttributeError:
+        return str(value)[:16]
+
+
+def session_label(session: dict[str, Any]) -> str:
+    """`#12 ✅ name (done)` for selectboxes; escaped by Streamlit's plain-text option rendering."""
+    icon = STATUS_ICONS.get(session.get("status", ""), "")
+    name = one_line(session.get("name") or "", 60)
+    return f"#{session['id']} {icon} {name} ({session.get('status')})"
+
+
+def query_int(key: str) -> int | None:
+    """An integer query parameter, or None when absent or malformed."""
+    raw = st.query_params.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# generated text
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def token_strings_cached(target: str, token_ids: tuple[int, ...]) -> list[str] | None:
+    """Per-token text from the target's tokenizer only (never the weights); None when it cannot be loaded."""
+    try:
+        from engine.jobs import token_strings
+
+        strings = token_strings(target, list(token_ids))
+    except Exception:  # noqa: BLE001 - the caller falls back to the stored text
+        return None
+    return [str(s) for s in strings] if len(strings) == len(token_ids) else None
+
+
+def show_output(target: str, output: dict[str, Any]) -> None:
+    """A stored output with draft-accepted tokens highlighted; the plain stored text when tokens can't be shown."""
+    from app import render
+
+    token_ids = tuple(int(t) for t in output.get("token_ids") or [])
+    from_draft = output.get("from_draft") or []
+    strings = token_strings_cached(target, token_ids) if token_ids else None
+    if strings is not None:
+        st.html(render.legend() + render.highlight_tokens(strings, from_draft))
+        return
+    share = render.draft_share(from_draft)
+    st.caption(
+        "Per-token text unavailable (the tokenizer cannot be loaded here); the stored text is shown"
+        + (f" — {share:.0%} of its tokens came from the draft." if share is not None else ".")
+    )
+    st.html(render.plain_text_box(output.get("text") or ""))

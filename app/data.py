@@ -1,0 +1,345 @@
+"""Store dicts → tables for the pages, and the Run form's text parsing. Pure functions, no Streamlit.
+
+Kept apart from the pages so they can be tested directly and reused by every page that shows a
+session, a run or a comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from engine.errors import SettingsError
+
+VERDICT_LABELS = {
+    "identical": "identical",
+    "near-tie": "numerical near-tie",
+    "bug": "bug",
+    "not-applicable": "not applicable (sampled)",
+}
+_SPLIT = re.compile(r"[,;\s]+")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Run form parsing
+
+
+def parse_int_list(text: str, what: str = "γ") -> list[int]:
+    """'1, 2 4;8' → [1, 2, 4, 8]; 'a-b' ranges allowed ('1-4'). Raises SettingsError naming the bad item."""
+    values: list[int] = []
+    for item in (x for x in _SPLIT.split(text.strip()) if x):
+        bounds = item.split("-")
+        try:
+            if len(bounds) == 2 and bounds[0] and bounds[1]:
+                lo, hi = int(bounds[0]), int(bounds[1])
+                if hi < lo:
+                    raise SettingsError(f"{what} range '{item}' runs backwards")
+                if hi - lo > 256:
+                    raise SettingsError(f"{what} range '{item}' is too long")
+                values.extend(range(lo, hi + 1))
+            else:
+                values.append(int(item))
+        except ValueError:
+            raise SettingsError(f"{what} list: '{item}' is not a whole number (write e.g. 1,2,4,8)") from None
+    if not values:
+        raise SettingsError(f"no {what} given (write e.g. 1,2,4,8)")
+    return sorted(set(values))
+
+
+def parse_float_list(text: str, what: str = "temperature") -> list[float]:
+    """'0, 0.7' → [0.0, 0.7]; raises SettingsError naming the bad item."""
+    values: list[float] = []
+    for item in (x for x in _SPLIT.split(text.strip()) if x):
+        try:
+            value = float(item)
+        except ValueError:
+            raise SettingsError(f"{what} list: '{item}' is not a number (write e.g. 0, 0.7)") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SettingsError(f"{what} list: '{item}' is not a finite number")
+        values.append(value)
+    if not values:
+        raise SettingsError(f"no {what} given (write e.g. 0 for greedy)")
+    return list(dict.fromkeys(values))
+
+
+def parse_refs(text: str) -> list[str]:
+    """Free-text model references, separated by commas or new lines (paths may contain spaces)."""
+    return [x.strip() for x in re.split(r"[,\n]+", text or "") if x.strip()]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# runs and sessions
+
+
+def run_label(run: Mapping[str, Any]) -> str:
+    if run.get("kind") == "baseline":
+        return "baseline (target alone)"
+    return f"{run.get('draft')} γ={run.get('gamma')} T={_num(run.get('temperature'))}"
+
+
+def _num(x: Any) -> str:
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return f"{value:g}"
+
+
+def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] | None = None) -> float | None:
+    """The best measured speedup of a session: from its runs when given, else from its summary."""
+    values: list[float] = []
+    if runs is not None:
+        values = [r["speedup_measured"] for r in runs if r.get("kind") != "baseline" and r.get("speedup_measured")]
+    else:
+        summary = session.get("summary") or {}
+        for r in summary.get("runs") or []:
+            if isinstance(r, Mapping) and r.get("speedup_measured") is not None:
+                values.append(float(r["speedup_measured"]))
+    return max(values) if values else None
+
+
+def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, float | None]) -> pd.DataFrame:
+    rows = []
+    for s in sessions:
+        done, total = s.get("progress_done") or 0, s.get("progress_total") or 0
+        rows.append(
+            {
+                "id": s["id"],
+                "name": s.get("name") or "",
+                "status": s.get("status"),
+                "progress": f"{done}/{total}" if total else "—",
+                "target": s.get("target"),
+                "drafts": ", ".join(map(str, s.get("drafts") or [])),
+                "γs": ", ".join(map(str, s.get("gammas") or [])),
+                "T": ", ".join(_num(t) for t in s.get("temperatures") or []),
+                "created": s.get("created_at"),
+                "best speedup": best.get(s["id"]),
+                "error": s.get("error") or "",
+            }
+        )
+    columns = ["id", "name", "status", "progress", "target", "drafts", "γs", "T", "created", "best speedup", "error"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+RUN_COLUMNS = [
+    "draft",
+    "γ",
+    "T",
+    "kind",
+    "status",
+    "α",
+    "tokens / call",
+    "c",
+    "tokens/s",
+    "baseline tokens/s",
+    "speedup measured",
+    "speedup predicted",
+]
+
+
+def baseline_tps(runs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The session's target-alone tokens/s, from its baseline run."""
+    base = next((r for r in runs if r.get("kind") == "baseline"), None)
+    return base.get("tokens_per_s") if base else None
+
+
+def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per run; 'tokens / call' is the mean tokens emitted per target forward (accepted + 1)."""
+    base_tps = baseline_tps(runs)
+    rows = []
+    for r in runs:
+        rows.append(
+            {
+                "draft": r.get("draft"),
+                "γ": r.get("gamma"),
+                "T": r.get("temperature"),
+                "kind": r.get("kind"),
+                "status": r.get("status"),
+                "α": r.get("alpha"),
+                "tokens / call": r.get("mean_accepted"),
+                "c": r.get("c"),
+                "tokens/s": r.get("tokens_per_s"),
+                "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,
+                "speedup measured": r.get("speedup_measured"),
+                "speedup predicted": r.get("speedup_predicted"),
+            }
+        )
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def speedup_long(runs: Sequence[Mapping[str, Any]], session_label: str | None = None) -> pd.DataFrame:
+    """Measured and predicted speedup of each speculative run, long form for a grouped bar chart."""
+    rows = []
+    for r in runs:
+        if r.get("kind") == "baseline":
+            continue
+        for which, key in (("measured", "speedup_measured"), ("predicted", "speedup_predicted")):
+            if r.get(key) is not None:
+                row = {"config": run_label(r), "which": which, "speedup": float(r[key])}
+                if session_label is not None:
+                    row["session"] = session_label
+                rows.append(row)
+    return pd.DataFrame(rows, columns=["config", "which", "speedup"] + (["session"] if session_label else []))
+
+
+def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Mapping[int, Sequence[Mapping[str, Any]]]):
+    """Every speculative run of several sessions in one table (session, target, config, α, c, speedups)."""
+    rows = []
+    for s in sessions:
+        runs = runs_by_session.get(s["id"], [])
+        base_tps = baseline_tps(runs)
+        for r in runs:
+            if r.get("kind") == "baseline":
+                continue
+            rows.append(
+                {
+                    "session": f"#{s['id']} {s.get('name') or ''}".strip(),
+                    "target": s.get("target"),
+                    "config": run_label(r),
+                    "α": r.get("alpha"),
+                    "c": r.get("c"),
+                    "tokens/s": r.get("tokens_per_s"),
+                    "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,
+                    "speedup measured": r.get("speedup_measured"),
+                    "speedup predicted": r.get("speedup_predicted"),
+                }
+            )
+    columns = ["session", "target", "config", "α", "c", "tokens/s", "baseline tokens/s", "speedup measured",
+               "speedup predicted"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# outputs: fidelity and categories
+
+
+def prompt_lookup(prompts: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Prompts by store id (the worker's prompt_id) and in session order (prompt_index)."""
+    return {str(p["id"]): p for p in prompts}, list(prompts)
+
+
+def _prompt_for(output: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]], ordered: Sequence[Mapping]) -> Any:
+    found = by_id.get(str(output.get("prompt_id")))
+    if found is None:
+        index = output.get("prompt_index")
+        if isinstance(index, int) and 0 <= index < len(ordered):
+            found = ordered[index]
+    return found
+
+
+def fidelity_frame(
+    runs: Sequence[Mapping[str, Any]],
+    outputs_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
+    prompts: Sequence[Mapping[str, Any]] = (),
+) -> pd.DataFrame:
+    """One row per (speculative run, prompt): the divergence verdict against the baseline."""
+    by_id, ordered = prompt_lookup(prompts)
+    rows = []
+    for r in runs:
+        if r.get("kind") == "baseline":
+            continue
+        for o in outputs_by_run.get(r["id"], []):
+            div = o.get("divergence") or {}
+            verdict = div.get("verdict") or ("identical" if div.get("identical") else "unknown")
+            prompt = _prompt_for(o, by_id, ordered)
+            rows.append(
+                {
+                    "run": run_label(r),
+                    "prompt": o.get("prompt_index"),
+                    "category": (prompt or {}).get("category") or "",
+                    "verdict": VERDICT_LABELS.get(verdict, verdict),
+                    "first divergence at": div.get("position"),
+                    "logit margin": div.get("margin"),
+                    "tolerance": div.get("tolerance"),
+                    "prompt text": (prompt or {}).get("text", "")[:120],
+                }
+            )
+    columns = ["run", "prompt", "category", "verdict", "first divergence at", "logit margin", "tolerance",
+               "prompt text"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def verdict_counts(fidelity: pd.DataFrame) -> dict[str, int]:
+    return dict(Counter(fidelity["verdict"])) if not fidelity.empty else {}
+
+
+def category_frame(
+    runs: Sequence[Mapping[str, Any]],
+    outputs_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
+    prompts: Sequence[Mapping[str, Any]],
+) -> pd.DataFrame:
+    """Per run × prompt category: tokens/s, speedup against the baseline on the same prompts, draft share."""
+    by_id, ordered = prompt_lookup(prompts)
+
+    def cat_of(o: Mapping[str, Any]) -> str | None:
+        prompt = _prompt_for(o, by_id, ordered)
+        return (prompt or {}).get("category")
+
+    baseline = next((r for r in runs if r.get("kind") == "baseline"), None)
+    base_tps: dict[str, float] = {}
+    if baseline is not None:
+        acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for o in outputs_by_run.get(baseline["id"], []):
+            cat = cat_of(o)
+            if cat:
+                acc[cat][0] += len(o.get("token_ids") or [])
+                acc[cat][1] += float(o.get("wall_time_s") or 0.0)
+        base_tps = {c: t / s for c, (t, s) in acc.items() if s > 0}
+    rows = []
+    for r in runs:
+        if r.get("kind") == "baseline":
+            continue
+        groups: dict[str, dict[str, float]] = defaultdict(lambda: {"tokens": 0, "seconds": 0.0, "drafted": 0, "n": 0})
+        for o in outputs_by_run.get(r["id"], []):
+            cat = cat_of(o)
+            if not cat:
+                continue
+            g = groups[cat]
+            g["tokens"] += len(o.get("token_ids") or [])
+            g["seconds"] += float(o.get("wall_time_s") or 0.0)
+            g["drafted"] += sum(bool(x) for x in o.get("from_draft") or [])
+            g["n"] += 1
+        for cat, g in sorted(groups.items()):
+            tps = g["tokens"] / g["seconds"] if g["seconds"] > 0 else None
+            rows.append(
+                {
+                    "run": run_label(r),
+                    "category": cat,
+                    "prompts": int(g["n"]),
+                    "tokens/s": tps,
+                    "speedup": tps / base_tps[cat] if tps and base_tps.get(cat) else None,
+                    "draft share": g["drafted"] / g["tokens"] if g["tokens"] else None,
+                }
+            )
+    return pd.DataFrame(rows, columns=["run", "category", "prompts", "tokens/s", "speedup", "draft share"])
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# live view series
+
+
+def positions_frame(positions: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = [
+        {"position": int(p["position"]) + 1, "rate": float(p["rate"]), "evaluated": int(p["evaluated"])}
+        for p in positions
+    ]
+    return pd.DataFrame(rows, columns=["position", "rate", "evaluated"])
+
+
+def utilisation_long(samples: Sequence[Mapping[str, Any]], percent_only: bool = True) -> pd.DataFrame:
+    """Samples → (seconds since the first sample, metric, value); by default only the *_pct metrics."""
+    if not samples:
+        return pd.DataFrame(columns=["seconds", "metric", "value", "source"])
+    t0 = min(float(s["t"]) for s in samples)
+    rows = []
+    for s in samples:
+        for name, value in (s.get("metrics") or {}).items():
+            if percent_only and not str(name).endswith("_pct"):
+                continue
+            rows.append({"seconds": float(s["t"]) - t0, "metric": str(name), "value": float(value),
+                         "source": s.get("source")})  # fmt: skip
+    return pd.DataFrame(rows, columns=["seconds", "metric", "value", "source"])

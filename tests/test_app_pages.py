@@ -1,0 +1,577 @@
+"""The dashboard's pages under streamlit.testing.v1.AppTest, against a temporary database.
+
+Sessions are written straight through the store API (no worker, no model): the pages must render
+every state a session can be in, and refuse bad input with st.error instead of a traceback.
+engine.worker.ensure_worker is replaced by a recorder (the worker is tested on its own).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from engine.paths import default_database_url
+from engine.records import Divergence, PromptOutput, StepRecord
+from store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+HOME = ROOT / "app" / "Home.py"
+PAGES = ["pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "pages/4_Theory.py", "pages/5_Recommend.py"]
+TARGET = "tiny:1:48:2:64"
+DRAFT = "tiny:1:48:2:64~0.15"
+XSS = "<script>alert(1)</script>"
+
+
+def fake_token_strings(target: str, token_ids: list[int]) -> list[str]:
+    """Stand-in for engine.jobs.token_strings: id 99 spells an XSS attempt, the rest are letters."""
+    return [XSS if t == 99 else chr(ord("a") + (t - 2) % 26) for t in token_ids]
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    import engine.jobs
+    import engine.worker
+
+    calls: list[int] = []
+
+    def ensure_worker() -> str:
+        calls.append(1)
+        return "worker running (pid 4242)"
+
+    monkeypatch.setattr(engine.worker, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(engine.worker, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.jobs, "token_strings", fake_token_strings)
+    st.cache_data.clear()
+    store = open_store(default_database_url())
+    yield SimpleNamespace(store=store, home=tmp_path, worker_calls=calls)
+    store.close()
+
+
+def page(path: str | None = None, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(HOME), default_timeout=30)
+    if query:
+        at.query_params.update(query)
+    if path:
+        at.switch_page(path)
+    return at.run()
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def unescape_md(text: str) -> str:
+    return text.replace("\\", "")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# data written straight through the store
+
+
+def add_prompts(store, texts_and_cats, name="demo") -> int:
+    set_id, _, _ = store.add_prompt_set(name, f"{name}.jsonl", [{"text": t, "category": c} for t, c in texts_and_cats])
+    return set_id
+
+
+def make_session(
+    store,
+    status: str = "done",
+    *,
+    name: str = "demo session",
+    verdict: str = "identical",
+    output_ids: tuple[int, ...] = (2, 3, 4, 5, 6, 7),
+    prompts=(("Write a loop in Python.", "coding"), ("Translate: good morning", "translation")),
+    error: str | None = None,
+    speedup: float = 1.6,
+) -> int:
+    set_id = add_prompts(store, prompts, name=f"set for {name}")
+    stored = store.get_prompts(set_id)
+    sid = store.create_session(
+        name=name, target=TARGET, drafts=[DRAFT], gammas=[2], temperatures=[0.0], max_new_tokens=8,
+        prompt_set_id=set_id, n_prompts=len(stored), dtype="float32", device="cpu",
+    )  # fmt: skip
+    if status == "queued":
+        return sid
+    claimed = store.claim_next_session(f"testhost:{99999}")
+    assert claimed["id"] == sid
+    base = store.create_run(sid, "none", 0, 0.0, "baseline")
+    spec = store.create_run(sid, DRAFT, 2, 0.0, "speculative")
+    t0 = time.time()
+    with store.step_writer(base) as w:
+        for i in range(6):
+            w.add(StepRecord(0, i, 0, 0, [], [], 0.0, 0.01, 0, 1, [2 + i], [False]), t=t0 + i * 0.01)
+    with store.step_writer(spec) as w:
+        for i in range(4):
+            accepted = i % 3
+            mask = [True] * accepted + ([False] if accepted < 2 else [])
+            w.add(
+                StepRecord(0, i, 2, accepted, mask, [0.8, 0.6][: len(mask)], 0.002, 0.01, 2, accepted + 1),
+                t=t0 + 0.1 + i * 0.01,
+            )
+            w.add_sample({"cpu_util_pct": 40.0 + i, "process_cpu_pct": 20.0 + i, "process_rss_gb": 0.5},
+                         "cpu", t=t0 + i * 0.5)  # fmt: skip
+    for index, p in enumerate(stored):
+        ids = list(output_ids)
+        out = PromptOutput(index, str(p["id"]), 5, ids, "".join(fake_token_strings(TARGET, ids)),
+                           [False] * len(ids), 0.06, len(ids))  # fmt: skip
+        store.add_output(base, out)
+        spec_out = PromptOutput(index, str(p["id"]), 5, ids, out.text, [i % 2 == 0 for i in range(len(ids))],
+                                0.04, 3)  # fmt: skip
+        div = Divergence(str(p["id"]), verdict == "identical", None if verdict == "identical" else 2,
+                         margin=None if verdict == "identical" else 0.01, tolerance=0.5, verdict=verdict)  # fmt: skip
+        store.add_output(spec, spec_out, div)
+    store.set_progress(sid, 2 * len(stored) if status != "running" else len(stored), 2 * len(stored))
+    store.finish_run(base, {"tokens_per_s": 100.0, "mean_accepted_tokens": 1.0, "speedup_measured": 1.0})
+    if status == "running":
+        return sid
+    store.finish_run(
+        spec,
+        {"tokens_per_s": 100.0 * speedup, "alpha": 0.61, "mean_accepted_tokens": 2.1, "c": 0.12,
+         "per_position_acceptance": [0.7, 0.5], "speedup_measured": speedup, "speedup_predicted": 1.5},
+        baseline_tokens_per_s=100.0,
+    )  # fmt: skip
+    summary = {"runs": [{"draft": DRAFT, "gamma": 2, "speedup_measured": speedup}]}
+    store.finish_session(sid, status, error=error, summary=summary if status == "done" else None)
+    return sid
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# every page, empty and full
+
+
+@pytest.mark.parametrize("path", [None, *PAGES])
+def test_page_renders_with_empty_database(env, path):
+    at = page(path)
+    assert_clean(at)
+    assert at.title, "every page has a title"
+    assert not at.error
+
+
+def test_pages_render_with_sessions_in_every_state(env):
+    ids = {
+        status: make_session(
+            env.store, status, name=f"{status} session", error="boom: out of memory" if status == "failed" else None
+        )  # fmt: skip
+        for status in ("done", "failed", "cancelled")
+    }
+    ids["running"] = make_session(env.store, "running", name="running session")
+    ids["queued"] = make_session(env.store, "queued", name="queued session")
+    for path in [None, *PAGES]:
+        at = page(path)
+        assert_clean(at)
+    home = page(None)
+    metrics = {m.label: m.value for m in home.metric}
+    assert metrics["Sessions"] == "5" and metrics["Queued / running"] == "2"
+    assert "queued but no worker is running" in texts(home.warning)
+    history = page("pages/3_Sessions.py").dataframe[0].value
+    assert sorted(history["id"]) == sorted(ids.values())
+    assert set(history["status"]) == {"done", "failed", "cancelled", "running", "queued"}
+    best = history.set_index("id")["best speedup"]
+    assert best[ids["done"]] == pytest.approx(1.6)
+
+
+@pytest.mark.parametrize("path", [None, "pages/2_Run.py", "pages/3_Sessions.py"])
+def test_unreadable_database_is_one_clear_error_and_left_untouched(tmp_path, monkeypatch, path):
+    bad = tmp_path / "not-a-db.sqlite"
+    bad.write_bytes(b"this is not a database, it is a text file" * 10)
+    before = bad.read_bytes()
+    monkeypatch.setenv("SPECTUNE_DB_URL", f"sqlite:///{bad}")
+    at = page(path)
+    assert_clean(at)
+    assert "is not a SQLite database" in unescape_md(texts(at.error))
+    assert bad.read_bytes() == before
+
+
+def test_home_shows_hardware_and_counts(env):
+    add_prompts(env.store, [("hello", None)])
+    at = page(None)
+    assert_clean(at)
+    caption = texts(at.caption)
+    assert "CPU" in caption or "GPU" in caption
+    assert "no worker running" in caption
+    assert {m.label: m.value for m in at.metric}["Prompt sets"] == "1"
+    assert len(at.get("page_link")) == 5
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Prompts
+
+
+UPLOADS = {
+    "prompts.txt": (b"Write a haiku about rain.\nExplain recursion to a child.\n\nExplain recursion to a child.\n",
+                    "text/plain", 2),
+    "prompts.jsonl": (b'{"prompt": "Sort a list in Python", "category": "coding"}\n'
+                      b'{"text": "Say hello in French", "category": "translation"}\n', "application/json", 2),
+    "prompts.json": (b'[{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}]', "application/json", 3),
+    "prompts.csv": (b"prompt,category\nWhat is 2+2?,math\n\"Quote, with comma\",prose\n", "text/csv", 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("filename", list(UPLOADS))
+def test_upload_each_format_previews_and_saves(env, filename):
+    data, mime, expected = UPLOADS[filename]
+    at = page("pages/1_Prompts.py")
+    at.file_uploader(key="prompt_file").set_value((filename, data, mime))
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Prompts"] == str(expected)
+    preview = at.dataframe[0].value
+    assert len(preview) == expected
+    assert len(at.get("vega_lite_chart")) == 2  # categories + length histogram
+    at.text_input(key="set_name").input("my set")
+    at.button(key="save_set").click()
+    at.run()
+    assert_clean(at)
+    assert "Saved set" in texts(at.success)
+    sets = env.store.list_prompt_sets()
+    assert len(sets) == 1 and sets[0]["name"] == "my set" and sets[0]["n_prompts"] == expected
+    if filename == "prompts.txt":
+        assert metrics["Duplicates removed"] == "1"
+
+
+BAD_UPLOADS = {
+    "image.txt": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "PNG"),
+    "empty.txt": (b"", "empty"),
+    "big.txt": (b"a\n" * (5 * 1024 * 1024 + 1), "limit"),
+    "nul.jsonl": (b"\x00\x01\x02\x03" * 40, "binary"),
+}
+
+
+@pytest.mark.parametrize("filename", list(BAD_UPLOADS))
+def test_unreadable_upload_is_one_clear_error(env, filename):
+    data, needle = BAD_UPLOADS[filename]
+    at = page("pages/1_Prompts.py")
+    at.file_uploader(key="prompt_file").set_value((filename, data, "text/plain"))
+    at.run()
+    assert_clean(at)
+    assert len(at.error) == 1
+    message = unescape_md(at.error[0].value)
+    assert filename in message and needle in message
+    assert "save_set" not in [b.key for b in at.button]  # nothing to save
+    assert env.store.list_prompt_sets() == []
+
+
+def test_malformed_lines_are_listed_and_good_lines_still_import(env):
+    data = b'{"prompt": "good one", "category": "a"}\n{"prompt": broken\n{"foo": 1}\n{"prompt": "good two"}\n'
+    at = page("pages/1_Prompts.py")
+    at.file_uploader(key="prompt_file").set_value(("mixed.jsonl", data, "application/json"))
+    at.run()
+    assert_clean(at)
+    assert "2 line(s) could not be imported" in at.warning[0].value
+    issues = at.dataframe[0].value
+    assert list(issues["line"]) == [2, 3]
+    assert "not valid JSON" in issues["issue"][0]
+    assert {m.label: m.value for m in at.metric}["Prompts"] == "2"
+    at.button(key="save_set").click()
+    at.run()
+    assert env.store.list_prompt_sets()[0]["n_prompts"] == 2
+
+
+def test_wrong_encoding_is_read_with_a_warning(env):
+    data = "caf\xe9 au lait\nna\xefve question\n".encode("latin-1")
+    at = page("pages/1_Prompts.py")
+    at.file_uploader(key="prompt_file").set_value(("latin.txt", data, "text/plain"))
+    at.run()
+    assert_clean(at)
+    assert "Windows-1252" in "\n".join(at.dataframe[0].value["issue"])
+    assert "café au lait" in list(at.dataframe[1].value["prompt"])
+
+
+def test_paste_prompts_path(env):
+    at = page("pages/1_Prompts.py")
+    at.text_area(key="paste_text").input(f"First pasted prompt\n{XSS}\n**bold** [link](http://x)\n")
+    at.button(key="parse_paste").click()
+    at.run()
+    assert_clean(at)
+    assert {m.label: m.value for m in at.metric}["Prompts"] == "3"
+    at.button(key="save_set").click()
+    at.run()
+    prompts = env.store.get_prompts(env.store.list_prompt_sets()[0]["id"])
+    assert [p["text"] for p in prompts][1] == XSS
+    for md in at.markdown:
+        assert "<script>" not in md.value
+
+
+def test_paste_nothing_is_an_error(env):
+    at = page("pages/1_Prompts.py")
+    at.button(key="parse_paste").click()
+    at.run()
+    assert_clean(at)
+    assert "nothing pasted" in unescape_md(at.error[0].value)
+
+
+def test_import_sample_set_in_one_click(env):
+    at = page("pages/1_Prompts.py")
+    at.button(key="sample_code.jsonl").click()
+    at.run()
+    assert_clean(at)
+    sets = env.store.list_prompt_sets()
+    assert len(sets) == 1 and sets[0]["n_prompts"] == 12 and sets[0]["name"] == "sample: code"
+    assert "Imported" in texts(at.success)
+    assert {p["category"] for p in env.store.get_prompts(sets[0]["id"])} == {"coding"}
+    at.button(key="sample_code.jsonl").click()
+    at.run()
+    assert "already stored" in texts(at.info)
+    assert len(env.store.list_prompt_sets()) == 1
+
+
+def test_delete_prompt_set_needs_confirmation(env):
+    set_id = add_prompts(env.store, [("a prompt", None)])
+    at = page("pages/1_Prompts.py")
+    assert at.button(key=f"del_set_{set_id}").disabled
+    at.checkbox(key=f"confirm_del_set_{set_id}").check()
+    at.run()
+    at.button(key=f"del_set_{set_id}").click()
+    at.run()
+    assert_clean(at)
+    assert env.store.list_prompt_sets() == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Run
+
+
+def fill_run_form(at: AppTest, gammas: str = "1,2") -> None:
+    at.text_input(key="target_text").input(TARGET)
+    at.multiselect(key="drafts_choice").set_value([])
+    at.text_input(key="drafts_text").input(DRAFT)
+    at.text_input(key="gammas_text").input(gammas)
+    at.number_input(key="max_new").set_value(24)
+    at.number_input(key="n_prompts").set_value(2)
+    at.text_input(key="session_name").input("from the test")
+
+
+def test_start_session_queues_it_and_starts_the_worker(env):
+    set_id = add_prompts(env.store, [("p1", None), ("p2", None), ("p3", None)])
+    at = page("pages/2_Run.py")
+    fill_run_form(at)
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    sessions = env.store.list_sessions()
+    assert len(sessions) == 1
+    s = sessions[0]
+    assert (s["status"], s["target"], s["drafts"], s["gammas"]) == ("queued", TARGET, [DRAFT], [1, 2])
+    assert (s["n_prompts"], s["max_new_tokens"], s["prompt_set_id"], s["name"]) == (2, 24, set_id, "from the test")
+    assert env.worker_calls == [1]
+    assert f"Session #{s['id']} queued" in texts(at.success)
+    assert at.query_params.get("session") == str(s["id"])
+    assert "Progress: 0 / 0" in at.get("progress")[0].proto.text
+
+
+@pytest.mark.parametrize(
+    "gammas, needle",
+    [("1,x", "'x' is not a whole number"), ("0", "γ = 0 is out of range"), ("999", "out of range")],
+)
+def test_bad_settings_are_refused_with_a_clear_error(env, gammas, needle):
+    add_prompts(env.store, [("p1", None)])
+    at = page("pages/2_Run.py")
+    fill_run_form(at, gammas)
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert needle in unescape_md(texts(at.error))
+    assert env.store.list_sessions() == [] and env.worker_calls == []
+
+
+def test_unknown_target_is_refused(env):
+    add_prompts(env.store, [("p1", None)])
+    at = page("pages/2_Run.py")
+    fill_run_form(at)
+    at.text_input(key="target_text").input("/no/such/model/dir")
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert "path not found" in unescape_md(texts(at.error))
+    assert env.store.list_sessions() == []
+
+
+def test_start_without_prompt_set_is_refused(env):
+    at = page("pages/2_Run.py")
+    fill_run_form(at)
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert "no prompt set" in unescape_md(texts(at.error))
+
+
+def test_live_view_of_a_running_session(env):
+    sid = make_session(env.store, "running", name="live one", output_ids=(2, 99, 3))
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    assert_clean(at)
+    progress = at.get("progress")[0].proto.text
+    assert "Progress: 2 / 4" in progress and "running" in progress
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Baseline tokens/s"] == "100.0"
+    assert metrics["Steps logged"] == "4"
+    assert metrics["α (running)"] != "—"
+    assert len(at.get("vega_lite_chart")) == 2  # per-position acceptance + utilisation
+    html = texts(at.get("html"))
+    assert 'class="tok-draft"' in html and 'class="tok-target"' in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+    at.button(key=f"cancel_{sid}").click()
+    at.run()
+    assert_clean(at)
+    assert env.store.is_cancel_requested(sid)
+
+
+def test_live_view_defaults_to_running_session_and_handles_bad_query(env):
+    make_session(env.store, "done", name="old")
+    running = make_session(env.store, "running", name="current")
+    at = page("pages/2_Run.py")
+    assert_clean(at)
+    assert at.selectbox(key="run_watch_session").value == running
+    assert at.query_params.get("session") == str(running)
+    at = page("pages/2_Run.py", {"session": "12345"})
+    assert_clean(at)
+    assert "does not exist" in texts(at.warning)
+
+
+def test_finished_session_in_run_page_is_static_and_links_to_results(env):
+    sid = make_session(env.store, "done")
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    assert_clean(at)
+    assert "Done." in texts(at.success)
+    assert not [b for b in at.button if b.key == f"cancel_{sid}"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sessions
+
+
+def test_session_detail_runs_fidelity_and_categories(env):
+    sid = make_session(env.store, "done", name="detail")
+    at = page("pages/3_Sessions.py", {"session": str(sid)})
+    assert_clean(at)
+    frames = [d.value for d in at.dataframe]
+    runs = next(f for f in frames if "speedup measured" in f.columns and "kind" in f.columns)
+    spec = runs[runs["kind"] == "speculative"].iloc[0]
+    assert spec["α"] == pytest.approx(0.61) and spec["speedup measured"] == pytest.approx(1.6)
+    assert spec["speedup predicted"] == pytest.approx(1.5) and spec["c"] == pytest.approx(0.12)
+    fidelity = next(f for f in frames if "verdict" in f.columns)
+    assert list(fidelity["verdict"]) == ["identical", "identical"]
+    assert set(fidelity["category"]) == {"coding", "translation"}
+    cats = next(f for f in frames if "draft share" in f.columns)
+    assert set(cats["category"]) == {"coding", "translation"}
+    assert cats["speedup"].iloc[0] == pytest.approx(0.06 / 0.04)
+    assert "identical to the target" in texts(at.success)
+
+
+def test_fidelity_bug_and_near_tie_verdicts(env):
+    bug = make_session(env.store, "done", name="buggy", verdict="bug")
+    tie = make_session(env.store, "done", name="tie", verdict="near-tie", prompts=(("x1", None), ("x2", None)))
+    at = page("pages/3_Sessions.py", {"session": str(bug)})
+    assert "more than numerical noise" in texts(at.error)
+    at = page("pages/3_Sessions.py", {"session": str(tie)})
+    assert_clean(at)
+    assert "near-tie" in texts(at.info)
+    fidelity = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    assert set(fidelity["verdict"]) == {"numerical near-tie"}
+    assert not any("draft share" in d.value.columns for d in at.dataframe)  # no categories → no breakdown
+
+
+def test_failed_session_shows_its_error(env):
+    sid = make_session(env.store, "failed", error="out of memory: the models do not fit on this machine")
+    at = page("pages/3_Sessions.py", {"session": str(sid)})
+    assert_clean(at)
+    assert "the models do not fit on this machine" in unescape_md(texts(at.error))
+
+
+def test_compare_sessions_side_by_side(env):
+    a = make_session(env.store, "done", name="A", speedup=1.4)
+    b = make_session(env.store, "done", name="B", speedup=2.2, prompts=(("q1", "x"), ("q2", "y")))
+    at = page("pages/3_Sessions.py")
+    at.multiselect(key="compare_sessions").set_value([a, b])
+    at.run()
+    assert_clean(at)
+    table = next(d.value for d in at.dataframe if "session" in d.value.columns and "config" in d.value.columns)
+    assert sorted(table["speedup measured"]) == [pytest.approx(1.4), pytest.approx(2.2)]
+    spec = at.get("vega_lite_chart")[-1].proto.spec
+    assert '"yOffset"' in spec and "session" in spec
+
+
+def test_delete_session_with_confirmation_and_running_refused(env):
+    done = make_session(env.store, "done", name="to delete")
+    running = make_session(env.store, "running", name="busy")
+    at = page("pages/3_Sessions.py", {"session": str(done)})
+    assert at.button(key=f"delete_session_{done}").disabled
+    at.checkbox(key=f"confirm_del_session_{done}").check()
+    at.run()
+    at.button(key=f"delete_session_{done}").click()
+    at.run()
+    assert_clean(at)
+    assert env.store.get_session(done) is None
+    at = page("pages/3_Sessions.py", {"session": str(running)})
+    at.checkbox(key=f"confirm_del_session_{running}").check()
+    at.run()
+    at.button(key=f"delete_session_{running}").click()
+    at.run()
+    assert_clean(at)
+    assert "cancel it before deleting it" in unescape_md(texts(at.error))
+    assert env.store.get_session(running) is not None
+
+
+def test_hostile_text_is_shown_as_text_everywhere(env):
+    sid = make_session(
+        env.store, "done", name=f"{XSS} **bold** [x](javascript:alert(1))", output_ids=(99, 2, 3),
+        prompts=((XSS, "<b>cat</b>"), ("![img](http://evil/x.png) $x^2$", None)),
+    )  # fmt: skip
+    for path in ["pages/2_Run.py", "pages/3_Sessions.py"]:
+        at = page(path, {"session": str(sid)})
+        assert_clean(at)
+        for md in [*at.markdown, *at.caption, *at.error, *at.info, *at.success, *at.warning]:
+            assert "<script>" not in md.value and "](javascript" not in md.value and "![img]" not in md.value
+        for h in at.get("html"):
+            assert "<script>" not in h.value
+        assert any("&lt;script&gt;" in h.value for h in at.get("html"))
+    at = page("pages/1_Prompts.py")
+    assert XSS in list(at.dataframe[1].value["prompt"])  # tables show text as text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Theory and Recommend
+
+
+def test_theory_page_metrics_follow_the_sliders(env):
+    from engine.theory import crossover_gamma, operations_multiplier, walltime_improvement
+
+    at = page("pages/4_Theory.py")
+    at.slider(key="th_alpha").set_value(0.6)
+    at.slider(key="th_gamma").set_value(7)
+    at.slider(key="th_c").set_value(0.0)
+    at.slider(key="th_chat").set_value(0.0)
+    at.run()
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Speedup (Thm 3.8)"] == f"{walltime_improvement(0.6, 7, 0.0):.2f}×" == "2.46×"
+    assert metrics["Ops multiplier (Thm 3.11)"] == f"{operations_multiplier(0.6, 7, 0.0):.2f}×" == "3.25×"
+    assert metrics["Cost/token, compute-bound"] == "+225%"
+    assert metrics["Cost/token, memory-bound"] == "-59%"
+    assert crossover_gamma(0.6) == 5 and "crossover γ=5" in texts(at.warning)
+    tables = [d.value for d in at.dataframe]
+    assert "2.18× faster" in list(tables[0]["Latency"]) and "5.70× faster" in list(tables[0]["Latency"])
+    assert list(tables[2]["Crossover"]) == ["γ=3", "γ=5", "γ=10", "γ=24", "none below γ=32"]
+    chart = at.get("vega_lite_chart")[0].proto.spec
+    assert '"rule"' in chart and '"red"' in chart  # the crossover marked
+
+
+def test_recommend_placeholder_lists_sessions(env):
+    make_session(env.store, "done", name="for later")
+    at = page("pages/5_Recommend.py")
+    assert_clean(at)
+    assert "coming with the recommender" in texts(at.info)
+    assert len(at.dataframe[0].value) == 1
