@@ -151,9 +151,9 @@ def hardware_banner() -> None:
 def worker_status() -> tuple[int | None, str]:
     """(pid or None, one line) for the background worker."""
     try:
-        from engine.worker import worker_alive
+        from engine.worker_control import worker_alive
     except ImportError:
-        return None, "worker module not available (engine.worker)"
+        return None, "worker module not available (engine.worker_control)"
     try:
         pid = worker_alive()
     except Exception as exc:  # noqa: BLE001
@@ -164,7 +164,7 @@ def worker_status() -> tuple[int | None, str]:
 
 
 def start_worker() -> str:
-    from engine.worker import ensure_worker
+    from engine.worker_control import ensure_worker
 
     return ensure_worker()
 

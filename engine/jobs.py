@@ -78,6 +78,18 @@ def check_same_tokenizer_family(target: str, draft: str) -> str | None:
     return None
 
 
+def validate_submission(settings: SweepSettings, n_prompts: int) -> None:
+    """Every check that needs no model weights: settings ranges and that each model reference can load."""
+    validate(settings, n_prompts)
+    problem = check_model_ref(settings.target, "target")
+    if problem:
+        raise ModelError(problem)
+    for draft in settings.drafts:
+        problem = check_model_ref(draft, "draft")
+        if problem:
+            raise ModelError(problem)
+
+
 def submit_session(
     store: Any,
     settings: SweepSettings,
@@ -94,14 +106,7 @@ def submit_session(
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError(f"number of prompts = {n_prompts}: must be at least 1")
     count = min(n_prompts or available, available)
-    validate(settings, count)
-    problem = check_model_ref(settings.target, "target")
-    if problem:
-        raise ModelError(problem)
-    for draft in settings.drafts:
-        problem = check_model_ref(draft, "draft")
-        if problem:
-            raise ModelError(problem)
+    validate_submission(settings, count)
     opts = {
         "chat_template": settings.chat_template,
         "measure_verify_cost": settings.measure_verify_cost,
@@ -153,10 +158,16 @@ def _tokenizer(ref: str) -> Any:
         return tiny_tokenizer(parse_tiny_ref(ref)[1])
     from transformers import AutoTokenizer
 
-    from engine.loading import resolve_model_dir
+    from engine.loading import converted_dir
 
-    location = resolve_model_dir(ref)
-    return AutoTokenizer.from_pretrained(location, local_files_only=True)
+    if ref in BUNDLED:
+        location = converted_dir(ref)
+        if not (location / "spectune-source.json").is_file():
+            raise ModelError(f"{ref} is not prepared yet (run `python -m engine prepare`)")
+        return AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+    if ref.endswith(".gguf"):
+        raise ModelError("token strings for a .gguf reference need its converted cache; showing plain text")
+    return AutoTokenizer.from_pretrained(ref, local_files_only=True)
 
 
 def token_strings(target_ref: str, token_ids: list[int]) -> list[str]:

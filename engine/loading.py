@@ -108,10 +108,15 @@ def _convert_gguf(gguf_path: Path, out_dir: Path, source_note: dict[str, Any]) -
     return out_dir
 
 
+def converted_dir(name: str) -> Path:
+    """Where a bundled model's safetensors cache lives (it may not exist yet)."""
+    return model_cache_dir() / "converted" / f"{name}-{BUNDLED[name].sha256[:12]}"
+
+
 def prepare_bundled(name: str) -> Path:
     """Assemble, verify and convert one bundled model; return its safetensors directory."""
     model = BUNDLED[name]
-    out_dir = model_cache_dir() / "converted" / f"{name}-{model.sha256[:12]}"
+    out_dir = converted_dir(name)
     if (out_dir / "spectune-source.json").is_file():
         return out_dir
     gguf = assembled_gguf(model)

@@ -56,7 +56,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from engine.jobs import open_app_store, submit_session
+    from engine.jobs import open_app_store, submit_session, validate_submission
     from engine.prompts import load_prompt_file
     from engine.settings import SweepSettings
 
@@ -71,6 +71,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     parsed = load_prompt_file(Path(args.prompts))
     for issue in parsed.issues:
         print(f"warning: {args.prompts}: {issue}", file=sys.stderr)
+    count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
+    validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
     set_id, added, dupes = store.add_prompt_set(
         Path(args.prompts).name, Path(args.prompts).name,

@@ -363,7 +363,8 @@ def batch_sweep(
         cache = _new_cache(model)
         times: list[float] = []
         with torch.inference_mode():
-            out = model(input_ids=ids, use_cache=True, **{cache_kw: cache})
+            keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no (b, len, vocab) logits
+            out = model(input_ids=ids, use_cache=True, **{cache_kw: cache}, **keep)
             for attr in ("cache", "past_key_values"):
                 returned = getattr(out, attr, None)
                 if returned is not None:

@@ -11,25 +11,22 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import traceback
 from dataclasses import asdict, is_dataclass
-from pathlib import Path
 from typing import Any
 
 from engine.decoder import Cancelled
 from engine.errors import SpectuneError
-from engine.paths import PROJECT_ROOT, default_database_url, spectune_home
 from engine.runner import Hooks, ModelPool, PromptText, run_sweep
+from engine.worker_control import ensure_worker, worker_alive, worker_log_path, worker_pid_path
 
 log = logging.getLogger("spectune.worker")
 
 HEARTBEAT_S = 2.0
 STALE_AFTER_S = 30.0
-CANCEL_POLL_S = 0.05
+CANCEL_POLL_S = 0.0  # every step: a cancel lands within one verification step
 
 
 class StoreHooks(Hooks):
@@ -146,7 +143,8 @@ def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, servin
     verify = {int(k): float(v) for k, v in report.get("verify_cost", {}).items()}
     verify_cls = classify_verify_curve(verify) if len(verify) > 1 else None
     target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
-    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= max(2, serving_batch * 2)]
+    # up to the serving batch and beyond, until step time grows about linearly (batch_sweep stops there)
+    sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
     sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
     sweep_cls = classify_batch_sweep(list(sweep.batch_sizes), list(sweep.step_times_s), serving_batch)
     verdict = regime_report(sweep=sweep_cls, verify=verify_cls)
@@ -176,6 +174,7 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
     try:
         settings = settings_from_session(session)
         hardware = describe_hardware()
+        store.set_hardware(session_id, hardware.get("label", "unknown hardware"))
         prompts = [
             PromptText(str(p.get("id", i)), p["text"], p.get("category"))
             for i, p in enumerate(store.get_prompts(session["prompt_set_id"], limit=session.get("n_prompts")))
@@ -296,55 +295,6 @@ def serve(
     return ran
 
 
-def worker_pid_path() -> Path:
-    return spectune_home() / "worker.pid"
-
-
-def worker_log_path() -> Path:
-    return spectune_home() / "worker.log"
-
-
-def worker_alive() -> int | None:
-    """The pid of a live worker started for this data directory, or None."""
-    from store.workers import pid_alive
-
-    path = worker_pid_path()
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if not pid_alive(pid):
-        return None
-    try:  # a recycled pid belonging to another program does not count
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        if b"engine" not in cmdline or b"worker" not in cmdline:
-            return None
-    except OSError:
-        pass
-    return pid
-
-
-def ensure_worker() -> str:
-    """Start a background worker for this data directory unless one is alive; returns a status line."""
-    pid = worker_alive()
-    if pid:
-        return f"worker running (pid {pid})"
-    env = dict(os.environ)
-    env.setdefault("SPECTUNE_DB_URL", default_database_url())
-    with open(worker_log_path(), "ab") as logf:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", "worker"],
-            cwd=str(PROJECT_ROOT),
-            env=env,
-            stdout=logf,
-            stderr=logf,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    worker_pid_path().write_text(str(proc.pid))
-    return f"worker started (pid {proc.pid})"
-
-
 def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s: float | None = None) -> int:
     """Entry for `python -m engine worker`: records its pid so the dashboard can find it."""
     from engine.jobs import open_app_store
@@ -356,3 +306,6 @@ def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s
     ran = serve(store, once=once, max_sessions=max_sessions, idle_exit_s=idle_exit_s)
     log.info("worker exiting after %d session(s)", ran)
     return 0
+
+
+__all__ = ["ensure_worker", "main_worker", "run_session", "serve", "worker_alive", "worker_log_path", "worker_pid_path"]

@@ -105,6 +105,10 @@ class SessionsMixin(StoreBase):
     def set_regime(self, session_id: int, regime: dict[str, Any] | None) -> None:
         self._update(session_id, regime=regime)
 
+    def set_hardware(self, session_id: int, hardware: str) -> None:
+        """The one-line description of the machine the worker decodes on (e.g. "CPU: … — no GPU found")."""
+        self._update(session_id, hardware=hardware)
+
     def finish_session(
         self, session_id: int, status: str, error: str | None = None, summary: dict[str, Any] | None = None
     ) -> None:

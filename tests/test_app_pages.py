@@ -2,7 +2,7 @@
 
 Sessions are written straight through the store API (no worker, no model): the pages must render
 every state a session can be in, and refuse bad input with st.error instead of a traceback.
-engine.worker.ensure_worker is replaced by a recorder (the worker is tested on its own).
+engine.worker_control.ensure_worker is replaced by a recorder (the worker is tested on its own).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
     import engine.jobs
-    import engine.worker
+    import engine.worker_control
 
     calls: list[int] = []
 
@@ -45,8 +45,8 @@ def env(tmp_path, monkeypatch):
         calls.append(1)
         return "worker running (pid 4242)"
 
-    monkeypatch.setattr(engine.worker, "ensure_worker", ensure_worker)
-    monkeypatch.setattr(engine.worker, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.worker_control, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(engine.worker_control, "worker_alive", lambda: None)
     monkeypatch.setattr(engine.jobs, "token_strings", fake_token_strings)
     st.cache_data.clear()
     store = open_store(default_database_url())
