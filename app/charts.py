@@ -103,3 +103,93 @@ def theory_curves(curve: pd.DataFrame, crossover: int | None, gamma: int) -> alt
             .encode(x="γ:Q", y=alt.value(4), text="label:N")
         )
     return alt.layer(*layers)
+
+
+def batch_sweep(frame: pd.DataFrame, knee: int | None, serving_batch: int | None) -> alt.LayerChart:
+    """Decode step time and time per row vs batch size (log-log): flat step time = memory-bound; the knee
+    (first batch where step time grows about linearly) as a red rule, the serving batch as a grey dashed one."""
+    lines = (
+        alt.Chart(frame, height=HEIGHT)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("batch:Q", title="batch size (rows per decode step)", scale=alt.Scale(type="log", base=2)),
+            y=alt.Y("ms:Q", title="milliseconds", scale=alt.Scale(type="log")),
+            color=alt.Color("quantity:N", title=None),
+            tooltip=["batch", "quantity", alt.Tooltip("ms:Q", format=".3f")],
+        )
+    )
+    layers: list[alt.Chart] = [lines]
+    if serving_batch is not None:
+        serving = pd.DataFrame({"batch": [serving_batch], "label": [f"serving batch {serving_batch}"]})
+        layers.append(
+            alt.Chart(serving).mark_rule(color="gray", strokeDash=[4, 4]).encode(x="batch:Q", tooltip=["label"])
+        )
+    if knee is not None:
+        k = pd.DataFrame({"batch": [knee], "label": [f"knee: batch {knee}"]})
+        layers.append(alt.Chart(k).mark_rule(color="red", strokeWidth=2).encode(x="batch:Q", tooltip=["label"]))
+        layers.append(
+            alt.Chart(k)
+            .mark_text(align="left", baseline="top", dx=4, color="red")
+            .encode(x="batch:Q", y=alt.value(4), text="label:N")
+        )
+    return alt.layer(*layers)
+
+
+def verify_cost(frame: pd.DataFrame) -> alt.Chart:
+    """Measured v(k) against the free (v = 1) and fully billed (v = k) references (dashed)."""
+    return (
+        alt.Chart(frame, height=HEIGHT)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("k:Q", title="k (tokens scored in one target forward)", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y("v:Q", title="v(k) in 1-token steps"),
+            color=alt.Color(
+                "curve:N",
+                title=None,
+                sort=None,
+                scale=alt.Scale(
+                    domain=["measured v(k)", "free (v = 1, memory-bound)", "billed (v = k, compute-bound)"],
+                    range=["#1f77b4", "#2ca02c", "#d62728"],
+                ),
+                legend=alt.Legend(orient="top-left", labelLimit=240, fillColor="white"),
+            ),
+            strokeDash=alt.condition(alt.datum.curve == "measured v(k)", alt.value([1, 0]), alt.value([4, 4])),
+            tooltip=["curve", "k", alt.Tooltip("v:Q", format=".3f")],
+        )
+    )
+
+
+def recommend_curve(
+    lines: pd.DataFrame, measured: pd.DataFrame, recommended: int | None, crossover: int | None
+) -> alt.LayerChart:
+    """Predicted speedup and ops multiplier vs γ for one draft; measured speedups as points; the recommended γ
+    as a green rule and the crossover as a red one; a dashed rule at 1× (the target alone)."""
+    layers: list[alt.Chart] = [
+        alt.Chart(lines, height=320)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("γ:Q", title="γ (draft tokens per target call)"),
+            y=alt.Y("×:Q", title="multiple of the target alone (×)"),
+            color=alt.Color("quantity:N", title=None, legend=alt.Legend(orient="top-left", fillColor="white")),
+            tooltip=["γ", "quantity", alt.Tooltip("×:Q", format=".3f")],
+        ),
+        alt.Chart(pd.DataFrame({"×": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="×:Q"),
+    ]
+    if not measured.empty:
+        layers.append(
+            alt.Chart(measured)
+            .mark_point(shape="diamond", size=140, filled=True, color="black")
+            .encode(x="γ:Q", y="×:Q", tooltip=["γ", "quantity", alt.Tooltip("×:Q", format=".3f")])
+        )
+    marks = ((recommended, "green", "recommended γ={}", 4), (crossover, "red", "crossover γ={}", 20))
+    for gamma, colour, text, y in marks:
+        if gamma is None:
+            continue
+        rule = pd.DataFrame({"γ": [gamma], "label": [text.format(gamma)]})
+        layers.append(alt.Chart(rule).mark_rule(color=colour, strokeWidth=2).encode(x="γ:Q", tooltip=["label"]))
+        layers.append(
+            alt.Chart(rule)
+            .mark_text(align="left", baseline="top", dx=4, color=colour)
+            .encode(x="γ:Q", y=alt.value(y), text="label:N")
+        )
+    return alt.layer(*layers)

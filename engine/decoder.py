@@ -145,8 +145,8 @@ def decode_prompt(
 
     steps: list[StepRecord] = []
     from_draft: list[bool] = []
-    top_logits: list[list[float]] = []
-    top_ids: list[list[int]] = []
+    top_values: list[torch.Tensor] = []
+    top_indices: list[torch.Tensor] = []
     finished = False
     while not finished and len(tokens) - n_prompt < cfg.max_new_tokens:
         if should_stop is not None and should_stop():
@@ -172,8 +172,8 @@ def decode_prompt(
                 break
         if cfg.record_top_logits:
             top = torch.topk(logits[: len(emitted)].float(), cfg.record_top_logits, dim=-1)
-            top_logits.extend(top.values.tolist())
-            top_ids.extend(top.indices.tolist())
+            top_values.append(top.values.cpu())
+            top_indices.append(top.indices.to(torch.int32).cpu())
         old_len = len(tokens)
         tokens.extend(emitted)
         from_draft.extend(flags)
@@ -212,7 +212,7 @@ def decode_prompt(
         wall_time_s=time.perf_counter() - start,
         steps=len(steps),
         prefill_time_s=prefill_time,
-        top_logits=top_logits or None,
-        top_ids=top_ids or None,
+        top_logits=torch.cat(top_values) if top_values else None,
+        top_ids=torch.cat(top_indices) if top_indices else None,
     )
     return output, steps

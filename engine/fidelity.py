@@ -38,15 +38,15 @@ def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, gree
     if not greedy:
         return Divergence(prompt_id=speculative.prompt_id, identical=False, position=pos, verdict="not-applicable")
     tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
-    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or not baseline.top_logits:
+    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or baseline.top_logits is None:
         # one stopped (EOS or length) where the other went on: a token choice of EOS that we cannot score
         return Divergence(
             prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug"
         )
     target_token = baseline.token_ids[pos]
     spec_token = speculative.token_ids[pos]
-    values = baseline.top_logits[pos]
-    ids = baseline.top_ids[pos] if baseline.top_ids else []
+    values = [float(x) for x in baseline.top_logits[pos]]
+    ids = [int(x) for x in baseline.top_ids[pos]] if baseline.top_ids is not None else []
     top = values[ids.index(target_token)] if target_token in ids else values[0]
     if spec_token in ids:
         margin = top - values[ids.index(spec_token)]

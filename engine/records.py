@@ -7,6 +7,7 @@ they hold only numbers, strings and lists (JSON-serialisable via dataclasses.asd
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -40,9 +41,10 @@ class PromptOutput:
     wall_time_s: float  # prefill + decode
     steps: int
     prefill_time_s: float = 0.0
-    # top logits per emitted position, only when recorded (for divergence analysis of baselines)
-    top_logits: list[list[float]] | None = None
-    top_ids: list[list[int]] | None = None
+    # the target's top-k logits per emitted position, only when recorded (for divergence analysis of
+    # baselines): (n_tokens, k) tensors, the one non-plain field, kept compact and never serialised
+    top_logits: Any = None
+    top_ids: Any = None
 
 
 @dataclass

@@ -92,7 +92,7 @@ def encode_prompt(tokenizer: Any, text: str, chat_template: bool) -> list[int]:
 @dataclass
 class RunOutcome:
     outputs: list[PromptOutput]
-    steps: list[StepRecord] = field(default_factory=list)
+    stats: metrics.StepStats = field(default_factory=metrics.StepStats)
 
 
 def _decode_all(
@@ -107,20 +107,20 @@ def _decode_all(
     outcome = RunOutcome(outputs=[])
     for index, (prompt, ids) in enumerate(encoded):
         def on_step(rec: StepRecord) -> None:
+            outcome.stats.add(rec)
             hooks.step(run, rec)
 
-        out, steps = decode_prompt(
+        out, _ = decode_prompt(
             target, draft, ids, cfg, prompt_index=index, prompt_id=prompt.prompt_id,
             on_step=on_step, should_stop=hooks.should_stop,
         )
         outcome.outputs.append(out)
-        outcome.steps.extend(steps)
         tick()
     return outcome
 
 
 def summarise_run(
-    steps: Sequence[StepRecord],
+    stats: metrics.StepStats,
     outputs: Sequence[PromptOutput],
     gamma: int,
     baseline_tps: float | None,
@@ -131,25 +131,24 @@ def summarise_run(
     tps = metrics.tokens_per_second(outputs)
     result: dict[str, Any] = {
         "tokens_per_s": tps,
-        "steps": len(steps),
+        "steps": stats.steps,
         "tokens": sum(len(o.token_ids) for o in outputs),
-        "mean_accepted_tokens": metrics.mean_tokens_per_call(steps),
+        "mean_accepted_tokens": stats.tokens_per_call(),
     }
     if gamma == 0:
         result |= {"alpha": None, "per_position_acceptance": [], "c": 0.0, "speedup_measured": 1.0,
                    "speedup_predicted": 1.0, "alpha_from_mean_accepted": None}
         return result
-    full = metrics.full_gamma_steps(steps, gamma)
-    per_pos = metrics.per_position_acceptance(steps)
-    mean_full = metrics.mean_tokens_per_call(full)
-    draft_fwd = metrics.draft_forward_time(steps)
+    per_pos = stats.per_position()
+    mean_full = stats.tokens_per_call_at(gamma)
+    draft_fwd = stats.draft_forward_time()
     c = (draft_fwd / baseline_step_s) if (draft_fwd and baseline_step_s) else 0.0
     v = verify_cost.get(gamma + 1, 1.0)
     result |= {
-        "alpha": metrics.alpha_mean_beta(steps),
+        "alpha": stats.alpha(),
         "alpha_from_mean_accepted": alpha_from_mean_accepted(mean_full, gamma) if mean_full else None,
         "per_position_acceptance": per_pos,
-        "proposed_fraction": len(full) / len(steps) if steps else 0.0,
+        "proposed_fraction": stats.full_fraction(gamma),
         "c": c,
         "speedup_measured": tps / baseline_tps if baseline_tps else None,
         "speedup_predicted": speedup_positional(per_pos, gamma, c, v) if per_pos else 1.0 / (1 + gamma * c),
@@ -200,8 +199,8 @@ def run_sweep(
     base_run = hooks.run_started(base_key)
     baseline = _decode_all(target, NoDraft(), encoded, base_cfg, hooks, base_run, tick)
     base_tps = metrics.tokens_per_second(baseline.outputs)
-    base_step = metrics.single_token_step_time(baseline.steps)
-    base_summary = summarise_run(baseline.steps, baseline.outputs, 0, base_tps, base_step, verify_cost)
+    base_step = baseline.stats.single_token_step_time()
+    base_summary = summarise_run(baseline.stats, baseline.outputs, 0, base_tps, base_step, verify_cost)
     for out in baseline.outputs:
         hooks.output(base_run, out, None)
     hooks.run_finished(base_run, base_summary | {"verify_cost": verify_cost})
@@ -225,7 +224,7 @@ def run_sweep(
         run = hooks.run_started(key)
         t0 = time.perf_counter()
         outcome = _decode_all(target, source, encoded, cfg, hooks, run, tick)
-        summary = summarise_run(outcome.steps, outcome.outputs, gamma, base_tps, base_step, verify_cost)
+        summary = summarise_run(outcome.stats, outcome.outputs, gamma, base_tps, base_step, verify_cost)
         summary["wall_s"] = time.perf_counter() - t0
         divergences = []
         for base_out, out in zip(baseline.outputs, outcome.outputs, strict=True):
