@@ -148,12 +148,11 @@ def verify_cost(frame: pd.DataFrame) -> alt.Chart:
                 title=None,
                 sort=None,
                 scale=alt.Scale(
-                    domain=["measured v(k)", "free (v = 1, memory-bound)", "billed (v = k, compute-bound)"],
+                    domain=["measured", "free: v = 1", "billed: v = k"],
                     range=["#1f77b4", "#2ca02c", "#d62728"],
                 ),
-                legend=alt.Legend(orient="top-left", labelLimit=240, fillColor="white"),
             ),
-            strokeDash=alt.condition(alt.datum.curve == "measured v(k)", alt.value([1, 0]), alt.value([4, 4])),
+            strokeDash=alt.condition(alt.datum.curve == "measured", alt.value([1, 0]), alt.value([4, 4])),
             tooltip=["curve", "k", alt.Tooltip("v:Q", format=".3f")],
         )
     )
@@ -170,7 +169,7 @@ def recommend_curve(
         .encode(
             x=alt.X("γ:Q", title="γ (draft tokens per target call)"),
             y=alt.Y("×:Q", title="multiple of the target alone (×)"),
-            color=alt.Color("quantity:N", title=None, legend=alt.Legend(orient="top-left", fillColor="white")),
+            color=alt.Color("quantity:N", title=None),
             tooltip=["γ", "quantity", alt.Tooltip("×:Q", format=".3f")],
         ),
         alt.Chart(pd.DataFrame({"×": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="×:Q"),

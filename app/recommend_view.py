@@ -183,10 +183,10 @@ def verify_frame(verify_cost: Mapping[int, float] | None, max_k: int = 9) -> pd.
     measured = {int(k): float(v) for k, v in (verify_cost or {}).items()}
     measured.setdefault(1, 1.0)
     top = max(max_k, max(measured))
-    rows = [{"k": k, "curve": "measured v(k)", "v": v} for k, v in sorted(measured.items())]
+    rows = [{"k": k, "curve": "measured", "v": v} for k, v in sorted(measured.items())]
     for k in range(1, top + 1):
-        rows.append({"k": k, "curve": "free (v = 1, memory-bound)", "v": 1.0})
-        rows.append({"k": k, "curve": "billed (v = k, compute-bound)", "v": float(k)})
+        rows.append({"k": k, "curve": "free: v = 1", "v": 1.0})
+        rows.append({"k": k, "curve": "billed: v = k", "v": float(k)})
     return pd.DataFrame(rows, columns=["k", "curve", "v"])
 
 
@@ -196,6 +196,7 @@ def verify_frame(verify_cost: Mapping[int, float] | None, max_k: int = 9) -> pd.
 
 CURVE_COLUMNS = [
     "γ",
+    "mark",
     "tokens / call",
     "speedup (model)",
     "speedup (calibrated)",
@@ -203,7 +204,6 @@ CURVE_COLUMNS = [
     "ops multiplier",
     "cost / token",
     "measured speedup",
-    "mark",
 ]
 
 

@@ -179,7 +179,7 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     assert "NVML" in texts(at.info)
     specs = chart_texts(at)
     assert any("knee: batch 16" in s for s in specs)  # the batch sweep, knee marked
-    assert any("billed (v = k" in s for s in specs)  # the verify curve
+    assert any("billed: v = k" in s for s in specs)  # the verify curve
     curve_chart = next(s for s in specs if "recommended γ=" in s)
     assert f"recommended γ={rec.gamma}" in curve_chart and '"diamond"' in curve_chart  # measured points overlaid
 

@@ -305,8 +305,9 @@ def show_crossover(rec: Any, ev: Any) -> None:
             "speedup (calibrated)": "{:.2f}×",
             "speedup (Thm 3.8, one α)": "{:.2f}×",
             "ops multiplier": "{:.2f}×",
-            "measured speedup": lambda x: "" if x is None or x != x else f"{x:.2f}×",
-        }
+            "measured speedup": "{:.2f}×",
+        },
+        na_rep="",
     )
     lines, measured = rv.curve_chart_frames(curve)
     st.altair_chart(charts.recommend_curve(lines, measured, highlight, cross), width="stretch")
@@ -324,22 +325,38 @@ def show_comparison(rec: Any, ev: Any) -> None:
     cands = rv.candidates(ev.measurements)
     show_t = len({m.temperature for m in cands}) > 1
     labels = [rv.candidate_label(s, m, show_t) for s, m in zip(rec.comparison, cands, strict=True)]
-    table = rv.comparison_frame(rec.comparison, rv.winner_index(rec, cands), labels)
+    winner = rv.winner_index(rec, cands)
+    table = rv.comparison_frame(rec.comparison, winner, labels)
+
+    def _style(row: Any) -> list[str]:
+        chosen = winner is not None and row.name == winner
+        return ["background-color: rgba(46, 160, 67, 0.25); font-weight: bold" if chosen else ""] * len(row)
+
+    styled = table.style.apply(_style, axis=1).format(
+        {
+            "α": "{:.3f}",
+            "c": "{:.3f}",
+            "c fitted": "{:.3f}",
+            "predicted speedup": "{:.2f}×",
+            "measured speedup": "{:.2f}×",
+            "measured at γ": "{:.0f}",
+            "ops multiplier": "{:.2f}×",
+        },
+        na_rep="—",
+    )
     st.dataframe(
-        table,
+        styled,
         hide_index=True,
         width="stretch",
         column_config={
-            "α": NUMBER(format="%.3f", help="acceptance rate measured on your prompts", width="small"),
-            "c": NUMBER(format="%.3f", help="draft forward time / target forward time (profiled)", width="small"),
-            "c fitted": NUMBER(
-                format="%.3f", help="c that makes the model pass through the measured speedups", width="small"
-            ),
-            "best γ": NUMBER(help="the draft's best γ for this objective", width="small"),
-            "predicted speedup": NUMBER(format="%.2f×", help="at the draft's best γ for this objective"),
-            "measured speedup": NUMBER(format="%.2f×", help="the best speedup a session measured for this draft"),
-            "measured at γ": NUMBER(help="the γ of that measurement", width="small"),
-            "ops multiplier": NUMBER(format="%.2f×", help="Theorem 3.11's arithmetic bill at the best γ"),
+            "α": st.column_config.Column(help="acceptance rate measured on your prompts"),
+            "c": st.column_config.Column(help="draft forward time / target forward time (profiled)"),
+            "c fitted": st.column_config.Column(help="c that makes the model pass through the measured speedups"),
+            "best γ": st.column_config.Column(help="the draft's best γ for this objective"),
+            "predicted speedup": st.column_config.Column(help="at the draft's best γ for this objective"),
+            "measured speedup": st.column_config.Column(help="the best speedup a session measured for this draft"),
+            "measured at γ": st.column_config.Column(help="the γ of that measurement"),
+            "ops multiplier": st.column_config.Column(help="Theorem 3.11's arithmetic bill at the best γ"),
         },
     )
     st.markdown(md_escape(rec.explanation))
