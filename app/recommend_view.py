@@ -285,11 +285,10 @@ COMPARISON_COLUMNS = [
     "draft",
     "α",
     "c",
-    "c fitted",
     "best γ",
     "predicted speedup",
     "measured speedup",
-    "measured at γ",
+    "at γ",
     "ops multiplier",
     "cost / token",
     "crossover γ",
@@ -302,7 +301,7 @@ def comparison_frame(
 ) -> pd.DataFrame:
     """The seed's T5 table (draft, α, c, best γ, predicted speedup, measured speedup) plus what was decided.
 
-    'measured speedup' is the best speedup a session measured for the draft, 'measured at γ' its γ.
+    'measured speedup' is the best speedup a session measured for the draft, 'at γ' its γ.
     """
     rows = []
     for i, s in enumerate(summaries):
@@ -314,11 +313,10 @@ def comparison_frame(
                 "draft": labels[i] if labels is not None else s.name,
                 "α": s.alpha,
                 "c": s.c,
-                "c fitted": s.c_effective,
                 "best γ": int(s.best_gamma),
                 "predicted speedup": s.best_speedup,
                 "measured speedup": None if measured is None else float(measured),
-                "measured at γ": None if measured_gamma is None else int(measured_gamma),
+                "at γ": None if measured_gamma is None else int(measured_gamma),
                 "ops multiplier": s.ops_multiplier,
                 "cost / token": pct(s.cost_change),
                 "crossover γ": "none ≤ 32" if s.crossover_gamma is None else str(s.crossover_gamma),

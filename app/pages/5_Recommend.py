@@ -205,7 +205,7 @@ def show_decision(rec: Any) -> None:
             m[1].metric(
                 "$ per million tokens, " + ("off" if rec.off else "recommended"),
                 rv.money(rec.cost_per_million),
-                delta=rv.pct(rv.money_change(rec)),
+                delta=None if rec.off else rv.pct(rv.money_change(rec)),
                 delta_color="inverse",
             )
             m[2].caption(
@@ -307,11 +307,17 @@ def show_crossover(rec: Any, ev: Any) -> None:
             "ops multiplier": "{:.2f}×",
             "measured speedup": "{:.2f}×",
         },
-        na_rep="",
+        na_rep="—",
     )
     lines, measured = rv.curve_chart_frames(curve)
     st.altair_chart(charts.recommend_curve(lines, measured, highlight, cross), width="stretch")
-    st.dataframe(styled, hide_index=True, width="stretch", height=36 + 35 * min(len(table), 16))
+    st.dataframe(
+        styled,
+        hide_index=True,
+        width="stretch",
+        height=36 + 35 * min(len(table), 16),
+        column_config={"mark": st.column_config.Column(width=115)},
+    )
     st.caption(
         "Calibrated speedup: the model E/(γc + v(γ+1)) bent through the measured speedups — what the recommender "
         "ranks on. Thm 3.8: the single-α formula with v = 1. Ops multiplier: (γĉ + γ + 1)/E. Crossover (red): the "
@@ -336,10 +342,9 @@ def show_comparison(rec: Any, ev: Any) -> None:
         {
             "α": "{:.3f}",
             "c": "{:.3f}",
-            "c fitted": "{:.3f}",
             "predicted speedup": "{:.2f}×",
             "measured speedup": "{:.2f}×",
-            "measured at γ": "{:.0f}",
+            "at γ": "{:.0f}",
             "ops multiplier": "{:.2f}×",
         },
         na_rep="—",
@@ -351,11 +356,10 @@ def show_comparison(rec: Any, ev: Any) -> None:
         column_config={
             "α": st.column_config.Column(help="acceptance rate measured on your prompts"),
             "c": st.column_config.Column(help="draft forward time / target forward time (profiled)"),
-            "c fitted": st.column_config.Column(help="c that makes the model pass through the measured speedups"),
             "best γ": st.column_config.Column(help="the draft's best γ for this objective"),
             "predicted speedup": st.column_config.Column(help="at the draft's best γ for this objective"),
             "measured speedup": st.column_config.Column(help="the best speedup a session measured for this draft"),
-            "measured at γ": st.column_config.Column(help="the γ of that measurement"),
+            "at γ": st.column_config.Column(help="the γ of that measured speedup"),
             "ops multiplier": st.column_config.Column(help="Theorem 3.11's arithmetic bill at the best γ"),
         },
     )
