@@ -17,6 +17,7 @@ import torch
 from engine.errors import ModelError
 from engine.loading import LoadedModel
 from engine.sampling import SamplingConfig, probabilities, sample
+from engine.settings import NGRAM_DEFAULT, parse_ngram_spec
 
 
 @dataclass
@@ -64,7 +65,7 @@ class NgramDraft:
 
     method = "ngram"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, max_ngram: int = NGRAM_DEFAULT[1], min_ngram: int = NGRAM_DEFAULT[0]) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.max_ngram = max_ngram
@@ -245,13 +246,8 @@ def make_draft(
     if ref == "none":
         return NoDraft()
     if ref == "ngram" or ref.startswith("ngram:"):
-        if ":" in ref:
-            try:
-                lo, hi = (int(x) for x in ref.split(":", 1)[1].split("-"))
-            except ValueError as exc:
-                raise ModelError(f"bad n-gram spec '{ref}'; use ngram or ngram:MIN-MAX, e.g. ngram:1-3") from exc
-            return NgramDraft(max_ngram=hi, min_ngram=lo)
-        return NgramDraft()
+        lo, hi = parse_ngram_spec(ref)
+        return NgramDraft(max_ngram=hi, min_ngram=lo)
     draft_model = loader(ref)
     if same_tokenizer(draft_model.tokenizer, target.tokenizer):
         return ModelDraft(draft_model, target.vocab_size, name=ref)

@@ -13,6 +13,7 @@ from typing import Any
 from engine.errors import SpectuneError
 from engine.recommend import DraftMeasurement, Recommendation, gamma_schedule, recommend
 from engine.regime import RegimeReport
+from engine.settings import parse_ngram_spec
 from engine.theory import MEMORY_BOUND
 
 OBJECTIVES = ("latency", "cost", "latency_within_budget")
@@ -86,10 +87,8 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
     method = "ngram" if draft.startswith("ngram") else "draft_model"
     window = {}
     if method == "ngram":
-        from engine.drafts import make_draft
-
-        source = make_draft(draft, None, None)  # n-gram specs need no models
-        window = {"ngram_max": source.max_ngram, "ngram_min": source.min_ngram}
+        lo, hi = parse_ngram_spec(draft)
+        window = {"ngram_max": hi, "ngram_min": lo}
     return DraftMeasurement(
         name=draft,
         method=method,

@@ -37,7 +37,15 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
         except ModelError as exc:
             return str(exc)
         return None
-    if role == "draft" and (ref in ("ngram", "none") or ref.startswith("ngram:")):
+    if role == "draft" and ref == "none":
+        return None
+    if role == "draft" and (ref == "ngram" or ref.startswith("ngram:")):
+        from engine.settings import parse_ngram_spec
+
+        try:
+            parse_ngram_spec(ref)
+        except SettingsError as exc:
+            return str(exc)
         return None
     path = Path(ref).expanduser()
     if ref.endswith(".gguf"):

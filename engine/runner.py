@@ -8,7 +8,7 @@ every step to the store and honour cancellation without this module knowing abou
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,7 @@ def encode_prompt(tokenizer: Any, text: str, chat_template: bool) -> list[int]:
 class RunOutcome:
     outputs: list[PromptOutput]
     stats: metrics.StepStats = field(default_factory=metrics.StepStats)
+    divergences: list[dict | None] = field(default_factory=list)
 
 
 def _decode_all(
@@ -103,7 +104,9 @@ def _decode_all(
     hooks: Hooks,
     run: Any,
     tick: Any,
+    judge: Callable[[int, PromptOutput], dict | None] = lambda index, out: None,
 ) -> RunOutcome:
+    """Decode every prompt; each output is judged and handed to the hooks as soon as it is done."""
     outcome = RunOutcome(outputs=[])
     for index, (prompt, ids) in enumerate(encoded):
         def on_step(rec: StepRecord) -> None:
@@ -115,6 +118,9 @@ def _decode_all(
             on_step=on_step, should_stop=hooks.should_stop,
         )
         outcome.outputs.append(out)
+        divergence = judge(index, out)
+        outcome.divergences.append(divergence)
+        hooks.output(run, out, divergence)
         tick()
     return outcome
 
@@ -201,8 +207,6 @@ def run_sweep(
     base_tps = metrics.tokens_per_second(baseline.outputs)
     base_step = baseline.stats.single_token_step_time()
     base_summary = summarise_run(baseline.stats, baseline.outputs, 0, base_tps, base_step, verify_cost)
-    for out in baseline.outputs:
-        hooks.output(base_run, out, None)
     hooks.run_finished(base_run, base_summary | {"verify_cost": verify_cost})
 
     report: dict[str, Any] = {
@@ -223,14 +227,13 @@ def run_sweep(
         key = {"draft": draft_ref, "gamma": gamma, "temperature": temperature, "kind": "speculative"}
         run = hooks.run_started(key)
         t0 = time.perf_counter()
-        outcome = _decode_all(target, source, encoded, cfg, hooks, run, tick)
+
+        def judge(index: int, out: PromptOutput, greedy: bool = cfg.sampling.greedy) -> dict:
+            return classify(baseline.outputs[index], out, settings.dtype, greedy).__dict__
+
+        outcome = _decode_all(target, source, encoded, cfg, hooks, run, tick, judge)
         summary = summarise_run(outcome.stats, outcome.outputs, gamma, base_tps, base_step, verify_cost)
         summary["wall_s"] = time.perf_counter() - t0
-        divergences = []
-        for base_out, out in zip(baseline.outputs, outcome.outputs, strict=True):
-            div = classify(base_out, out, settings.dtype, cfg.sampling.greedy).__dict__
-            divergences.append(div)
-            hooks.output(run, out, div)
         if draft_ref not in agreement_cache:
             pairs = zip(encoded, baseline.outputs, strict=True)
             agreement_cache[draft_ref] = [agreement_runs(source, ids, out.token_ids) for (_, ids), out in pairs]
@@ -238,7 +241,7 @@ def run_sweep(
         summary["method"] = source.method
         summary["verify_cost"] = verify_cost
         hooks.run_finished(run, summary)
-        report["runs"].append(_public_run(key, summary, outcome.outputs, divergences))
+        report["runs"].append(_public_run(key, summary, outcome.outputs, outcome.divergences))
     return report
 
 

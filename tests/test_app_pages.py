@@ -567,11 +567,3 @@ def test_theory_page_metrics_follow_the_sliders(env):
     assert list(tables[2]["Crossover"]) == ["γ=3", "γ=5", "γ=10", "γ=24", "none below γ=32"]
     chart = at.get("vega_lite_chart")[0].proto.spec
     assert '"rule"' in chart and '"red"' in chart  # the crossover marked
-
-
-def test_recommend_placeholder_lists_sessions(env):
-    make_session(env.store, "done", name="for later")
-    at = page("pages/5_Recommend.py")
-    assert_clean(at)
-    assert "coming with the recommender" in texts(at.info)
-    assert len(at.dataframe[0].value) == 1
