@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from engine.errors import PromptFileError  # noqa: E402
 from engine.prompts import (  # noqa: E402
