@@ -21,14 +21,13 @@ from engine.export import FORMATS
 from engine.paths import default_database_url
 from engine.regime import classify_batch_sweep
 from store import open_store
+from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "app" / "Home.py"
 PAGE = "pages/5_Recommend.py"
 XSS = "<script>alert(1)</script>"
 
-# the seed's T5 table: α, c and the paper's measured speedup at γ=7
-T5 = {"t5-small": (0.75, 0.02, 3.4), "t5-base": (0.80, 0.04, 2.8), "t5-large": (0.82, 0.11, 1.7)}
 # a decode-step sweep that is flat to batch 8 and linear from 16 on: knee at 16
 SWEEP = ([1, 2, 4, 8, 16, 32, 64], [0.010, 0.0102, 0.0105, 0.011, 0.018, 0.034, 0.068])
 
@@ -43,29 +42,6 @@ def sweep_regime(serving_batch: int = 1) -> dict:
         "batch_sweep": {"batch_sizes": SWEEP[0], "step_times_s": SWEEP[1]},
         "batch_classification": asdict(cls),
     }
-
-
-def store_session(store, drafts: dict[str, tuple[float, float, float | None]], gamma: int = 7, regime=None,
-                  name: str = "t5", verify_cost: dict | None = None) -> int:  # fmt: skip
-    """A finished session with known α, c and measured speedup per draft (copied from tests/test_evidence.py)."""
-    set_id, _, _ = store.add_prompt_set(name, f"{name}.txt", [{"text": f"translate this ({name})"}])
-    sid = store.create_session(
-        name=name, target="t5-xxl", drafts=list(drafts), gammas=[gamma], temperatures=[0.0], max_new_tokens=32,
-        prompt_set_id=set_id, n_prompts=1,
-    )  # fmt: skip
-    store.claim_next_session("test:1")
-    base = store.create_run(sid, "none", 0, 0.0, "baseline")
-    store.finish_run(base, {"tokens_per_s": 10.0, "speedup_measured": 1.0})
-    for draft, (alpha, c, measured) in drafts.items():
-        run = store.create_run(sid, draft, gamma, 0.0, "speculative")
-        result = {"alpha": alpha, "c": c, "per_position_acceptance": [alpha] * gamma,
-                  "verify_cost": verify_cost or {1: 1.0},
-                  "tokens_per_s": 10.0 * (measured or 1.0), "speedup_measured": measured}  # fmt: skip
-        store.finish_run(run, result)
-    if regime is not None:
-        store.set_regime(sid, regime)
-    store.finish_session(sid, "done", summary={"verify_cost": {"1": 1.0}})
-    return sid
 
 
 @pytest.fixture

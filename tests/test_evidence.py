@@ -15,32 +15,9 @@ from engine.errors import SpectuneError
 from engine.evidence import gather, recommend_from_store
 from engine.export import export
 from store import open_store
+from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# the seed's T5 table: α, c and the paper's measured speedup at γ=7
-T5 = {"t5-small": (0.75, 0.02, 3.4), "t5-base": (0.80, 0.04, 2.8), "t5-large": (0.82, 0.11, 1.7)}
-
-
-def store_session(store, drafts: dict[str, tuple[float, float, float | None]], gamma: int = 7, regime=None) -> int:
-    set_id, _, _ = store.add_prompt_set("t5", "t5.txt", [{"text": "translate this"}])
-    sid = store.create_session(
-        target="t5-xxl", drafts=list(drafts), gammas=[gamma], temperatures=[0.0], max_new_tokens=32,
-        prompt_set_id=set_id, n_prompts=1,
-    )  # fmt: skip
-    store.claim_next_session("test:1")
-    base = store.create_run(sid, "none", 0, 0.0, "baseline")
-    store.finish_run(base, {"tokens_per_s": 10.0, "speedup_measured": 1.0})
-    for name, (alpha, c, measured) in drafts.items():
-        run = store.create_run(sid, name, gamma, 0.0, "speculative")
-        result = {"alpha": alpha, "c": c, "per_position_acceptance": [alpha] * gamma, "verify_cost": {1: 1.0},
-                  "tokens_per_s": 10.0 * (measured or 1.0), "speedup_measured": measured}  # fmt: skip
-        store.finish_run(run, result)
-    if regime is not None:
-        store.set_regime(sid, regime)
-    store.finish_session(sid, "done", summary={"verify_cost": {"1": 1.0}})
-    return sid
-
 
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
