@@ -136,9 +136,29 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _roofline_for(target: Any, serving_batch: int, step_time_s: float, context_len: int) -> Any:
+    """Achieved bandwidth and FLOP/s of one decode step at the serving batch, against measured peaks."""
+    import torch
+
+    from engine.regime import measure_copy_bandwidth, measure_matmul_flops, roofline
+
+    params = sum(p.numel() for p in target.model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in target.model.parameters())
+    cfg = target.model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    elem = torch.finfo(target.model.dtype).bits // 8
+    kv_bytes = 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem * context_len * serving_batch
+    flops = 2.0 * params * serving_batch  # one multiply-add per weight per row
+    peak_bw = measure_copy_bandwidth(target.device)
+    peak_flops = measure_matmul_flops(target.device, dtype=target.model.dtype)
+    return roofline(weight_bytes, kv_bytes, flops, step_time_s, peak_bw, peak_flops)
+
+
 def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, serving_batch: int) -> dict[str, Any]:
-    """Regime evidence for the session: the measured v(k) and a short batch sweep of the target."""
+    """Regime evidence for the session: measured v(k), a batch sweep, a roofline, and NVML counters on a GPU."""
     from engine.regime import batch_sweep, classify_batch_sweep, classify_verify_curve, regime_report
+    from engine.telemetry import nvml_available, nvml_snapshot
 
     verify = {int(k): float(v) for k, v in report.get("verify_cost", {}).items()}
     verify_cls = classify_verify_curve(verify) if len(verify) > 1 else None
@@ -147,16 +167,26 @@ def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, servin
     sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
     sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
     sweep_cls = classify_batch_sweep(list(sweep.batch_sizes), list(sweep.step_times_s), serving_batch)
-    verdict = regime_report(sweep=sweep_cls, verify=verify_cls)
+    times = dict(zip(sweep.batch_sizes, sweep.step_times_s, strict=True))
+    at_batch = min(times, key=lambda b: abs(b - serving_batch))
+    roof = _roofline_for(target, at_batch, times[at_batch], 32)
+    verdict = regime_report(sweep=sweep_cls, verify=verify_cls, roof=roof)
+    nvml = nvml_snapshot(gpm_window_s=0.5) if nvml_available() else None
+    evidence = list(verdict.evidence)
+    if nvml:
+        shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(nvml.items()) if k.endswith("_pct"))
+        evidence.append(f"NVML cross-check (GPU utilisation alone says nothing about the regime): {shown}")
     return _jsonable(
         {
             "label": verdict.label,
             "serving_batch": serving_batch,
-            "evidence": verdict.evidence,
+            "evidence": evidence,
             "votes": verdict.votes,
             "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
             "batch_classification": sweep_cls,
             "verify_classification": verify_cls,
+            "roofline": roof,
+            "nvml": nvml,
         }
     )
 

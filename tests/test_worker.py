@@ -247,6 +247,16 @@ def test_regime_is_detected_when_asked(store: Store) -> None:
     assert regime["batch_sweep"]["batch_sizes"] and len(regime["batch_sweep"]["step_times_s"]) == len(
         regime["batch_sweep"]["batch_sizes"]
     )
+    assert regime["label"] in ("memory-bound", "compute-bound")
+    assert set(regime["votes"]) == {"batch sweep", "verify curve", "roofline"}
+    roof = regime["roofline"]
+    assert roof["achieved_bandwidth"] > 0 and roof["achieved_flops"] > 0
+    assert 0 < roof["bandwidth_fraction"] and 0 < roof["flops_fraction"]
+    assert any(e.startswith("roofline:") for e in regime["evidence"])
+    from engine.telemetry import nvml_available
+
+    if not nvml_available():
+        assert regime["nvml"] is None  # no GPU: the cross-check is skipped, not faked
 
 
 def test_worker_keeps_models_loaded_between_sessions(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
