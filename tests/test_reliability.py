@@ -258,8 +258,11 @@ def test_disk_full_while_logging_fails_the_session_cleanly(home: Path, store: St
         baseline = runs[0]
         assert baseline["status"] == "done" and len(reopened.get_outputs(baseline["id"])) == 6
         assert reopened.run_progress(baseline["id"])["steps"] == baseline["summary"]["steps"]
-        assert step_count(reopened, sid) > baseline["summary"]["steps"]  # and part of the failed run
-        assert reopened.step_series(runs[-1]["id"])
+        # the failed run keeps whatever batches were committed before the cap was hit; whether any fit
+        # depends on page boundaries (outputs are stored as each prompt finishes), so it may have kept none
+        failed_steps = reopened.run_progress(runs[-1]["id"])["steps"]
+        assert step_count(reopened, sid) == baseline["summary"]["steps"] + failed_steps
+        assert reopened.step_series(runs[-1]["id"]) or failed_steps == 0
         nxt = queue(reopened, prompts=2)  # with room again, the next session runs
         serve(reopened, once=True)
         assert reopened.get_session(nxt)["status"] == "done"
