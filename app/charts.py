@@ -95,14 +95,20 @@ def theory_curves(curve: pd.DataFrame, crossover: int | None, gamma: int) -> alt
     chosen = pd.DataFrame({"γ": [gamma], "label": [f"chosen γ={gamma}"]})
     layers.append(alt.Chart(chosen).mark_rule(color="gray", strokeDash=[2, 2]).encode(x="γ:Q", tooltip=["label"]))
     if crossover is not None:
-        cross = pd.DataFrame({"γ": [crossover], "label": [f"crossover γ={crossover}"]})
-        layers.append(alt.Chart(cross).mark_rule(color="red", strokeWidth=2).encode(x="γ:Q", tooltip=["label"]))
-        layers.append(
-            alt.Chart(cross)
-            .mark_text(align="left", baseline="top", dx=4, color="red")
-            .encode(x="γ:Q", y=alt.value(4), text="label:N")
-        )
+        layers += labelled_rule("γ", crossover, f"crossover γ={crossover}")
     return alt.layer(*layers)
+
+
+def labelled_rule(field: str, value: float, label: str, color: str = "red", label_y: int = 4) -> list[alt.Chart]:
+    """A vertical rule at `value` on the x field, with its label written beside it at the top."""
+    frame = pd.DataFrame({field: [value], "label": [label]})
+    rule = alt.Chart(frame).mark_rule(color=color, strokeWidth=2).encode(x=f"{field}:Q", tooltip=["label"])
+    text = (
+        alt.Chart(frame)
+        .mark_text(align="left", baseline="top", dx=4, color=color)
+        .encode(x=f"{field}:Q", y=alt.value(label_y), text="label:N")
+    )
+    return [rule, text]
 
 
 def batch_sweep(frame: pd.DataFrame, knee: int | None, serving_batch: int | None) -> alt.LayerChart:
@@ -125,13 +131,7 @@ def batch_sweep(frame: pd.DataFrame, knee: int | None, serving_batch: int | None
             alt.Chart(serving).mark_rule(color="gray", strokeDash=[4, 4]).encode(x="batch:Q", tooltip=["label"])
         )
     if knee is not None:
-        k = pd.DataFrame({"batch": [knee], "label": [f"knee: batch {knee}"]})
-        layers.append(alt.Chart(k).mark_rule(color="red", strokeWidth=2).encode(x="batch:Q", tooltip=["label"]))
-        layers.append(
-            alt.Chart(k)
-            .mark_text(align="left", baseline="top", dx=4, color="red")
-            .encode(x="batch:Q", y=alt.value(4), text="label:N")
-        )
+        layers += labelled_rule("batch", knee, f"knee: batch {knee}")
     return alt.layer(*layers)
 
 
@@ -184,11 +184,5 @@ def recommend_curve(
     for gamma, colour, text, y in marks:
         if gamma is None:
             continue
-        rule = pd.DataFrame({"γ": [gamma], "label": [text.format(gamma)]})
-        layers.append(alt.Chart(rule).mark_rule(color=colour, strokeWidth=2).encode(x="γ:Q", tooltip=["label"]))
-        layers.append(
-            alt.Chart(rule)
-            .mark_text(align="left", baseline="top", dx=4, color=colour)
-            .encode(x="γ:Q", y=alt.value(y), text="label:N")
-        )
+        layers += labelled_rule("γ", gamma, text.format(gamma), colour, label_y=y)
     return alt.layer(*layers)
