@@ -178,6 +178,9 @@ def load_model(
             raise ModelError(f"{ref}: could not load model ({exc})".splitlines()[0]) from exc
         except MemoryError as exc:
             raise ModelError(f"{ref}: out of memory while loading the model") from exc
+        except Exception as exc:  # unknown architectures, broken configs: still one clear line
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise ModelError(f"{ref}: could not load model ({type(exc).__name__}: {first})") from exc
     model.to(dev)
     model.eval()
     loaded = LoadedModel(ref=ref, model=model, tokenizer=tokenizer, device=dev, dtype=dtype)

@@ -140,6 +140,10 @@ def test_truncated_gguf_and_non_model_directory(tmp_path, prompt_files):
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 10)
     notmodel = tmp_path / "folder"
     notmodel.mkdir()
-    for ref, fragment in ((str(bad), "truncated or corrupt"), (str(notmodel), "no config.json")):
+    unknown = tmp_path / "unknown-arch"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    cases = ((str(bad), "truncated or corrupt"), (str(notmodel), "no config.json"), (str(unknown), "could not load"))
+    for ref, fragment in cases:
         r = engine("run", "--target", ref, "--prompts", str(txt), "--json", str(tmp_path / "o.json"))
         assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr
