@@ -7,7 +7,7 @@ MODELS  := $(VENV)/.models-installed
 PORT    ?= 8501
 ADDRESS ?= localhost
 
-.PHONY: setup dashboard test lint bench worker browser clean-venv
+.PHONY: setup dashboard test lint bench worker browser postgres clean-venv
 
 $(BIN)/python:
 	@echo ">> creating virtualenv in $(VENV)"
@@ -32,6 +32,14 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || \
 	  echo "!! could not install chromium: the browser test will fail"; }
 
+# PostgreSQL for tests/test_store_postgres.py (Debian package; a throwaway cluster on 127.0.0.1 per test run).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo ">> installing Debian postgresql"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql \
+	   && for c in $$(pg_lsclusters -h | awk '$$4 == "online" {print $$1 "/" $$2}'); do \
+	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
+	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
+
 setup: $(STAMP) $(MODELS) browser
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
@@ -41,8 +49,10 @@ dashboard: setup
 	$(BIN)/python -m streamlit run app/Home.py --server.address $(ADDRESS) --server.port $(PORT) \
 	  --server.headless true --browser.gatherUsageStats false
 
-test: setup
-	$(BIN)/python -m pytest -q
+test: setup postgres
+	@url="$$(scripts/start_postgres.sh)" || { echo "!! could not start PostgreSQL (scripts/start_postgres.sh)"; exit 1; }; \
+	trap 'scripts/stop_postgres.sh' EXIT INT TERM; \
+	SPECTUNE_TEST_PG_URL="$$url" $(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,7 +2,8 @@
 
 Alembic is configured here rather than from an alembic.ini so it works from any working directory
 and inside an installed package. Migrating takes the database's write lock first (BEGIN IMMEDIATE on
-SQLite), so a worker and a dashboard starting together migrate once; the other waits, then sees head.
+SQLite, a transaction-scoped advisory lock on PostgreSQL), so a worker and a dashboard starting together
+migrate once; the other waits, then sees head.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from store.db import engine_read_only, engine_where
 from store.errors import StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# pg_advisory_xact_lock key that serialises spectune's migrations on one PostgreSQL database ("spectune").
+PG_MIGRATION_LOCK = 0x7370_6563_74756E65
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -70,6 +73,11 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 # Batch mode rebuilds tables (copy, drop, rename); with foreign keys on, the drop would cascade.
                 conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
+            elif conn.dialect.name == "postgresql":
+                # PostgreSQL has no database write lock: without this, two first opens both CREATE TABLE and
+                # one fails on a duplicate (or, in one process, Alembic's global context gets shared and they
+                # deadlock). Held until commit/rollback; Alembic then reads alembic_version after the winner.
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
             command.upgrade(alembic_config(conn), revision)
             if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
                 raise StoreError(

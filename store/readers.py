@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Integer, Select, and_, cast, func, literal_column, select, true
+from sqlalchemy import ColumnElement, Float, Integer, Select, and_, cast, func, literal_column, select, true
 
 from store.base import StoreBase
 from store.models import Run, Step, UtilisationSample
@@ -30,6 +30,11 @@ def _totals_columns() -> list[Any]:
         func.count(func.distinct(Step.prompt_index)).label("prompts"),
         func.max(Step.t).label("last_t"),
     ]
+
+
+def _floor_int(value: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
+    """floor(value) as an integer, for value >= 0: SQLite's CAST truncates, PostgreSQL's CAST rounds."""
+    return cast(value if dialect == "sqlite" else func.floor(value), Integer)
 
 
 def _progress(row: Any) -> dict[str, Any]:
@@ -105,7 +110,8 @@ class ReadersMixin(StoreBase):
             # when the expressions are identical, and two "$n" placeholders are not.
             if by == "time":
                 offset = Step.t - literal_column(repr(float(origin)))
-                index = cast(offset / literal_column(repr(float(bucket))), Integer).label("bucket")
+                dialect = session.get_bind().dialect.name
+                index = _floor_int(offset / literal_column(repr(float(bucket))), dialect).label("bucket")
             else:
                 index = (Step.step_index // literal_column(str(int(bucket)))).label("bucket")
             query = (
@@ -113,8 +119,9 @@ class ReadersMixin(StoreBase):
                     index,
                     func.count(Step.id).label("steps"),
                     func.min(Step.step_index).label("step"),
-                    func.avg(Step.accepted).label("mean_accepted"),
-                    func.avg(Step.gamma).label("mean_gamma"),
+                    # avg() over floats: PostgreSQL's avg() of integers is numeric, which arrives as Decimal.
+                    func.avg(cast(Step.accepted, Float)).label("mean_accepted"),
+                    func.avg(cast(Step.gamma, Float)).label("mean_gamma"),
                     func.sum(Step.accepted).label("accepted"),
                     func.sum(Step.gamma).label("proposed"),
                     func.sum(Step.emitted).label("emitted"),
@@ -204,7 +211,8 @@ class ReadersMixin(StoreBase):
             ).where(where)
             if n > max_points and hi > lo:
                 width = literal_column(repr((hi - lo) / max_points))
-                slot = cast((UtilisationSample.t - literal_column(repr(float(lo)))) / width, Integer)
+                offset = UtilisationSample.t - literal_column(repr(float(lo)))
+                slot = _floor_int(offset / width, session.get_bind().dialect.name)
                 keep = select(func.min(UtilisationSample.id)).where(where).group_by(UtilisationSample.source, slot)
                 query = query.where(UtilisationSample.id.in_(keep))
             rows = session.execute(query.order_by(UtilisationSample.t, UtilisationSample.id)).all()
