@@ -9,6 +9,7 @@ SQLAlchemy URL (e.g. postgresql+psycopg://…) is passed through unchanged for a
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -128,13 +129,24 @@ def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_
     from store.repo import Store
 
     engine = make_engine(url, busy_timeout_s=busy_timeout_s)
-    try:
-        with translated(engine_where(engine)):
-            upgrade_to_head(engine)
-    except BaseException:
-        engine.dispose()
-        raise
-    return Store(engine)
+    deadline = time.monotonic() + busy_timeout_s
+    attempt = 0
+    while True:
+        try:
+            with translated(engine_where(engine)):
+                upgrade_to_head(engine)
+            return Store(engine)
+        except StoreError as exc:
+            # Two first opens of a new file can trip SQLite's deadlock guard, which answers "locked" at
+            # once instead of waiting out busy_timeout; retry until that timeout has really passed.
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                engine.dispose()
+                raise
+            attempt += 1
+            time.sleep(min(0.05 * attempt, 0.5))
+        except BaseException:
+            engine.dispose()
+            raise
 
 
 def engine_where(engine: Engine) -> str:
