@@ -37,3 +37,19 @@ def real_pair(dtype: str):
         gc.collect()
         _REAL[dtype] = (pool.get("qwen2.5-coder-1.5b", dtype), pool.get("qwen2.5-coder-0.5b", dtype))
     return _REAL[dtype]
+
+
+# prompts for the real-pair tests: code (high α) and prose (lower α)
+REAL_PROMPTS = [
+    "Write a Python function is_prime(n) that returns True when n is prime.",
+    "Explain in two sentences what a hash map is.",
+    "Complete this code:\ndef fizzbuzz(n):\n    for i in range(1, n + 1):",
+]
+
+
+def greedy_config(gamma: int, new_tokens: int, record: int = 0):
+    """Greedy decoding of `new_tokens` tokens; `record` > 0 keeps the target's top logits (baselines)."""
+    from engine.decoder import DecodeConfig
+    from engine.sampling import SamplingConfig
+
+    return DecodeConfig(gamma, SamplingConfig(0.0), new_tokens, record_top_logits=record)

@@ -22,6 +22,8 @@ from engine.paths import default_database_url
 from engine.regime import classify_batch_sweep
 from store import open_store
 from tests.t5_sessions import T5, store_session
+from tests.test_app_pages import assert_clean, texts, unescape_md
+from tests.test_app_pages import page as app_page
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "app" / "Home.py"
@@ -58,23 +60,7 @@ def env(tmp_path, monkeypatch):
 
 
 def page(query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(HOME), default_timeout=30)
-    if query:
-        at.query_params.update(query)
-    at.switch_page(PAGE)
-    return at.run()
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def texts(elements) -> str:
-    return "\n".join(str(e.value) for e in elements)
-
-
-def unescape_md(text: str) -> str:
-    return text.replace("\\", "")
+    return app_page(PAGE, query)
 
 
 def expected(store, ids, objective="latency", budget=None, batch=1, price=None, regime=None):

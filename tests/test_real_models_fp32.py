@@ -7,25 +7,20 @@ n-gram lookup and with a draft of another tokenizer, for γ in {1, 3, 8}.
 from __future__ import annotations
 
 import pytest
-from conftest import real_pair
+from conftest import REAL_PROMPTS, greedy_config, real_pair
 
-from engine.decoder import DecodeConfig, decode_prompt
+from engine.decoder import decode_prompt
 from engine.drafts import ModelDraft, NgramDraft, RetokenizingDraft
 from engine.runner import ModelPool, encode_prompt
-from engine.sampling import SamplingConfig
 
 pytestmark = pytest.mark.real_model
 
-PROMPTS = [
-    "Write a Python function is_prime(n) that returns True when n is prime.",
-    "Explain in two sentences what a hash map is.",
-    "Complete this code:\ndef fizzbuzz(n):\n    for i in range(1, n + 1):",
-]
+PROMPTS = REAL_PROMPTS
 NEW_TOKENS = 16
 
 
-def greedy(gamma: int, record: int = 0) -> DecodeConfig:
-    return DecodeConfig(gamma, SamplingConfig(0.0), NEW_TOKENS, record_top_logits=record)
+def greedy(gamma: int, record: int = 0):
+    return greedy_config(gamma, NEW_TOKENS, record)
 
 
 @pytest.fixture(scope="module")
