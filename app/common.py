@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.errors import SpectuneError
-from engine.paths import default_database_url
+from foundation.paths import default_database_url
 
 T = TypeVar("T")
 
@@ -112,12 +112,8 @@ def attempt(fn: Callable[..., T], *args: Any, action: str | None = None, **kwarg
 @st.cache_resource(show_spinner=False)
 def _open_store(url: str) -> Any:
     """One Store per database URL (the URL is the cache key; open_app_store reads the same URL)."""
-    try:
-        from engine.jobs import open_app_store
-    except ImportError:  # engine.jobs not available: open the store directly
-        from store import open_store
+    from engine.service.jobs import open_app_store
 
-        return open_store(url)
     return open_app_store(url)
 
 
@@ -135,7 +131,7 @@ def get_store() -> Any:
 @st.cache_resource(show_spinner=False)
 def hardware() -> dict[str, Any]:
     try:
-        from engine.hardware import describe_hardware
+        from engine.measure.hardware import describe_hardware
 
         return describe_hardware()
     except Exception as exc:  # noqa: BLE001 - describe_hardware never raises, but be safe
@@ -151,9 +147,9 @@ def hardware_banner() -> None:
 def worker_status() -> tuple[int | None, str]:
     """(pid or None, one line) for the background worker."""
     try:
-        from engine.worker_control import worker_alive
+        from engine.service.worker_control import worker_alive
     except ImportError:
-        return None, "worker module not available (engine.worker_control)"
+        return None, "worker module not available (engine.service.worker_control)"
     try:
         pid = worker_alive()
     except Exception as exc:  # noqa: BLE001
@@ -164,7 +160,7 @@ def worker_status() -> tuple[int | None, str]:
 
 
 def start_worker() -> str:
-    from engine.worker_control import ensure_worker
+    from engine.service.worker_control import ensure_worker
 
     return ensure_worker()
 
@@ -220,7 +216,7 @@ def query_int(key: str) -> int | None:
 def token_strings_cached(target: str, token_ids: tuple[int, ...]) -> list[str] | None:
     """Per-token text from the target's tokenizer only (never the weights); None when it cannot be loaded."""
     try:
-        from engine.jobs import token_strings
+        from engine.service.jobs import token_strings
 
         strings = token_strings(target, list(token_ids))
     except Exception:  # noqa: BLE001 - the caller falls back to the stored text

@@ -132,7 +132,7 @@ RUN_COLUMNS = [
     "kind",
     "status",
     "α",
-    "tokens / call",
+    "mean acceptance length",
     "c",
     "tokens/s",
     "baseline tokens/s",
@@ -148,7 +148,7 @@ def baseline_tps(runs: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per run; 'tokens / call' is the mean tokens emitted per target forward (accepted + 1)."""
+    """One row per run; mean acceptance length is tokens emitted per target call (accepted + 1)."""
     base_tps = baseline_tps(runs)
     rows = []
     for r in runs:
@@ -160,7 +160,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "kind": r.get("kind"),
                 "status": r.get("status"),
                 "α": r.get("alpha"),
-                "tokens / call": r.get("mean_accepted"),
+                "mean acceptance length": r.get("mean_acceptance_length"),
                 "c": r.get("c"),
                 "tokens/s": r.get("tokens_per_s"),
                 "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,

@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import PromptFileError
-from engine.paths import PROJECT_ROOT
 from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, parse_prompt_bytes, summarise
+from foundation.paths import PROJECT_ROOT
 
 SAMPLES_DIR = PROJECT_ROOT / "samples"
 UPLOAD_TYPES = ["txt", "jsonl", "json", "csv"]

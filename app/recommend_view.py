@@ -1,6 +1,6 @@
 """Recommendation → tables, chart frames and text for the Recommend page. Pure functions, no Streamlit.
 
-Everything here reads a Recommendation (engine.recommend), the Evidence it rests on (engine.evidence)
+Everything here reads a Recommendation (engine.analysis.recommend), the Evidence it rests on (engine.service.evidence)
 or a stored regime dict, and returns DataFrames or strings, so the page stays thin and the numbers
 can be tested without a browser. Text that may carry user input (draft and session names) is
 escaped by the page, not here, except where a function says it returns markdown.
@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from engine.recommend import DraftMeasurement, DraftSummary, GammaPoint, Recommendation, crossover_from_curve
-from engine.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
+from engine.analysis.recommend import DraftMeasurement, DraftSummary, GammaPoint, Recommendation, crossover_from_curve
+from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
 
 OBJECTIVE_LABELS = {
     "latency": "Latency (fastest decoding)",
@@ -197,7 +197,7 @@ def verify_frame(verify_cost: Mapping[int, float] | None, max_k: int = 9) -> pd.
 CURVE_COLUMNS = [
     "γ",
     "mark",
-    "tokens / call",
+    "mean acceptance length",
     "speedup (model)",
     "speedup (calibrated)",
     "speedup (Thm 3.8, one α)",
@@ -224,7 +224,7 @@ def curve_frame(curve: Sequence[GammaPoint], regime: str, recommended: int | Non
         rows.append(
             {
                 "γ": int(p.gamma),
-                "tokens / call": p.expected_tokens,
+                "mean acceptance length": p.expected_tokens,
                 "speedup (model)": p.speedup_predicted,
                 "speedup (calibrated)": p.speedup_estimate,
                 "speedup (Thm 3.8, one α)": p.speedup_one_alpha,
@@ -452,9 +452,9 @@ def regime_evidence(
     """The evidence lines the page shows (and the spectune export records), judged at the chosen batch.
 
     The stored evidence was judged at the session's serving batch; the batch sweep and v(k) are
-    re-judged here (pure engine.regime classifiers) so the lines match the label for this batch.
+    re-judged here (pure engine.analysis.regime classifiers) so the lines match the label for this batch.
     """
-    from engine.regime import classify_batch_sweep, classify_verify_curve
+    from engine.analysis.regime import classify_batch_sweep, classify_verify_curve
 
     lines: list[str] = []
     if override:
@@ -486,6 +486,6 @@ def rejudged_knee(regime: Mapping[str, Any] | None, batch_size: int) -> int | No
     sweep = stored_sweep(regime)
     if sweep is None:
         return stored_knee(regime)
-    from engine.regime import classify_batch_sweep
+    from engine.analysis.regime import classify_batch_sweep
 
     return classify_batch_sweep(sweep[0], sweep[1], max(int(batch_size), 1)).knee_batch

@@ -1,10 +1,10 @@
-"""The theory chapter's tables, recomputed from engine.theory so the page and the book can never disagree."""
+"""The theory chapter's tables, recomputed from engine.analysis.theory so the page and the book can never disagree."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from engine.theory import (
+from engine.analysis.theory import (
     COMPUTE_BOUND,
     MEMORY_BOUND,
     cost_per_token_multiplier,

@@ -25,14 +25,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine import metrics  # noqa: E402
-from engine.decoder import DecodeConfig, decode_prompt  # noqa: E402
-from engine.drafts import ModelDraft  # noqa: E402
-from engine.measure import verify_cost_curve  # noqa: E402
+from engine.analysis.theory import speedup_positional  # noqa: E402
+from engine.core.decoder import DecodeConfig, decode_prompt  # noqa: E402
+from engine.core.sampling import SamplingConfig  # noqa: E402
+from engine.drafts.model import ModelDraft  # noqa: E402
+from engine.measure import stats as metrics  # noqa: E402
+from engine.measure.verify_cost import verify_cost_curve  # noqa: E402
+from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
-from engine.runner import ModelPool, encode_prompt  # noqa: E402
-from engine.sampling import SamplingConfig  # noqa: E402
-from engine.theory import speedup_positional  # noqa: E402
+from engine.session.sweep import encode_prompt  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 import sqlalchemy  # noqa: E402
 
-from engine.records import StepRecord  # noqa: E402
+from engine.core.records import StepRecord  # noqa: E402
 from store import Store, open_store  # noqa: E402
 from store.writer import DEFAULT_BATCH_SIZE, DEFAULT_FLUSH_INTERVAL_S  # noqa: E402
 

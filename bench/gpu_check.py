@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.hardware import describe_hardware
-from engine.telemetry import GPM_METRICS, UtilisationSampler, nvml_available, nvml_snapshot
+from engine.measure.hardware import describe_hardware
+from engine.measure.telemetry import GPM_METRICS, UtilisationSampler, nvml_available, nvml_snapshot
 
 INTERVAL_S = 0.5
 PHASE_S = 3.0

@@ -17,17 +17,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.drafts import crop_to, forward_step, new_cache  # noqa: E402
-from engine.fidelity import TOLERANCE  # noqa: E402
+from engine.core.kvcache import crop_to, forward_step, new_cache  # noqa: E402
+from engine.measure.fidelity import TOLERANCE  # noqa: E402
+from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
-from engine.runner import ModelPool, encode_prompt  # noqa: E402
+from engine.session.sweep import encode_prompt  # noqa: E402
 
 K = 9
 
 
 def noise(model, ids: list[int]) -> list[float]:
     with torch.inference_mode():
-        cache = new_cache(model)
+        cache = new_cache(model.model.config)
         forward_step(model, ids[:-K], cache, 1)
         base = len(ids) - K
         batched = forward_step(model, ids[-K:], cache, K).float()

@@ -499,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     me = psutil.Process()
     reader_rss_start = rss_mb(me)
 
-    from engine.jobs import submit_session
-    from engine.settings import SweepSettings
+    from engine.service.jobs import submit_session
+    from engine.session.spec import SessionSpec
     from store import open_store
 
     db = home / "spectune.db"
@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.prompts)
     ]
     set_id, _, _ = store.add_prompt_set("soak", None, texts)
-    settings = SweepSettings(
+    settings = SessionSpec(
         target=args.target, drafts=[args.draft], gammas=[args.gamma], max_new_tokens=args.max_new_tokens,
         dtype="float32", device="cpu",
     )  # fmt: skip

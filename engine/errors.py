@@ -1,8 +1,8 @@
-"""User-facing errors: anything raised as SpectuneError is shown as one clear line, never a traceback."""
+"""The engine's user-facing errors, each a SpectuneError: shown as one clear line, never a traceback."""
 
+from foundation.errors import SpectuneError
 
-class SpectuneError(Exception):
-    """A problem the user can fix (bad argument, missing file, unknown model)."""
+__all__ = ["ModelError", "PromptFileError", "SettingsError", "SpectuneError"]
 
 
 class ModelError(SpectuneError):

@@ -4,8 +4,9 @@ The dashboard and the worker are separate processes sharing one database, so eve
 plain SQLAlchemy Core/ORM with short transactions; readers return plain dicts, never ORM objects.
 """
 
-from store.db import make_engine, open_store, session_factory
+from store.db import make_engine, session_factory
 from store.errors import StoreError
+from store.open import open_store
 from store.repo import Store
 from store.writer import StepWriter
 

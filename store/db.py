@@ -9,9 +9,8 @@ SQLAlchemy URL (e.g. postgresql+psycopg://…) is passed through unchanged for a
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine, event
@@ -19,11 +18,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from engine.paths import default_database_url
-from store.errors import StoreError, translated
-
-if TYPE_CHECKING:
-    from store.repo import Store
+from foundation.paths import default_database_url
+from store.errors import StoreError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT_S = 10.0
@@ -91,7 +87,7 @@ def _install_sqlite_pragmas(engine: Engine, *, busy_timeout_s: float, wal: bool,
 
 
 def make_engine(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Engine:
-    """An Engine for ``url`` (default: engine.paths.default_database_url()), with SQLite set up for WAL.
+    """An Engine for ``url`` (default: foundation.paths.default_database_url()), with SQLite set up for WAL.
 
     A SQLite file that exists but is not writable is opened read-only (mode=ro), so reads work and
     writes fail with a clear StoreError instead of a half-written database.
@@ -122,31 +118,6 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     """ORM sessions that keep attribute values after commit (readers copy them into dicts anyway)."""
     return sessionmaker(engine, expire_on_commit=False)
 
-
-def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:
-    """Open (creating if needed) the database, migrate it to the newest schema and return its Store."""
-    from store.migrate import upgrade_to_head  # local: migrate -> env.py -> models; keeps imports one-way
-    from store.repo import Store
-
-    engine = make_engine(url, busy_timeout_s=busy_timeout_s)
-    deadline = time.monotonic() + busy_timeout_s
-    attempt = 0
-    while True:
-        try:
-            with translated(engine_where(engine)):
-                upgrade_to_head(engine)
-            return Store(engine)
-        except StoreError as exc:
-            # Two first opens of a new file can trip SQLite's deadlock guard, which answers "locked" at
-            # once instead of waiting out busy_timeout; retry until that timeout has really passed.
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                engine.dispose()
-                raise
-            attempt += 1
-            time.sleep(min(0.05 * attempt, 0.5))
-        except BaseException:
-            engine.dispose()
-            raise
 
 
 def engine_where(engine: Engine) -> str:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from engine.errors import SpectuneError
+from foundation.errors import SpectuneError
 
 
 class StoreError(SpectuneError):

@@ -23,7 +23,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-SESSION_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 FINAL_SESSION_STATUSES = ("done", "failed", "cancelled")
 RUN_KINDS = ("baseline", "speculative")
 RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled")
@@ -119,10 +118,10 @@ class Run(Base):
     kind: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="running")
     alpha: Mapped[float | None] = mapped_column(Float)
-    mean_accepted: Mapped[float | None] = mapped_column(Float)
+    mean_acceptance_length: Mapped[float | None] = mapped_column(Float)  # tokens per target call (bonus included)
     per_position_acceptance: Mapped[JsonList | None]
     c: Mapped[float | None] = mapped_column(Float)
-    verify_cost: Mapped[JsonDict | None]  # {k: seconds}; JSON keys come back as str, readers turn them into int
+    verify_cost: Mapped[JsonDict | None]  # {k: v(k) = t(k)/t(1), a ratio}; JSON keys come back as str
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
     baseline_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     speedup_measured: Mapped[float | None] = mapped_column(Float)
@@ -132,7 +131,7 @@ class Run(Base):
 
 
 class Step(Base):
-    """One engine.records.StepRecord. The bulk of the data: written in batches, read only through aggregates."""
+    """One engine.core.records.StepRecord. The bulk of the data: written in batches, read only through aggregates."""
 
     __tablename__ = "steps"
     __table_args__ = (Index(None, "run_id", "step_index"),)
@@ -153,7 +152,7 @@ class Step(Base):
 
 
 class Output(Base):
-    """One engine.records.PromptOutput plus its divergence verdict against the baseline."""
+    """One engine.core.records.PromptOutput plus its divergence verdict against the baseline."""
 
     __tablename__ = "outputs"
     __table_args__ = (Index(None, "run_id", "prompt_index"),)

@@ -40,8 +40,8 @@ def _floor_int(value: ColumnElement[Any], dialect: str) -> ColumnElement[Any]:
 def _progress(row: Any) -> dict[str, Any]:
     data = {key: row._mapping[key] for key in row._mapping.keys() if key != "run_id"}
     busy = data["draft_time_s"] + data["verify_time_s"]
-    data["acceptance_rate"] = data["accepted"] / data["proposed"] if data["proposed"] else None
-    data["mean_accepted"] = data["accepted"] / data["steps"] if data["steps"] else None
+    data["draft_acceptance_rate"] = data["accepted"] / data["proposed"] if data["proposed"] else None
+    data["mean_acceptance_length"] = data["emitted"] / data["steps"] if data["steps"] else None
     data["tokens_per_s"] = data["emitted"] / busy if busy > 0 else None
     return data
 
@@ -120,7 +120,7 @@ class ReadersMixin(StoreBase):
                     func.count(Step.id).label("steps"),
                     func.min(Step.step_index).label("step"),
                     # avg() over floats: PostgreSQL's avg() of integers is numeric, which arrives as Decimal.
-                    func.avg(cast(Step.accepted, Float)).label("mean_accepted"),
+                    func.avg(cast(Step.emitted, Float)).label("mean_acceptance_length"),
                     func.avg(cast(Step.gamma, Float)).label("mean_gamma"),
                     func.sum(Step.accepted).label("accepted"),
                     func.sum(Step.gamma).label("proposed"),
@@ -138,7 +138,7 @@ class ReadersMixin(StoreBase):
         for row in rows:
             point = dict(row._mapping)
             busy = point["draft_time_s"] + point["verify_time_s"]
-            point["acceptance"] = point["accepted"] / point["proposed"] if point["proposed"] else None
+            point["draft_acceptance_rate"] = point["accepted"] / point["proposed"] if point["proposed"] else None
             point["tokens_per_s"] = point["emitted"] / busy if busy > 0 else None
             points.append(point)
         return points

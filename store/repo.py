@@ -1,7 +1,7 @@
 """Store: the one object the worker and the dashboard use to read and write spectune's database.
 
 Each concern lives in its own mixin module (prompt_sets, sessions, runs, readers, recommendations);
-this class only assembles them. Get one from store.db.open_store(), which migrates the schema first.
+this class only assembles them. Get one from store.open_store(), which migrates the schema first.
 """
 
 from __future__ import annotations

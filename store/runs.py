@@ -8,14 +8,13 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from engine.records import Divergence, PromptOutput
 from store.base import StoreBase, row_dict
 from store.errors import StoreError
 from store.models import RUN_KINDS, RUN_STATUSES, SAMPLE_SOURCES, Output, Run, UtilisationSample
+from store.records import OutputLike
 from store.writer import DEFAULT_BATCH_SIZE, DEFAULT_FLUSH_INTERVAL_S, StepWriter
 
 _METRICS = frozenset(c.key for c in Run.__mapper__.column_attrs) - {"id", "session_id", "created_at"}
-_RESULT_ALIASES = {"mean_accepted_tokens": "mean_accepted"}  # engine.runner.summarise_run() names
 
 
 def run_dict(run: Run) -> dict[str, Any]:
@@ -57,16 +56,10 @@ class RunsMixin(StoreBase):
             if not conn.execute(update(Run).where(Run.id == run_id).values(**metrics)).rowcount:
                 raise StoreError(f"run {run_id} does not exist")
 
-    def finish_run(self, run_id: int, result: Mapping[str, Any], status: str = "done", **columns: Any) -> None:
-        """Store an engine.runner.summarise_run() result: the metrics it shares with runs' columns go
-        there (mean_accepted_tokens -> mean_accepted), the whole result into summary. ``columns`` adds
-        others the result lacks, e.g. baseline_tokens_per_s."""
-        values = {}
-        for key, value in result.items():
-            column = _RESULT_ALIASES.get(key, key)
-            if column in _METRICS and column not in ("status", "summary"):
-                values[column] = value
-        self.update_run(run_id, **(values | columns), summary=dict(result), status=status)
+    def finish_run(self, run_id: int, summary: Mapping[str, Any], status: str = "done", **columns: Any) -> None:
+        """Close a run: its whole summary as JSON, and ``columns`` (runs-table metrics such as alpha or
+        tokens_per_s) set alongside. The caller decides which metrics are columns; unknown ones are refused."""
+        self.update_run(run_id, **columns, summary=dict(summary), status=status)
 
     def get_run(self, run_id: int) -> dict[str, Any] | None:
         with self._read() as session:
@@ -81,10 +74,10 @@ class RunsMixin(StoreBase):
             ]
 
     def add_output(
-        self, run_id: int, output: PromptOutput, divergence: Divergence | Mapping[str, Any] | None = None
+        self, run_id: int, output: OutputLike, divergence: Any = None
     ) -> int:
         """Store one prompt's decoded output and, for speculative runs, its divergence from the baseline."""
-        if isinstance(divergence, Divergence):
+        if dataclasses.is_dataclass(divergence) and not isinstance(divergence, type):
             divergence = dataclasses.asdict(divergence)
         with self._write() as session:
             row = Output(
@@ -129,7 +122,7 @@ class RunsMixin(StoreBase):
         self, session_id: int, samples: Iterable[Mapping[str, Any] | Any], run_id: int | None = None
     ) -> int:
         """Store samples taken outside a StepWriter (e.g. while models load): dicts or objects (such as
-        engine.telemetry.Sample) with t (unix seconds), source (nvml|cpu) and metrics."""
+        engine.measure.telemetry.Sample) with t (unix seconds), source (nvml|cpu) and metrics."""
         rows = []
         for sample in samples:
             t, source, metrics = (

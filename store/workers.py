@@ -33,9 +33,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:  # exists, owned by someone else
         return True
-    # FIX (reliability): a killed worker whose parent (the dashboard that started it) has not reaped it yet
-    # is a zombie: signal 0 still succeeds, so its session was only failed after the 30 s stale heartbeat.
-    # A zombie runs nothing; count it as dead (Linux /proc; elsewhere this check is skipped).
+    # A killed worker not yet reaped by its parent is a zombie: signal 0 still succeeds, yet it runs nothing,
+    # so it counts as dead (Linux /proc; elsewhere this check is skipped).
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

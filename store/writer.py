@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.records import StepRecord
 from store.errors import translated
 from store.models import SAMPLE_SOURCES, Step, UtilisationSample
+from store.records import StepLike
 
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_FLUSH_INTERVAL_S = 0.5
@@ -59,7 +59,7 @@ class StepWriter:
         self.samples_written = 0
         self.commits = 0
 
-    def add(self, record: StepRecord, t: float | None = None) -> None:
+    def add(self, record: StepLike, t: float | None = None) -> None:
         """Buffer one step (``t``: unix time it happened, default now); flushes when a batch is due."""
         row = {
             "run_id": self.run_id,

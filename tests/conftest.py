@@ -1,7 +1,9 @@
-"""Shared fixtures: tiny in-process model pairs (fast) and the real bundled pair (loaded once)."""
+"""Shared fixtures: tiny in-process model pairs (fast), the real bundled pair (loaded once), and the store on
+SQLite and PostgreSQL (one fresh database per test)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,7 +19,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 @pytest.fixture(scope="session")
 def tiny_pair():
     """A tiny target and a noisy copy of it as draft: they agree often, not always."""
-    from engine.tiny import load_tiny
+    from engine.models.tiny import load_tiny
 
     return load_tiny("tiny:1:48:2:64", logit_scale=4.0), load_tiny("tiny:1:48:2:64~0.15", logit_scale=4.0)
 
@@ -28,7 +30,7 @@ _REAL: dict[str, tuple] = {}
 def real_pair(dtype: str):
     """The bundled Qwen2.5-Coder 1.5B target and 0.5B draft, loaded once per dtype per test run."""
     if dtype not in _REAL:
-        from engine.runner import ModelPool
+        from engine.models.pool import ModelPool
 
         pool = ModelPool()
         _REAL.clear()  # keep at most one dtype in memory (fp32 1.5B + 0.5B is ~8 GB)
@@ -49,7 +51,105 @@ REAL_PROMPTS = [
 
 def greedy_config(gamma: int, new_tokens: int, record: int = 0):
     """Greedy decoding of `new_tokens` tokens; `record` > 0 keeps the target's top logits (baselines)."""
-    from engine.decoder import DecodeConfig
-    from engine.sampling import SamplingConfig
+    from engine.core.decoder import DecodeConfig
+    from engine.core.sampling import SamplingConfig
 
     return DecodeConfig(gamma, SamplingConfig(0.0), new_tokens, record_top_logits=record)
+
+
+# --- the store, once per database backend ----------------------------------------------------------
+#
+# Store tests ask for `store` (an open, migrated, empty Store) or `store_url` (the URL of a new, empty
+# database) and run once on SQLite and once on PostgreSQL: test_x[sqlite], test_x[postgresql]. PostgreSQL is
+# the server named by SPECTUNE_TEST_PG_URL, which `make test` starts (scripts/start_postgres.sh); without
+# it the [postgresql] tests FAIL, they do not skip. Every test gets its own database: a file in tmp_path on
+# SQLite, a fresh CREATE DATABASE on PostgreSQL, dropped again afterwards.
+#
+#   @pytest.mark.sqlite_only       SQLite-file behaviour (WAL, pragmas, read-only, corrupt files): [sqlite] only
+#   @pytest.mark.postgresql_only   PostgreSQL-specific tests (tests/test_store_postgres.py): [postgresql] only
+
+STORE_BACKENDS = ("sqlite", "postgresql")
+PG_URL_VAR = "SPECTUNE_TEST_PG_URL"
+_PG_HOWTO = (
+    "`make test` starts one; by hand: url=$(scripts/start_postgres.sh); "
+    f"{PG_URL_VAR}=$url .venv/bin/python -m pytest ...; scripts/stop_postgres.sh "
+    "(or deselect them with -k 'not postgresql')"
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: a store test of SQLite-file behaviour; runs on [sqlite] only")
+    config.addinivalue_line("markers", "postgresql_only: a PostgreSQL-specific store test; runs on [postgresql] only")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise every test that (through `store` / `store_url`) needs `store_backend` over the backends."""
+    if "store_backend" not in metafunc.fixturenames:
+        return
+    sqlite_only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+    postgresql_only = metafunc.definition.get_closest_marker("postgresql_only") is not None
+    if sqlite_only and postgresql_only:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: marked both sqlite_only and postgresql_only")
+    backends = ["sqlite"] if sqlite_only else ["postgresql"] if postgresql_only else list(STORE_BACKENDS)
+    metafunc.parametrize("store_backend", backends)
+
+
+@pytest.fixture(scope="session")
+def _pg_server():
+    """(server URL, AUTOCOMMIT engine on its `postgres` database) for the whole run; fails without a server."""
+    raw = os.environ.get(PG_URL_VAR, "").strip()
+    if not raw:
+        pytest.fail(
+            f"{PG_URL_VAR} is not set: the [postgresql] store tests need a PostgreSQL server. {_PG_HOWTO}",
+            pytrace=False,
+        )
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    server = make_url(raw)
+    if server.get_backend_name() != "postgresql":
+        pytest.fail(f"{PG_URL_VAR} must be a postgresql URL, not {server.get_backend_name()!r}", pytrace=False)
+    admin = create_engine(server.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:  # any driver error: say which server and why, once
+        admin.dispose()
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        pytest.fail(
+            f"cannot reach PostgreSQL at {server.render_as_string(hide_password=True)} ({PG_URL_VAR}): "
+            f"{type(exc).__name__}: {first_line}. {_PG_HOWTO}",
+            pytrace=False,
+        )
+    yield server, admin
+    admin.dispose()
+
+
+@pytest.fixture
+def store_url(store_backend: str, tmp_path: Path, request: pytest.FixtureRequest):
+    """The URL of a new, empty database on `store_backend` (the store's tables are not created yet)."""
+    if store_backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    assert store_backend == "postgresql", store_backend
+    import uuid
+
+    server, admin = request.getfixturevalue("_pg_server")
+    name = f"spectune_t_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:  # WITH (FORCE): connections a test leaked do not keep it alive
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def store(store_url: str):
+    """An open Store on a fresh database of `store_backend`, migrated to the newest schema."""
+    from store import open_store
+
+    s = open_store(store_url)
+    yield s
+    s.close()

@@ -24,13 +24,13 @@ def store_session(
     )  # fmt: skip
     store.claim_next_session("test:1")
     base = store.create_run(sid, "none", 0, 0.0, "baseline")
-    store.finish_run(base, {"tokens_per_s": 10.0, "speedup_measured": 1.0})
+    store.finish_run(base, {}, tokens_per_s=10.0, speedup_measured=1.0)
     for draft, (alpha, c, measured) in drafts.items():
         run = store.create_run(sid, draft, gamma, 0.0, "speculative")
         result = {"alpha": alpha, "c": c, "per_position_acceptance": [alpha] * gamma,
                   "verify_cost": verify_cost or {1: 1.0},
                   "tokens_per_s": 10.0 * (measured or 1.0), "speedup_measured": measured}  # fmt: skip
-        store.finish_run(run, result)
+        store.finish_run(run, result, **result)
     if regime is not None:
         store.set_regime(sid, regime)
     store.finish_session(sid, "done", summary={"verify_cost": {"1": 1.0}})

@@ -2,7 +2,7 @@
 
 Sessions are written straight through the store API (no worker, no model): the pages must render
 every state a session can be in, and refuse bad input with st.error instead of a traceback.
-engine.worker_control.ensure_worker is replaced by a recorder (the worker is tested on its own).
+engine.service.worker_control.ensure_worker is replaced by a recorder (the worker is tested on its own).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from engine.paths import default_database_url
-from engine.records import Divergence, PromptOutput, StepRecord
+from engine.core.records import Divergence, PromptOutput, StepRecord
+from foundation.paths import default_database_url
 from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ XSS = "<script>alert(1)</script>"
 
 
 def fake_token_strings(target: str, token_ids: list[int]) -> list[str]:
-    """Stand-in for engine.jobs.token_strings: id 99 spells an XSS attempt, the rest are letters."""
+    """Stand-in for engine.service.jobs.token_strings: id 99 spells an XSS attempt, the rest are letters."""
     return [XSS if t == 99 else chr(ord("a") + (t - 2) % 26) for t in token_ids]
 
 
@@ -36,8 +36,8 @@ def fake_token_strings(target: str, token_ids: list[int]) -> list[str]:
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.jobs
-    import engine.worker_control
+    import engine.service.jobs
+    import engine.service.worker_control
 
     calls: list[int] = []
 
@@ -45,9 +45,9 @@ def env(tmp_path, monkeypatch):
         calls.append(1)
         return "worker running (pid 4242)"
 
-    monkeypatch.setattr(engine.worker_control, "ensure_worker", ensure_worker)
-    monkeypatch.setattr(engine.worker_control, "worker_alive", lambda: None)
-    monkeypatch.setattr(engine.jobs, "token_strings", fake_token_strings)
+    monkeypatch.setattr(engine.service.worker_control, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.jobs, "token_strings", fake_token_strings)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, home=tmp_path, worker_calls=calls)
@@ -132,15 +132,12 @@ def make_session(
                          margin=None if verdict == "identical" else 0.01, tolerance=0.5, verdict=verdict)  # fmt: skip
         store.add_output(spec, spec_out, div)
     store.set_progress(sid, 2 * len(stored) if status != "running" else len(stored), 2 * len(stored))
-    store.finish_run(base, {"tokens_per_s": 100.0, "mean_accepted_tokens": 1.0, "speedup_measured": 1.0})
+    store.finish_run(base, {}, tokens_per_s=100.0, mean_acceptance_length=1.0, speedup_measured=1.0)
     if status == "running":
         return sid
-    store.finish_run(
-        spec,
-        {"tokens_per_s": 100.0 * speedup, "alpha": 0.61, "mean_accepted_tokens": 2.1, "c": 0.12,
-         "per_position_acceptance": [0.7, 0.5], "speedup_measured": speedup, "speedup_predicted": 1.5},
-        baseline_tokens_per_s=100.0,
-    )  # fmt: skip
+    result = {"tokens_per_s": 100.0 * speedup, "alpha": 0.61, "mean_acceptance_length": 2.1, "c": 0.12,
+              "per_position_acceptance": [0.7, 0.5], "speedup_measured": speedup, "speedup_predicted": 1.5}
+    store.finish_run(spec, result, **result, baseline_tokens_per_s=100.0)  # fmt: skip
     summary = {"runs": [{"draft": DRAFT, "gamma": 2, "speedup_measured": speedup}]}
     store.finish_session(sid, status, error=error, summary=summary if status == "done" else None)
     return sid
@@ -418,7 +415,7 @@ def test_live_view_of_a_running_session(env):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Baseline tokens/s"] == "100.0"
     assert metrics["Steps logged"] == "4"
-    assert metrics["α (running)"] != "—"
+    assert metrics["Draft acceptance rate"] != "—"
     assert len(at.get("vega_lite_chart")) == 2  # per-position acceptance + utilisation
     html = texts(at.get("html"))
     assert 'class="tok-draft"' in html and 'class="tok-target"' in html
@@ -547,7 +544,7 @@ def test_hostile_text_is_shown_as_text_everywhere(env):
 
 
 def test_theory_page_metrics_follow_the_sliders(env):
-    from engine.theory import crossover_gamma, operations_multiplier, walltime_improvement
+    from engine.analysis.theory import crossover_gamma, operations_multiplier, walltime_improvement
 
     at = page("pages/4_Theory.py")
     at.slider(key="th_alpha").set_value(0.6)

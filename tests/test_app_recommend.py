@@ -17,9 +17,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from engine.export import FORMATS
-from engine.paths import default_database_url
-from engine.regime import classify_batch_sweep
+from engine.analysis.export import FORMATS
+from engine.analysis.regime import classify_batch_sweep
+from foundation.paths import default_database_url
 from store import open_store
 from tests.t5_sessions import T5, store_session
 from tests.test_app_pages import assert_clean, texts, unescape_md
@@ -50,9 +50,9 @@ def sweep_regime(serving_batch: int = 1) -> dict:
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.worker_control
+    import engine.service.worker_control
 
-    monkeypatch.setattr(engine.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, home=tmp_path)
@@ -64,7 +64,7 @@ def page(query: dict | None = None) -> AppTest:
 
 
 def expected(store, ids, objective="latency", budget=None, batch=1, price=None, regime=None):
-    from engine.evidence import recommend_from_store
+    from engine.service.evidence import recommend_from_store
 
     rec, _, _ = recommend_from_store(store, ids, objective, budget, batch, price, regime)
     return rec
@@ -315,7 +315,7 @@ def test_session_without_speculative_runs_is_a_clear_error(env):
                                    prompt_set_id=set_id)  # fmt: skip
     env.store.claim_next_session("test:1")
     base = env.store.create_run(sid, "none", 0, 0.0, "baseline")
-    env.store.finish_run(base, {"tokens_per_s": 10.0, "speedup_measured": 1.0})
+    env.store.finish_run(base, {}, tokens_per_s=10.0, speedup_measured=1.0)
     env.store.finish_session(sid, "done", summary={})
     at = page()
     assert_clean(at)

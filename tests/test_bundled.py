@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from engine.bundled import BUNDLED, BundledModel, assembled_gguf, sha256_of, verify_file
 from engine.errors import ModelError
+from engine.models.bundled import BUNDLED, BundledModel, assembled_gguf, sha256_of, verify_file
 
 
 def _fake_parts(tmp_path, monkeypatch, chunks: list[bytes]) -> tuple[str, ...]:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoder import DecodeConfig, decode_prompt, verify
-from engine.drafts import ModelDraft, NgramDraft, NoDraft, RetokenizingDraft, make_draft
-from engine.metrics import per_position_acceptance
-from engine.sampling import SamplingConfig, probabilities
-from engine.tiny import load_tiny
+from engine.core.decoder import DecodeConfig, decode_prompt
+from engine.core.proposal import NoDraft
+from engine.core.sampling import SamplingConfig, probabilities
+from engine.core.verify import verify
+from engine.drafts.factory import make_draft
+from engine.drafts.model import ModelDraft
+from engine.drafts.ngram import NgramDraft
+from engine.drafts.retokenize import RetokenizingDraft
+from engine.measure.stats import per_position_acceptance
+from engine.models.tiny import load_tiny
 
 PROMPTS = ["hello world, this is", "the quick brown fox jumps", "abc abc abc abc ab"]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.analysis.export import export
 from engine.errors import SpectuneError
-from engine.evidence import gather, recommend_from_store
-from engine.export import export
+from engine.service.evidence import gather, recommend_from_store
 from store import open_store
 from tests.t5_sessions import T5, store_session
 

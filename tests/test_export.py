@@ -10,9 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from engine.export import FILENAMES, FORMATS, export, vllm_schedule  # noqa: E402
-from engine.recommend import DraftMeasurement, Recommendation, gamma_schedule, recommend  # noqa: E402
-from engine.regime import classify_batch_sweep, classify_verify_curve, regime_report  # noqa: E402
+from engine.analysis.export import FILENAMES, FORMATS, export, vllm_schedule  # noqa: E402
+from engine.analysis.recommend import DraftMeasurement, Recommendation, gamma_schedule, recommend  # noqa: E402
+from engine.analysis.regime import classify_batch_sweep, classify_verify_curve, regime_report  # noqa: E402
 
 
 def draft_rec(temperature: float = 0.0) -> Recommendation:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.fidelity import TOLERANCE, classify, first_divergence
-from engine.records import PromptOutput
+from engine.core.records import PromptOutput
+from engine.measure.fidelity import TOLERANCE, classify, first_divergence
 
 
 def output(ids: list[int], top: list[list[tuple[int, float]]] | None = None) -> PromptOutput:

@@ -1,6 +1,6 @@
 """bf16 on the real bundled pair: a (γ+1)-token verify may flip greedy near-ties.
 
-Every divergence from the target alone must be classified as a near-tie by engine.fidelity's
+Every divergence from the target alone must be classified as a near-tie by engine.measure.fidelity's
 dtype tolerance, and the measured α on code must be high (the brief measured ~0.95).
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from conftest import REAL_PROMPTS, greedy_config, real_pair
 
-from engine.decoder import decode_prompt
-from engine.drafts import ModelDraft
-from engine.fidelity import classify
-from engine.metrics import alpha_mean_beta
-from engine.runner import encode_prompt
+from engine.core.decoder import decode_prompt
+from engine.drafts.model import ModelDraft
+from engine.measure.fidelity import classify
+from engine.measure.stats import alpha_mean_beta
+from engine.session.sweep import encode_prompt
 
 pytestmark = pytest.mark.real_model
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import pytest
 from conftest import REAL_PROMPTS, greedy_config, real_pair
 
-from engine.decoder import decode_prompt
-from engine.drafts import ModelDraft, NgramDraft, RetokenizingDraft
-from engine.runner import ModelPool, encode_prompt
+from engine.core.decoder import decode_prompt
+from engine.drafts.model import ModelDraft
+from engine.drafts.ngram import NgramDraft
+from engine.drafts.retokenize import RetokenizingDraft
+from engine.models.pool import ModelPool
+from engine.session.sweep import encode_prompt
 
 pytestmark = pytest.mark.real_model
 

@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from engine.recommend import (  # noqa: E402
+from engine.analysis.recommend import (  # noqa: E402
     DraftMeasurement,
     accepted_curve_from_runs,
     calibration,
@@ -18,7 +18,12 @@ from engine.recommend import (  # noqa: E402
     gamma_schedule,
     recommend,
 )
-from engine.theory import crossover_gamma, expected_tokens_per_call, operations_multiplier, walltime_improvement  # noqa: E402
+from engine.analysis.theory import (  # noqa: E402
+    crossover_gamma,
+    expected_tokens_per_call,
+    operations_multiplier,
+    walltime_improvement,
+)
 
 # the chapter's T5 table: (draft, α, c, measured speedup at γ = 7)
 T5_ROWS = [("T5-small", 0.75, 0.02, 3.4), ("T5-base", 0.80, 0.04, 2.8), ("T5-large", 0.82, 0.11, 1.7)]

@@ -9,16 +9,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from engine.regime import (  # noqa: E402
-    BatchSweep,
-    batch_sweep,
+from engine.analysis.regime import (  # noqa: E402
     classify_batch_sweep,
     classify_verify_curve,
-    measure_copy_bandwidth,
-    measure_matmul_flops,
     regime_report,
     roofline,
 )
+from engine.measure.microbench import BatchSweep, batch_sweep, measure_copy_bandwidth, measure_matmul_flops  # noqa: E402
 
 # recorded shapes (milliseconds; the unit does not matter)
 FLAT_THEN_LINEAR = ([1, 2, 4, 8, 16, 32], [10.0, 10.2, 10.5, 11.0, 20.5, 40.0])

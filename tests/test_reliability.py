@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from sqlalchemy import event, text  # noqa: E402
 
+from engine.core.records import StepRecord  # noqa: E402
 from engine.errors import SettingsError  # noqa: E402
-from engine.jobs import settings_from_session, submit_session  # noqa: E402
-from engine.records import StepRecord  # noqa: E402
-from engine.settings import SweepSettings, check_context, validate  # noqa: E402
+from engine.service.jobs import submit_session  # noqa: E402
+from engine.session.spec import SessionSpec, check_context, validate  # noqa: E402
 from store import Store, StoreError  # noqa: E402
 from tests.test_worker import DRAFT, DTYPE, TARGET, open_db, prompt_set, queue, step_count  # noqa: E402
 
@@ -70,18 +70,18 @@ def a_step(i: int) -> StepRecord:
 
 
 def test_out_of_memory_loading_fails_that_session_only(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.runner
-    from engine.worker import serve
+    import engine.session.sweep
+    from engine.service.worker import serve
 
     too_big = "tiny:2:48:2:64"
-    real_get = engine.runner.ModelPool.get
+    real_get = engine.session.sweep.ModelPool.get
 
     def get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         if ref == too_big:
             raise MemoryError()
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.runner.ModelPool, "get", get)
+    monkeypatch.setattr(engine.session.sweep.ModelPool, "get", get)
     doomed = queue(store, target=too_big)
     fine = queue(store, prompts=3)
     assert serve(store, once=True) == 2
@@ -95,10 +95,10 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     """A CUDA OOM (a RuntimeError subclass) in the second speculative run: every step delivered is stored."""
     import torch
 
-    import engine.runner
-    from engine.worker import serve
+    import engine.session.sweep
+    from engine.service.worker import serve
 
-    real_decode = engine.runner.decode_prompt
+    real_decode = engine.session.sweep.decode_prompt
     delivered: dict[str, int] = {"steps": 0}
     boom = {"armed": True}
 
@@ -114,7 +114,7 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
 
         return real_decode(target, draft, ids, cfg, *args, **(kwargs | {"on_step": counting}))
 
-    monkeypatch.setattr(engine.runner, "decode_prompt", decode)
+    monkeypatch.setattr(engine.session.sweep, "decode_prompt", decode)
     doomed = queue(store, prompts=3, drafts=("ngram",), gammas=(1, 2), max_new_tokens=32)
     fine = queue(store, prompts=2)
     assert serve(store, once=True) == 2
@@ -227,7 +227,7 @@ def test_corrupt_database_is_refused_and_never_overwritten(home: Path, damage: s
 
 def test_disk_full_while_logging_fails_the_session_cleanly(home: Path, store: Store) -> None:
     """The database is capped with PRAGMA max_page_count (same SQLITE_FULL as a full disk, no mount needed)."""
-    from engine.worker import serve
+    from engine.service.worker import serve
 
     sid = queue(store, prompts=6, drafts=("ngram",), gammas=(1,), max_new_tokens=400)
     with store.engine.connect() as conn:
@@ -281,18 +281,18 @@ def test_two_workers_at_once_is_covered_in_test_worker() -> None:
 def test_a_slow_model_load_is_not_mistaken_for_a_dead_worker(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No decode steps run while a model loads (a GGUF conversion takes a minute); the heartbeat must go on,
     or a second worker's orphan check fails the healthy session."""
-    import engine.runner
-    import engine.worker
+    import engine.service.store_hooks
+    import engine.session.sweep
     from tests.test_worker import serve_in_thread, wait_for
 
-    monkeypatch.setattr(engine.worker, "HEARTBEAT_S", 0.1)
-    real_get = engine.runner.ModelPool.get
+    monkeypatch.setattr(engine.service.store_hooks, "HEARTBEAT_S", 0.1)
+    real_get = engine.session.sweep.ModelPool.get
 
     def slow_get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         time.sleep(1.5)
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.runner.ModelPool, "get", slow_get)
+    monkeypatch.setattr(engine.session.sweep.ModelPool, "get", slow_get)
     watcher = open_db(home)
     try:
         sid = queue(watcher, prompts=1, max_new_tokens=8)
@@ -313,10 +313,10 @@ def test_a_slow_model_load_is_not_mistaken_for_a_dead_worker(home: Path, monkeyp
 def test_trust_remote_code_is_off_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    import engine.runner
-    from engine.cli import build_parser
+    import engine.models.pool
     from engine.errors import ModelError
-    from engine.loading import load_model
+    from engine.models.loading import load_model
+    from engine.service.cli import build_parser
 
     model_dir = tmp_path / "local-model"
     model_dir.mkdir()
@@ -346,14 +346,14 @@ def test_trust_remote_code_is_off_unless_asked(tmp_path: Path, monkeypatch: pyte
     # The worker's path: ModelPool.get without the flag passes False down to load_model.
     seen: list[bool] = []
     monkeypatch.setattr(
-        engine.runner, "load_model", lambda ref, dtype, device, trust_remote_code: seen.append(trust_remote_code)
+        engine.models.pool, "load_model", lambda ref, dtype, device, trust_remote_code: seen.append(trust_remote_code)
     )
-    engine.runner.ModelPool().get(str(model_dir), "float32")
+    engine.models.pool.ModelPool().get(str(model_dir), "float32")
     assert seen == [False]
 
     # Defaults everywhere a session is born: settings, a stored session's options, the CLI.
-    assert SweepSettings(target="t", drafts=["ngram"], gammas=[1]).trust_remote_code is False
-    assert settings_from_session({**SESSION_SETTINGS, "options": {}}).trust_remote_code is False
+    assert SessionSpec(target="t", drafts=["ngram"], gammas=[1]).trust_remote_code is False
+    assert SessionSpec.from_row({**SESSION_SETTINGS, "options": {}}).trust_remote_code is False
     args = build_parser().parse_args(["submit", "--prompts", "p.txt"])
     assert args.trust_remote_code is False
     assert build_parser().parse_args(["submit", "--prompts", "p.txt", "--trust-remote-code"]).trust_remote_code
@@ -363,15 +363,15 @@ def test_submit_stores_trust_remote_code_off_by_default(store: Store) -> None:
     sid = queue(store)
     session = store.get_session(sid)
     assert session["options"]["trust_remote_code"] is False
-    assert settings_from_session(session).trust_remote_code is False
+    assert SessionSpec.from_row(session).trust_remote_code is False
 
 
 # --- settings refused up front --------------------------------------------------------------------------
 
 
-def _settings(**changes: Any) -> SweepSettings:
+def _settings(**changes: Any) -> SessionSpec:
     base = {"target": TARGET, "drafts": [DRAFT], "gammas": [2], "max_new_tokens": 16, "dtype": DTYPE}
-    return SweepSettings(**(base | changes))
+    return SessionSpec(**(base | changes))
 
 
 REFUSED = {
@@ -403,7 +403,7 @@ def test_max_new_tokens_beyond_the_context_is_refused(store: Store) -> None:
     check_context(96, 4000, 4096, "prompt 7")  # exactly fits
 
     # Queued (the context is only known once the model loads), then failed by the worker with the reason.
-    from engine.worker import serve
+    from engine.service.worker import serve
 
     sid = queue(store, max_new_tokens=5000)
     serve(store, once=True)

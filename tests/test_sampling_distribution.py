@@ -12,11 +12,13 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import engine.decoder as decoder
-from engine.decoder import DecodeConfig, Verdict, decode_prompt
-from engine.drafts import ModelDraft, NgramDraft
-from engine.sampling import SamplingConfig, probabilities, sample
-from engine.tiny import load_tiny
+import engine.core.decoder as decoder
+from engine.core.decoder import DecodeConfig, decode_prompt
+from engine.core.sampling import SamplingConfig, probabilities, sample
+from engine.core.verify import Verdict
+from engine.drafts.model import ModelDraft
+from engine.drafts.ngram import NgramDraft
+from engine.models.tiny import load_tiny
 
 N_SAMPLES = 2500
 CFG = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0)

@@ -1,4 +1,9 @@
-"""Store schema, migrations and failure modes, on real SQLite files (no mocks)."""
+"""Store schema, migrations and failure modes, on real databases (no mocks).
+
+Tests taking `store` / `store_url` run on a fresh SQLite file and on a fresh PostgreSQL database (tests/conftest.py).
+Those marked sqlite_only are about SQLite files themselves: pragmas, garbage or damaged files, read-only
+files, file locks and the default database path.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from alembic.autogenerate import compare_metadata  # noqa: E402
 from alembic.runtime.migration import MigrationContext  # noqa: E402
 from sqlalchemy import inspect, text  # noqa: E402
 
-from store import StoreError, make_engine, open_store  # noqa: E402
+from store import Store, StoreError, make_engine, open_store  # noqa: E402
 from store.migrate import current_revision, head_revision, upgrade  # noqa: E402
 from store.models import Base  # noqa: E402
 
@@ -35,6 +40,7 @@ TABLES = {
     "exports",
     "alembic_version",
 }
+HEAD = "0004"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 
@@ -42,85 +48,103 @@ def url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-def test_schema_created_with_pragmas(tmp_path: Path) -> None:
-    store = open_store(url(tmp_path / "s.db"))
+def test_open_store_migrates_empty_database_to_head(store_url: str, store_backend: str) -> None:
+    store = open_store(store_url)
     try:
+        assert store.engine.dialect.name == store_backend
         assert set(inspect(store.engine).get_table_names()) == TABLES
-        assert current_revision(store.engine) == head_revision() == "0003"
+        assert current_revision(store.engine) == head_revision() == HEAD
         step_indexes = {ix["name"]: ix["column_names"] for ix in inspect(store.engine).get_indexes("steps")}
         assert step_indexes["ix_steps_run_id_step_index"] == ["run_id", "step_index"]
-        results: list[tuple[str, int, int]] = []
-
-        def check() -> None:  # pragmas are per connection: look from a second thread's connection too
-            with store.engine.connect() as conn:
-                results.append(
-                    (
-                        conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
-                        conn.exec_driver_sql("PRAGMA foreign_keys").scalar(),
-                        conn.exec_driver_sql("PRAGMA busy_timeout").scalar(),
-                    )
-                )
-
-        with store.engine.connect():
-            thread = threading.Thread(target=check)
-            thread.start()
-            thread.join()
-        check()
-        assert results == [("wal", 1, 10000)] * 2
+        fks = {fk["referred_table"]: fk["options"] for fk in inspect(store.engine).get_foreign_keys("steps")}
+        assert fks["runs"].get("ondelete") == "CASCADE"
     finally:
         store.close()
-
-
-def test_models_match_migrations(tmp_path: Path) -> None:
-    store = open_store(url(tmp_path / "s.db"))
+    again = open_store(store_url)  # already at head: a no-op
     try:
-        with store.engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
-            assert compare_metadata(context, Base.metadata) == []
+        assert current_revision(again.engine) == head_revision()
     finally:
-        store.close()
+        again.close()
 
 
-def test_migrate_from_0001_keeps_rows(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    engine = make_engine(url(path))
+@pytest.mark.sqlite_only
+def test_sqlite_pragmas_on_every_connection(store: Store) -> None:
+    results: list[tuple[str, int, int]] = []
+
+    def check() -> None:  # pragmas are per connection: look from a second thread's connection too
+        with store.engine.connect() as conn:
+            results.append(
+                (
+                    conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
+                    conn.exec_driver_sql("PRAGMA foreign_keys").scalar(),
+                    conn.exec_driver_sql("PRAGMA busy_timeout").scalar(),
+                )
+            )
+
+    with store.engine.connect():
+        thread = threading.Thread(target=check)
+        thread.start()
+        thread.join()
+    check()
+    assert results == [("wal", 1, 10000)] * 2
+
+
+def test_models_match_migrations(store: Store) -> None:
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []  # migrations build exactly the models
+
+
+def test_migrate_from_0001_keeps_rows(store_url: str) -> None:
+    engine = make_engine(store_url)
     upgrade(engine, "0001")
     assert current_revision(engine) == "0001"
-    with engine.begin() as conn:
+    old = "2024-01-01 00:00:00"
+    with engine.begin() as conn:  # bound parameters: the same rows on SQLite and PostgreSQL
         assert "notes" not in {c["name"] for c in inspect(conn).get_columns("sessions")}
         conn.execute(
             text(
                 "INSERT INTO prompt_sets (id, name, content_hash, created_at, n_prompts) "
-                "VALUES (1, 'old', 'h', '2024-01-01 00:00:00', 1)"
-            )
+                "VALUES (1, 'old', 'h', :old, 1)"
+            ),
+            {"old": old},
         )
         conn.execute(
             text(
                 "INSERT INTO sessions (id, name, target, drafts, gammas, temperatures, max_new_tokens, "
                 "prompt_set_id, status, cancel_requested, created_at, progress_done, progress_total, summary) "
-                """VALUES (7, 'legacy', 'tiny', '["ngram"]', '[4]', '[0.0]', 32, 1, 'done', 0, """
-                """'2024-01-01 00:00:00', 3, 3, '{"speedup": 1.7}')"""
-            )
+                "VALUES (7, 'legacy', 'tiny', :drafts, :gammas, :temps, 32, 1, 'done', :no, :old, 3, 3, :summary)"
+            ),
+            {
+                "drafts": '["ngram"]',
+                "gammas": "[4]",
+                "temps": "[0.0]",
+                "no": False,
+                "old": old,
+                "summary": '{"speedup": 1.7}',
+            },
         )
         conn.execute(
             text(
                 "INSERT INTO runs (id, session_id, draft, gamma, temperature, kind, status, created_at) "
-                "VALUES (5, 7, 'ngram', 4, 0.0, 'speculative', 'done', '2024-01-01 00:00:00')"
-            )
+                "VALUES (5, 7, 'ngram', 4, 0.0, 'speculative', 'done', :old)"
+            ),
+            {"old": old},
         )
         for i in range(3):
             conn.execute(
                 text(
                     "INSERT INTO steps (run_id, prompt_index, step_index, gamma, accepted, accept_mask, beta, "
                     "draft_time_s, verify_time_s, draft_forwards, emitted, t) "
-                    f"VALUES (5, 0, {i}, 4, 2, '[true, true, false]', '[1, 1, 0]', 0.0, 0.1, 0, 3, {i})"
-                )
+                    "VALUES (5, 0, :i, 4, 2, :mask, :beta, 0.0, 0.1, 0, 3, :t)"
+                ),
+                {"i": i, "mask": "[true, true, false]", "beta": "[1, 1, 0]", "t": float(i)},
             )
     engine.dispose()
 
-    store = open_store(url(path))
+    store = open_store(store_url)
     try:
-        assert current_revision(store.engine) == "0003"
+        assert current_revision(store.engine) == HEAD
         session = store.get_session(7)
         assert session is not None
         assert (session["name"], session["drafts"], session["summary"], session["notes"]) == (
@@ -138,41 +162,42 @@ def test_migrate_from_0001_keeps_rows(tmp_path: Path) -> None:
         store.close()
 
 
-def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
-    path = tmp_path / "race.db"
-    barrier = threading.Barrier(2)
+def test_concurrent_first_open_migrates_once(store_url: str) -> None:
+    barrier = threading.Barrier(3)
     errors: list[BaseException] = []
-    stores = []
+    stores: list[Store] = []
 
     def opener() -> None:
         barrier.wait()
         try:
-            stores.append(open_store(url(path)))
+            stores.append(open_store(store_url))
         except BaseException as exc:  # collected and asserted below
             errors.append(exc)
 
-    threads = [threading.Thread(target=opener) for _ in range(2)]
+    threads = [threading.Thread(target=opener) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     try:
         assert errors == []
-        assert [current_revision(s.engine) for s in stores] == ["0003", "0003"]
+        assert [current_revision(s.engine) for s in stores] == [HEAD] * 3
     finally:
         for s in stores:
             s.close()
 
 
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    open_store(url(path)).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+def test_newer_schema_is_refused(store: Store, store_url: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(StoreError, match="schema revision 9999, newer"):
-        open_store(url(path))
+        open_store(store_url)
 
 
+# --- SQLite files themselves ----------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
 def test_garbage_file_is_refused_and_untouched(tmp_path: Path) -> None:
     path = tmp_path / "garbage.db"
     garbage = random.Random(0).randbytes(8192)
@@ -185,6 +210,7 @@ def test_garbage_file_is_refused_and_untouched(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["garbage.db"]
 
 
+@pytest.mark.sqlite_only
 def test_damaged_sqlite_file_is_refused_and_untouched(tmp_path: Path) -> None:
     path = tmp_path / "damaged.db"
     store = open_store(url(path))
@@ -198,6 +224,7 @@ def test_damaged_sqlite_file_is_refused_and_untouched(tmp_path: Path) -> None:
     assert path.read_bytes() == bytes(data)
 
 
+@pytest.mark.sqlite_only
 def test_read_only_file_reads_but_refuses_writes(tmp_path: Path) -> None:
     path = tmp_path / "ro.db"
     store = open_store(url(path))
@@ -221,6 +248,7 @@ def test_read_only_file_reads_but_refuses_writes(tmp_path: Path) -> None:
         os.chmod(path, 0o644)
 
 
+@pytest.mark.sqlite_only
 def test_locked_database_gives_clear_error_and_reads_still_work(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     store = open_store(url(path), busy_timeout_s=0.2)
@@ -241,6 +269,7 @@ def test_locked_database_gives_clear_error_and_reads_still_work(tmp_path: Path) 
         store.close()
 
 
+@pytest.mark.sqlite_only
 def test_works_from_any_cwd_and_honours_spectune_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -250,7 +279,7 @@ def test_works_from_any_cwd_and_honours_spectune_home(tmp_path: Path, monkeypatc
     store = open_store()
     try:
         assert (tmp_path / "home" / "spectune.db").exists()
-        assert current_revision(store.engine) == "0003"
+        assert current_revision(store.engine) == HEAD
     finally:
         store.close()
     nested = open_store("sqlite:///relative/dir/x.db")  # relative to cwd; missing folders are created

@@ -1,4 +1,8 @@
-"""Session queue, prompt sets, cascades and recommendations, on real SQLite files (no mocks)."""
+"""Session queue, prompt sets, cascades and recommendations, on real databases (no mocks).
+
+Every test runs twice, on a fresh SQLite file and on a fresh PostgreSQL database: the `store` and `store_url`
+fixtures in tests/conftest.py.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,24 +23,12 @@ if str(ROOT) not in sys.path:  # the project is not installed; let `pytest tests
 
 from sqlalchemy import text  # noqa: E402
 
-from engine.records import PromptOutput, StepRecord  # noqa: E402
+from engine.core.records import PromptOutput, StepRecord  # noqa: E402
 from store import Store, StoreError, open_store  # noqa: E402
 from store.coltypes import utcnow  # noqa: E402
 from store.workers import make_worker_id  # noqa: E402
 
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    s = open_store(db_url)
-    yield s
-    s.close()
 
 
 def step(i: int, accepted: int = 1, gamma: int = 2) -> StepRecord:
@@ -74,16 +65,23 @@ def test_claim_lifecycle(store: Store) -> None:
     claimed = store.claim_next_session("host:1")
     assert claimed is not None and claimed["id"] == first  # oldest first
     assert claimed["status"] == "running" and claimed["worker_id"] == "host:1" and claimed["started_at"]
+    assert claimed["started_at"].tzinfo is not None
     assert store.heartbeat(first, "host:1") is True
     assert store.heartbeat(first, "host:2") is False  # not its session
     store.set_progress(first, 3, 10)
     assert (store.get_session(first) or {})["progress_done"] == 3
+    store.set_regime(first, {"regime": "memory-bound"})
     store.finish_session(first, "done", summary={"best": {"gamma": 4}})
     done = store.get_session(first) or {}
     assert done["status"] == "done" and done["summary"] == {"best": {"gamma": 4}} and done["finished_at"]
+    assert done["finished_at"] >= done["started_at"] >= done["created_at"]
+    assert done["regime"] == {"regime": "memory-bound"} and done["progress_done"] == 3
     assert store.heartbeat(first, "host:1") is False  # finished: the worker no longer owns it
     with pytest.raises(ValueError):
         store.finish_session(second, "running")
+    assert store.request_cancel(second) is True and store.claim_next_session("host:1") is None
+    assert [s["id"] for s in store.list_sessions()] == [second, first]  # newest first
+    assert [s["id"] for s in store.list_sessions(status="done")] == [first]
     with pytest.raises(StoreError, match="does not exist"):
         store.set_progress(999, 1, 2)
 
@@ -118,34 +116,40 @@ def _claim_all(url: str, worker: str, barrier: threading.Barrier | None = None) 
         store.close()
 
 
-def test_claim_race_between_threads_gives_each_session_once(store: Store, db_url: str) -> None:
-    ids = [store.create_session(**SETTINGS) for _ in range(40)]
+def test_claim_race_between_threads_gives_each_session_once(store: Store, store_url: str) -> None:
+    ids = [store.create_session(**SETTINGS) for _ in range(60)]
     barrier = threading.Barrier(2)
     results: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
 
     def worker(name: str) -> None:
-        results[name] = _claim_all(db_url, name, barrier)
+        try:
+            results[name] = _claim_all(store_url, name, barrier)  # its own engine, like a separate worker
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    assert errors == []
     claimed = results["w0"] + results["w1"]
-    assert sorted(claimed) == ids and len(set(claimed)) == len(ids)
+    assert sorted(claimed) == ids and len(set(claimed)) == len(ids)  # every session claimed exactly once
     owners = {s["id"]: s["worker_id"] for s in store.list_sessions()}
     assert all(owners[i] == "w0" for i in results["w0"]) and all(owners[i] == "w1" for i in results["w1"])
+    assert {s["status"] for s in store.list_sessions()} == {"running"}
 
 
 def _claim_in_process(url: str, worker: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     out.put((worker, _claim_all(url, worker)))
 
 
-def test_claim_race_between_processes_gives_each_session_once(store: Store, db_url: str) -> None:
+def test_claim_race_between_processes_gives_each_session_once(store: Store, store_url: str) -> None:
     ids = [store.create_session(**SETTINGS) for _ in range(20)]
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_claim_in_process, args=(db_url, f"p{i}", out)) for i in range(2)]
+    procs = [ctx.Process(target=_claim_in_process, args=(store_url, f"p{i}", out)) for i in range(2)]
     for proc in procs:
         proc.start()
     results = dict(out.get(timeout=30) for _ in procs)
@@ -200,6 +204,9 @@ def test_delete_session_cascades(store: Store) -> None:
         store.add_utilisation_samples(sid, [{"t": 1.0, "source": "nvml", "metrics": {"gpu": 1}}])
     assert count(store, "steps") == 20 and count(store, "utilisation_samples") == 6
 
+    store.claim_next_session("w:1")  # `keep` is running now: it cannot be deleted, `doomed` still can
+    with pytest.raises(StoreError, match="is running; cancel it"):
+        store.delete_session(keep)
     assert store.delete_session(doomed) is True
     assert store.get_session(doomed) is None and store.list_runs(doomed) == []
     assert (count(store, "runs"), count(store, "steps"), count(store, "outputs")) == (2, 10, 2)
@@ -241,9 +248,11 @@ def test_prompt_set_upload_dedupes(store: Store) -> None:
     assert [(p["id"], p["n_prompts"]) for p in store.list_prompt_sets()] == [(set_id, 3)]
     other, added, _ = store.add_prompt_set("other", None, ["Explain WAL mode."])
     assert other != set_id and added == 1  # the same text in another set is its own prompt
-    parsed = [SimpleNamespace(text="From the parser", category="x", prompt_id="p1")]  # like engine.prompts.Prompt
+    # like engine.prompts.Prompt
+    parsed = [SimpleNamespace(text="From the parser ünïcödé ✓", category="x", prompt_id="p1")]
     third, added, _ = store.add_prompt_set("parsed", "p.csv", parsed)
     assert added == 1 and store.get_prompts(third)[0]["category"] == "x"
+    assert store.get_prompts(third)[0]["text"] == "From the parser ünïcödé ✓"
     with pytest.raises(StoreError, match="no prompts"):
         store.add_prompt_set("empty", None, [])
 
@@ -253,8 +262,35 @@ def test_delete_prompt_set_keeps_sessions(store: Store) -> None:
     sid = store.create_session(**SETTINGS, prompt_set_id=set_id, n_prompts=2)
     assert store.delete_prompt_set(set_id) is True
     assert store.get_prompts(set_id) == [] and count(store, "prompts") == 0
+    assert count(store, "prompts", f"prompt_set_id = {set_id}") == 0
     assert (store.get_session(sid) or {})["prompt_set_id"] is None
     assert store.delete_prompt_set(set_id) is False
+
+
+def test_concurrent_identical_uploads_share_one_set(store: Store, store_url: str) -> None:
+    prompts = [f"prompt {i}" for i in range(50)]
+    barrier = threading.Barrier(2)
+    results: list[tuple[int, int, int]] = []
+    errors: list[BaseException] = []
+
+    def upload() -> None:
+        other = open_store(store_url)  # its own engine, like the dashboard in another browser tab
+        try:
+            barrier.wait()
+            results.append(other.add_prompt_set("same", None, prompts))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+        finally:
+            other.close()
+
+    threads = [threading.Thread(target=upload) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len({r[0] for r in results}) == 1 and sorted(r[1] for r in results) == [0, 50]  # the loser finds the set
+    assert count(store, "prompt_sets") == 1 and count(store, "prompts") == 50
 
 
 # --- recommendations --------------------------------------------------------------------------------
@@ -266,6 +302,10 @@ def test_recommendations_and_exports(store: Store) -> None:
     export = store.save_export(rec, "vllm", "spec.yaml", "speculative_config: {}\n")
     [saved] = store.list_recommendations()
     assert saved["id"] == rec and saved["session_ids"] == [sid] and saved["payload"]["gamma"] == 4
+    assert saved["created_at"].tzinfo is not None
     [exported] = store.list_exports(rec)
     assert exported["id"] == export and exported["content"] == "speculative_config: {}\n"
     assert (store.get_recommendation(rec) or {})["objective"] == "throughput"
+    with store.engine.begin() as conn:  # exports go with their recommendation (ON DELETE CASCADE)
+        conn.execute(text("DELETE FROM recommendations WHERE id = :r"), {"r": rec})
+    assert store.list_exports(rec) == [] and store.list_recommendations() == []

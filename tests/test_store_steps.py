@@ -1,4 +1,8 @@
-"""Step logging (batching, WAL concurrency) and the dashboard's SQL aggregates, on real SQLite files."""
+"""Step logging (batching, concurrency) and the dashboard's SQL aggregates, on real databases.
+
+Every test runs on a fresh SQLite file and on a fresh PostgreSQL database (the `store` fixture in
+tests/conftest.py), except the one marked sqlite_only: WAL readers against a raw sqlite3 write lock.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -19,23 +23,11 @@ if str(ROOT) not in sys.path:  # the project is not installed; let `pytest tests
 
 from sqlalchemy import event, text  # noqa: E402
 
-from engine.records import Divergence, PromptOutput, StepRecord  # noqa: E402
-from store import Store, open_store  # noqa: E402
+from engine.core.records import Divergence, PromptOutput, StepRecord  # noqa: E402
+from store import Store, StoreError  # noqa: E402
 from store.readers import positions_from_histogram  # noqa: E402
 
 SETTINGS = {"target": "tiny", "drafts": ["ngram"], "gammas": [4], "temperatures": [0.0], "max_new_tokens": 8}
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "store.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{db_path}")
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -68,6 +60,13 @@ def make_steps(n: int, seed: int = 0, prompts: int = 1) -> list[StepRecord]:
             )
         )
     return records
+
+
+def assert_plain_numbers(rows: list[dict[str, Any]]) -> None:
+    """Readers hand the dashboard int/float/None, never Decimal (PostgreSQL's avg() of integers is numeric)."""
+    for row in rows:
+        for key, value in row.items():
+            assert value is None or type(value) in (int, float, str, dict), (key, type(value))
 
 
 def count_commits(store: Store) -> list[int]:
@@ -123,7 +122,10 @@ def test_writer_flushes_when_the_run_fails(store: Store, run_id: int) -> None:
     assert len(store.utilisation_series((store.get_run(run_id) or {})["session_id"])) == 1
 
 
-def test_reader_not_blocked_by_open_write_transaction(store: Store, run_id: int, db_path: Path) -> None:
+@pytest.mark.sqlite_only  # WAL mode: readers see the last commit while another connection holds the write lock
+def test_reader_not_blocked_by_open_write_transaction(store: Store, run_id: int) -> None:
+    db_path = Path(store.engine.url.database or "")
+    assert db_path.is_file()
     with store.step_writer(run_id) as writer:
         for record in make_steps(100):
             writer.add(record)
@@ -200,9 +202,11 @@ def test_run_progress_totals(store: Store, run_id: int) -> None:
     assert progress["emitted"] == sum(r.emitted for r in records)
     assert progress["draft_time_s"] == pytest.approx(sum(r.draft_time_s for r in records))
     assert progress["verify_time_s"] == pytest.approx(sum(r.verify_time_s for r in records))
-    assert progress["acceptance_rate"] == pytest.approx(progress["accepted"] / progress["proposed"])
+    assert progress["draft_acceptance_rate"] == pytest.approx(progress["accepted"] / progress["proposed"])
+    assert progress["last_t"] == pytest.approx(1000.0 + 1499 * 0.01)
+    assert_plain_numbers([progress])
     empty = store.run_progress(run_id + 1000)
-    assert empty["steps"] == 0 and empty["acceptance_rate"] is None and empty["tokens_per_s"] is None
+    assert empty["steps"] == 0 and empty["draft_acceptance_rate"] is None and empty["tokens_per_s"] is None
     assert store.session_progress((store.get_run(run_id) or {})["session_id"])[run_id]["steps"] == 1500
 
 
@@ -215,13 +219,45 @@ def test_step_series_buckets_in_sql(store: Store, run_id: int) -> None:
     assert sum(p["emitted"] for p in points) == sum(r.emitted for r in records)
     width = points[1]["step"] - points[0]["step"]
     first = records[:width]
-    assert points[0]["mean_accepted"] == pytest.approx(sum(r.accepted for r in first) / width)
+    assert points[0]["mean_acceptance_length"] == pytest.approx(sum(r.emitted for r in first) / width)
     assert points[0]["mean_gamma"] == pytest.approx(sum(r.gamma for r in first) / width)
+    assert_plain_numbers(points)
     fine = store.step_series(run_id, bucket=1)
     assert len(fine) == 6000 and fine[7]["accepted"] == records[7].accepted
     by_time = store.step_series(run_id, by="time", max_points=100)
     assert len(by_time) <= 101 and sum(p["steps"] for p in by_time) == 6000
+    assert_plain_numbers(by_time)
     assert store.step_series(run_id + 1000) == []
+
+
+def test_step_series_buckets_over_prompts_and_time(store: Store, run_id: int) -> None:
+    commits = count_commits(store)
+    records = make_steps(4000, seed=3, prompts=4)
+    with store.step_writer(run_id, flush_interval_s=3600) as writer:
+        for i, record in enumerate(records):
+            writer.add(record, t=1000.0 + i * 0.01)
+        assert writer.pending == 4000 % 256
+    assert writer.commits == 16 and writer.steps_written == 4000  # 15 full batches of 256 + the rest
+    assert commits[0] <= 20
+    assert store.run_progress(run_id)["steps"] == 4000 and store.run_progress(run_id)["prompts"] == 4
+    # bucketed by step_index (4 prompts x 1000 steps each)
+    points = store.step_series(run_id, max_points=100)
+    assert len(points) == 100 and sum(p["steps"] for p in points) == 4000
+    assert sum(p["emitted"] for p in points) == sum(r.emitted for r in records)
+    first = [r for r in records if r.step_index < 10]
+    assert points[0]["step"] == 0 and points[0]["steps"] == len(first)
+    assert points[0]["mean_acceptance_length"] == pytest.approx(sum(r.emitted for r in first) / len(first))
+    assert points[0]["mean_gamma"] == pytest.approx(sum(r.gamma for r in first) / len(first))
+    assert_plain_numbers(points)
+    fine = store.step_series(run_id, bucket=1, max_points=10_000)
+    assert len(fine) == 1000 and sum(p["steps"] for p in fine) == 4000
+    assert fine[7]["accepted"] == sum(r.accepted for r in records if r.step_index == 7)
+    # by time: 40 s of steps in 4 s buckets; the bucket is floor((t - first t) / width) on every backend
+    by_time = store.step_series(run_id, bucket=4.0, by="time")
+    assert sum(p["steps"] for p in by_time) == 4000
+    assert [p["steps"] for p in by_time] == [400] * 10
+    assert_plain_numbers(by_time)
+    assert len(store.step_series(run_id, by="time", max_points=100)) <= 101
 
 
 def test_per_position_acceptance_matches_masks(store: Store, run_id: int) -> None:
@@ -236,7 +272,7 @@ def test_per_position_acceptance_matches_masks(store: Store, run_id: int) -> Non
     reference = [
         {"position": pos, "evaluated": n, "accepted": k, "rate": k / n} for pos, (n, k) in sorted(expected.items())
     ]
-    assert store.per_position_acceptance(run_id) == reference  # json_each over the stored masks
+    assert store.per_position_acceptance(run_id) == reference  # json_each on SQLite, the histogram on PostgreSQL
     assert store.per_position_from_histogram(run_id) == reference  # the portable (γ, accepted) histogram
     assert positions_from_histogram([(4, 4, 2), (4, 1, 1)])[1] == {
         "position": 1,
@@ -253,13 +289,16 @@ def test_utilisation_series_thins_and_pages(store: Store, run_id: int) -> None:
             writer.add_sample({"gpu_util": i % 100, "mem_gb": 1.5}, "nvml", t=100.0 + i)
             writer.add_sample({"cpu_percent": 50}, "cpu", t=100.0 + i)
     series = store.utilisation_series(sid, max_points=200)
-    assert len({s["source"] for s in series}) == 2
+    assert {s["source"] for s in series} == {"nvml", "cpu"}
     assert 300 <= len(series) <= 2 * 201
     assert [s["t"] for s in series] == sorted(s["t"] for s in series)
+    assert series[0]["t"] == 100.0  # the first sample of the first bucket is kept
     assert series[0]["metrics"] == {"gpu_util": 0.0, "mem_gb": 1.5} or series[0]["metrics"] == {"cpu_percent": 50.0}
     recent = store.utilisation_series(sid, since_t=1595.0)
     assert [s["t"] for s in recent] == [1596.0, 1596.0, 1597.0, 1597.0, 1598.0, 1598.0, 1599.0, 1599.0]
     assert len(store.utilisation_series(sid, run_id=run_id, max_points=10_000)) == 3000
+    assert store.add_utilisation_samples(sid, [SimpleNamespace(t=5000.0, source="cpu", metrics={"x": 1})]) == 1
+    assert store.utilisation_series(sid, since_t=4999.0)[0]["run_id"] is None
     with pytest.raises(ValueError):
         writer.add_sample({"x": 1}, "tpu")
 
@@ -271,6 +310,10 @@ def test_runs_and_outputs_round_trip(store: Store, run_id: int) -> None:
     run = store.get_run(run_id) or {}
     assert run["verify_cost"] == {1: 0.011, 4: 0.013} and run["alpha"] == 0.7 and run["status"] == "done"
     assert [r["id"] for r in store.list_runs(sid)] == [run_id, baseline]
+    store.finish_run(baseline, {"steps": 3}, tokens_per_s=41.5, mean_acceptance_length=1.0)
+    assert (store.get_run(baseline) or {})["tokens_per_s"] == 41.5
+    with pytest.raises(StoreError, match="does not exist"):
+        store.update_run(run_id + 1000, alpha=0.1)
     with pytest.raises(TypeError, match="unknown fields"):
         store.update_run(run_id, bogus=1)
     with pytest.raises(ValueError):
@@ -291,26 +334,23 @@ def test_steps_survive_in_sql_as_written(store: Store, run_id: int) -> None:
     with store.engine.connect() as conn:
         row = conn.execute(text("SELECT accept_mask, beta, gamma, accepted FROM steps")).one()
     assert (row.gamma, row.accepted) == (record.gamma, record.accepted)
-    assert row.accept_mask.replace(" ", "") == str(record.accept_mask).lower().replace(" ", "")
+    if store.engine.dialect.name == "sqlite":  # JSON is text on SQLite ...
+        assert row.accept_mask.replace(" ", "") == str(record.accept_mask).lower().replace(" ", "")
+    else:  # ... and a json column on PostgreSQL, which the driver parses
+        assert row.accept_mask == record.accept_mask and row.beta == pytest.approx(record.beta)
 
 
 def test_finish_run_takes_a_runner_summary(store: Store, run_id: int) -> None:
-    result = {  # the shape of engine.runner.summarise_run()
-        "tokens_per_s": 41.5,
-        "steps": 12,
-        "tokens": 40,
-        "mean_accepted_tokens": 2.4,
-        "alpha": 0.62,
-        "per_position_acceptance": [0.8, 0.6],
-        "c": 0.04,
-        "speedup_measured": 1.8,
-        "speedup_predicted": 1.9,
-        "verify_cost": {1: 1.0, 5: 1.12},
-        "method": "ngram",
-    }
-    store.finish_run(run_id, result, baseline_tokens_per_s=23.0)
+    from engine.session.summary import RunSummary
+
+    result = RunSummary(
+        tokens_per_s=41.5, steps=12, tokens=40, mean_acceptance_length=2.4, alpha=0.62,
+        per_position_acceptance=[0.8, 0.6], c=0.04, speedup_measured=1.8, speedup_predicted=1.9,
+        verify_cost={1: 1.0, 5: 1.12}, method="ngram",
+    )
+    store.finish_run(run_id, result.to_dict(), **result.columns(), baseline_tokens_per_s=23.0)
     run = store.get_run(run_id) or {}
-    assert (run["status"], run["mean_accepted"], run["alpha"], run["baseline_tokens_per_s"]) == (
+    assert (run["status"], run["mean_acceptance_length"], run["alpha"], run["baseline_tokens_per_s"]) == (
         "done",
         2.4,
         0.62,
@@ -322,7 +362,7 @@ def test_finish_run_takes_a_runner_summary(store: Store, run_id: int) -> None:
 
 def test_samples_from_objects(store: Store, run_id: int) -> None:
     sid = (store.get_run(run_id) or {})["session_id"]
-    sample = SimpleNamespace(t=5.0, source="cpu", metrics={"cpu_percent": 12})  # like engine.telemetry.Sample
+    sample = SimpleNamespace(t=5.0, source="cpu", metrics={"cpu_percent": 12})  # like engine.measure.telemetry.Sample
     assert store.add_utilisation_samples(sid, [sample, {"t": 6.0, "source": "nvml", "metrics": {"gpu": 3}}]) == 2
     series = store.utilisation_series(sid)
     assert [(s["t"], s["source"], s["run_id"]) for s in series] == [(5.0, "cpu", None), (6.0, "nvml", None)]

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pynvml
 
-from engine import hardware, telemetry
-from engine.hardware import describe_hardware
-from engine.telemetry import (
+from engine.measure import hardware, telemetry
+from engine.measure.hardware import describe_hardware
+from engine.measure.telemetry import (
     CPU_METRICS,
     TelemetryUnavailable,
     UtilisationSampler,
@@ -178,7 +178,7 @@ def test_samples_are_bounded_and_callback_errors_do_not_stop_sampling(caplog: py
         raise RuntimeError("boom")
 
     sampler = UtilisationSampler(interval_s=0.03, on_sample=bad_callback, force_source="cpu", max_samples=3)
-    with caplog.at_level(logging.ERROR, logger="engine.telemetry"), sampler as s:
+    with caplog.at_level(logging.ERROR, logger="engine.measure.telemetry"), sampler as s:
         deadline = time.monotonic() + 3.0
         while (latest := s.latest()) is None or latest.t < 0.3:
             assert time.monotonic() < deadline
@@ -334,7 +334,7 @@ def test_nvml_per_metric_failure_disables_only_that_metric(
     monkeypatch.delattr(pynvml, "nvmlDeviceGetClockInfo")  # a binding without the call
     seen: list[tuple[str, dict[str, float]]] = []
     sampler = UtilisationSampler(interval_s=0.03, on_sample=lambda t, src, m: seen.append((src, m)))
-    with caplog.at_level(logging.WARNING, logger="engine.telemetry"), sampler as s:
+    with caplog.at_level(logging.WARNING, logger="engine.measure.telemetry"), sampler as s:
         assert s.source == "nvml"
         assert s.describe() == "NVML: Fake GPU X1 (GPU 0)"
         wait_for_samples(s, 4)
@@ -369,7 +369,7 @@ def test_nvml_all_metrics_and_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_nvml_gpm_metrics(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     fake = FakeNvml(monkeypatch, gpm=True)
-    with caplog.at_level(logging.WARNING, logger="engine.telemetry"), UtilisationSampler(interval_s=0.03) as s:
+    with caplog.at_level(logging.WARNING, logger="engine.measure.telemetry"), UtilisationSampler(interval_s=0.03) as s:
         assert s.describe() == "NVML: Fake GPU X1 (GPU 0, GPM on)"
         wait_for_samples(s, 4)
     for sample in s.samples:

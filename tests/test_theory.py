@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from engine.theory import (  # noqa: E402
+from engine.analysis.theory import (  # noqa: E402
     COMPUTE_BOUND,
     MEMORY_BOUND,
     alpha_from_mean_accepted,

@@ -1,6 +1,6 @@
 """The decoding worker end to end: real SQLite files, real worker processes, tiny in-process models.
 
-Every test points SPECTUNE_HOME at its own tmp_path. In-process tests call engine.worker.serve(); the
+Every test points SPECTUNE_HOME at its own tmp_path. In-process tests call engine.service.worker.serve(); the
 crash, concurrency and CLI tests start `python -m engine worker` / `submit` / ... as subprocesses.
 """
 
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from sqlalchemy import text  # noqa: E402
 
-from engine.jobs import submit_session  # noqa: E402
-from engine.settings import SweepSettings  # noqa: E402
+from engine.service.jobs import submit_session  # noqa: E402
+from engine.session.spec import SessionSpec  # noqa: E402
 from store import Store, open_store  # noqa: E402
 
 TARGET = "tiny:1:48:2:64"
@@ -87,12 +87,11 @@ def queue(
     target: str = TARGET,
     name: str | None = None,
 ) -> int:
-    settings = SweepSettings(
-        target=target, drafts=list(drafts), gammas=list(gammas), max_new_tokens=max_new_tokens, dtype=DTYPE
+    settings = SessionSpec(
+        target=target, drafts=list(drafts), gammas=list(gammas), max_new_tokens=max_new_tokens, dtype=DTYPE,
+        detect_regime=detect_regime,
     )
-    return submit_session(
-        store, settings, prompt_set(store, prompts), prompts, name, options={"detect_regime": detect_regime}
-    )
+    return submit_session(store, settings, prompt_set(store, prompts), prompts, name)
 
 
 def queue_long(store: Store, prompts: int = 6) -> int:
@@ -156,8 +155,8 @@ def worker_log(home: Path) -> str:
 
 
 def serve_in_thread(home: Path) -> tuple[threading.Thread, dict[str, Any]]:
-    """engine.worker.serve(once=True) on its own Store in a background thread."""
-    from engine.worker import serve
+    """engine.service.worker.serve(once=True) on its own Store in a background thread."""
+    from engine.service.worker import serve
 
     result: dict[str, Any] = {}
 
@@ -179,7 +178,7 @@ def serve_in_thread(home: Path) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 def test_queued_session_runs_to_done(store: Store) -> None:
-    from engine.worker import serve
+    from engine.service.worker import serve
 
     sid = queue(store, prompts=4, drafts=(DRAFT, "ngram"), gammas=(1, 2), max_new_tokens=64)
     assert store.get_session(sid)["status"] == "queued"
@@ -221,7 +220,7 @@ def test_queued_session_runs_to_done(store: Store) -> None:
 
     samples = store.utilisation_series(sid)
     assert samples, "no utilisation samples were stored"
-    from engine.telemetry import nvml_available
+    from engine.measure.telemetry import nvml_available
 
     expected = "nvml" if nvml_available() else "cpu"  # "cpu" on a machine without an NVIDIA driver
     assert {s["source"] for s in samples} == {expected}
@@ -236,7 +235,7 @@ def test_queued_session_runs_to_done(store: Store) -> None:
 
 
 def test_regime_is_detected_when_asked(store: Store) -> None:
-    from engine.worker import serve
+    from engine.service.worker import serve
 
     sid = queue(store, prompts=2, drafts=("ngram",), gammas=(1, 2), max_new_tokens=16, detect_regime=True)
     serve(store, once=True)
@@ -253,36 +252,36 @@ def test_regime_is_detected_when_asked(store: Store) -> None:
     assert roof["achieved_bandwidth"] > 0 and roof["achieved_flops"] > 0
     assert 0 < roof["bandwidth_fraction"] and 0 < roof["flops_fraction"]
     assert any(e.startswith("roofline:") for e in regime["evidence"])
-    from engine.telemetry import nvml_available
+    from engine.measure.telemetry import nvml_available
 
     if not nvml_available():
         assert regime["nvml"] is None  # no GPU: the cross-check is skipped, not faked
 
 
 def test_worker_keeps_models_loaded_between_sessions(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.tiny
-    import engine.worker
+    import engine.models.pool
+    import engine.service.worker
 
     loads: list[str] = []
-    real_load = engine.tiny.load_tiny
+    real_load = engine.models.pool.load_tiny
 
     def counting_load(ref: str, *args: Any, **kwargs: Any) -> Any:
         loads.append(ref)
         return real_load(ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.tiny, "load_tiny", counting_load)
+    monkeypatch.setattr(engine.models.pool, "load_tiny", counting_load)
     seen: list[tuple[int, dict[tuple, int], int]] = []  # (pool id, {key: model id}, loads so far) per session
-    real_run_session = engine.worker.run_session
+    real_run_session = engine.service.worker.run_session
 
     def recording_run_session(store_: Any, session: dict, pool: Any, worker_id: str) -> str:
         state = real_run_session(store_, session, pool, worker_id)
         seen.append((id(pool), {k: id(v) for k, v in pool._models.items()}, len(loads)))
         return state
 
-    monkeypatch.setattr(engine.worker, "run_session", recording_run_session)
+    monkeypatch.setattr(engine.service.worker, "run_session", recording_run_session)
     first = queue(store, prompts=2, drafts=(DRAFT,), gammas=(1,))
     second = queue(store, prompts=3, drafts=(DRAFT,), gammas=(2,))
-    assert engine.worker.serve(store, once=True) == 2
+    assert engine.service.worker.serve(store, once=True) == 2
 
     assert store.get_session(first)["status"] == "done"
     assert store.get_session(second)["status"] == "done"

@@ -1,6 +1,6 @@
 """Run: queue a tuning session (target × drafts × γ × temperatures on a prompt set) and watch it live.
 
-This page never loads a model: "Start session" validates and queues (engine.jobs.submit_session)
+This page never loads a model: "Start session" validates and queues (engine.service.jobs.submit_session)
 and makes sure the background worker is running; the live view is a fragment that re-reads the
 store about once a second without rerunning the page. The watched session id lives in the URL
 (?session=N), so a refresh picks up where it was and several tabs can watch different sessions.
@@ -19,9 +19,9 @@ import streamlit as st  # noqa: E402
 
 from app import charts, common, data  # noqa: E402
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape  # noqa: E402
-from engine.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from engine.errors import SettingsError  # noqa: E402
-from engine.settings import SweepSettings  # noqa: E402
+from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
+from engine.session.spec import SessionSpec  # noqa: E402
 
 common.page_setup("Run")
 st.title("▶️ Run a tuning session")
@@ -123,8 +123,8 @@ with st.form("new_session", border=True):
     submitted = st.form_submit_button("Start session", type="primary", key="start_session")
 
 
-def _settings_from_form() -> tuple[SweepSettings, int, int]:
-    """The form as SweepSettings; SettingsError naming the first problem."""
+def _settings_from_form() -> tuple[SessionSpec, int, int]:
+    """The form as SessionSpec; SettingsError naming the first problem."""
     if prompt_set_id is None:
         raise SettingsError("no prompt set chosen: import one on the Prompts page first")
     target = (target_text or "").strip() or target_choice
@@ -135,7 +135,7 @@ def _settings_from_form() -> tuple[SweepSettings, int, int]:
     if not gammas:
         raise SettingsError("no γ chosen: pick γ values or type them, e.g. 1,2,4,8")
     temps = data.parse_float_list(temps_text or "", "temperature")
-    settings = SweepSettings(
+    settings = SessionSpec(
         target=target,
         drafts=drafts,
         gammas=gammas,
@@ -148,17 +148,18 @@ def _settings_from_form() -> tuple[SweepSettings, int, int]:
         device=device,
         chat_template=bool(chat_template),
         measure_verify_cost=bool(measure_verify),
+        detect_regime=bool(detect_regime),
+        serving_batch=int(serving_batch),
     )
     return settings, int(prompt_set_id), int(n_prompts)
 
 
 if submitted:
     try:
-        from engine.jobs import submit_session
+        from engine.service.jobs import submit_session
 
         settings, set_id, count = _settings_from_form()
-        options = {"detect_regime": bool(detect_regime), "serving_batch": int(serving_batch)}
-        session_id = submit_session(store, settings, set_id, count, name or None, options=options)
+        session_id = submit_session(store, settings, set_id, count, name or None)
     except Exception as exc:  # noqa: BLE001 - one line, nothing queued
         common.show_error(exc, "start the session")
     else:
@@ -188,12 +189,12 @@ def _live_numbers(run: dict[str, Any] | None, final: bool) -> dict[str, Any]:
     progress = store.run_progress(run["id"])
     numbers = {
         "tokens_per_s": progress["tokens_per_s"],
-        "alpha": progress["acceptance_rate"],
-        "mean_accepted": progress["mean_accepted"],
+        "draft_acceptance_rate": progress["draft_acceptance_rate"],
+        "mean_acceptance_length": progress["mean_acceptance_length"],
         "steps": progress["steps"],
     }
     if final:
-        for key in ("tokens_per_s", "alpha"):
+        for key in ("tokens_per_s", "mean_acceptance_length"):
             if run.get(key) is not None:
                 numbers[key] = run[key]
     return numbers
@@ -271,8 +272,8 @@ def render_session(session_id: int, live: bool, started_as: str | None = None) -
     m[0].metric("Tokens/s", fmt_num(tps, 1), delta=delta)
     m[1].metric("Baseline tokens/s", fmt_num(base_tps, 1))
     is_spec = current.get("kind") == "speculative"
-    m[2].metric("α (running)", fmt_num(now.get("alpha"), 3) if is_spec else "—")
-    m[3].metric("Mean accepted / step", fmt_num(now.get("mean_accepted"), 2) if is_spec else "—")
+    m[2].metric("Draft acceptance rate", fmt_num(now.get("draft_acceptance_rate"), 3) if is_spec else "—")
+    m[3].metric("Mean acceptance length", fmt_num(now.get("mean_acceptance_length"), 2) if is_spec else "—")
     m[4].metric("Steps logged", now.get("steps") or 0)
 
     left, right = st.columns(2)

@@ -28,7 +28,7 @@ OPEN = "sessions_open"
 NUMBER = st.column_config.NumberColumn
 RUN_COLUMN_CONFIG = {
     "α": NUMBER(format="%.3f"),
-    "tokens / call": NUMBER(format="%.2f", help="mean tokens emitted per target forward (accepted + 1)"),
+    "mean acceptance length": NUMBER(format="%.2f", help="tokens per target call (accepted + 1)"),
     "c": NUMBER(format="%.3f"),
     "tokens/s": NUMBER(format="%.1f"),
     "baseline tokens/s": NUMBER(format="%.1f"),

@@ -1,6 +1,6 @@
 """Theory: the two theorems side by side — the latency win (Thm 3.8) and the arithmetic bill (Thm 3.11).
 
-Every number comes from engine.theory; the chapter's tables are recomputed, not copied.
+Every number comes from engine.analysis.theory; the chapter's tables are recomputed, not copied.
 """
 
 import sys
@@ -13,7 +13,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app import charts, common, theory_tables  # noqa: E402
-from engine.theory import crossover_gamma  # noqa: E402
+from engine.analysis.theory import crossover_gamma  # noqa: E402
 
 common.page_setup("Theory")
 st.title("📐 Theory: speed vs arithmetic")

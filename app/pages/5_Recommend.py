@@ -3,7 +3,7 @@
 Pick finished sessions, an objective, the serving batch size and (optionally) a price; the page
 shows the regime with its evidence, the crossover table for the measured α with the recommended γ
 highlighted, the draft comparison, the γ-by-batch schedule, and one export per serving engine.
-Everything is computed from the store by pure engine functions (engine.evidence / recommend /
+Everything is computed from the store by pure engine functions (engine.service.evidence / recommend /
 export / regime classifiers): no model is loaded here. Preselected sessions: ?session=N or N,M.
 """
 
@@ -21,12 +21,12 @@ import streamlit as st  # noqa: E402
 from app import charts, common  # noqa: E402
 from app import recommend_view as rv  # noqa: E402
 from app.common import md_escape  # noqa: E402
+from engine.analysis.export import FORMATS, export  # noqa: E402
+from engine.analysis.recommend import crossover_from_curve, gamma_curve  # noqa: E402
+from engine.analysis.regime import RegimeReport  # noqa: E402
+from engine.analysis.theory import COMPUTE_BOUND  # noqa: E402
 from engine.errors import SpectuneError  # noqa: E402
-from engine.evidence import recommend_from_store  # noqa: E402
-from engine.export import FORMATS, export  # noqa: E402
-from engine.recommend import crossover_from_curve, gamma_curve  # noqa: E402
-from engine.regime import RegimeReport  # noqa: E402
-from engine.theory import COMPUTE_BOUND  # noqa: E402
+from engine.service.evidence import recommend_from_store  # noqa: E402
 
 common.page_setup("Recommend")
 st.title("🎯 Recommendation and export")
@@ -300,7 +300,7 @@ def show_crossover(rec: Any, ev: Any) -> None:
 
     styled = table.style.apply(_style, axis=1).format(
         {
-            "tokens / call": "{:.2f}",
+            "mean acceptance length": "{:.2f}",
             "speedup (model)": "{:.2f}×",
             "speedup (calibrated)": "{:.2f}×",
             "speedup (Thm 3.8, one α)": "{:.2f}×",

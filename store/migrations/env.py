@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+from store.db import make_engine
 from store.models import Base
 
 config = context.config
@@ -43,8 +44,6 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    from store.db import make_engine
-
     engine = make_engine(config.get_main_option("sqlalchemy.url") or None)
     try:
         with engine.connect() as conn:

@@ -1,0 +1,1 @@
+"""The decoding loop and its parts: verification, proposals, the KV cache, sampling, step records."""

@@ -1,0 +1,54 @@
+"""What the loop asks of a draft source: the DraftSource protocol, a Proposal, and NoDraft (γ = 0).
+
+A draft source proposes up to γ next tokens for the target to verify (cf. transformers' CandidateGenerator).
+It may return the distribution q it sampled each token from (a draft model at temperature > 0) or None,
+meaning the proposal is a deterministic function of the context (n-gram lookup, re-tokenised drafts,
+any greedy draft): rejection sampling then uses a one-hot q, which keeps the output exactly the
+target's distribution whatever the proposal mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.core.sampling import SamplingConfig
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    q: torch.Tensor | None  # (len(tokens), V) float32, or None for a deterministic proposal
+    forwards: int  # draft model forward calls spent
+
+
+class DraftSource(Protocol):
+    name: str
+    method: str  # "draft_model" | "ngram" | "none"
+
+    def start(self, prompt_ids: list[int]) -> None:
+        """Forget all state: a new prompt begins."""
+
+    def propose(self, tokens: list[int], gamma: int, cfg: SamplingConfig, gen: torch.Generator | None) -> Proposal:
+        """Propose up to `gamma` tokens that continue `tokens` (prompt + output so far)."""
+
+    def commit(self, n_valid: int) -> None:
+        """Only tokens[:n_valid] of the last proposal's context are final; drop cached state past it."""
+
+
+class NoDraft:
+    """Target alone: the autoregressive baseline runs through the same loop with γ = 0."""
+
+    name = "none"
+    method = "none"
+
+    def start(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def propose(self, tokens: list[int], gamma: int, cfg: SamplingConfig, gen: torch.Generator | None) -> Proposal:
+        return Proposal([], None, 0)
+
+    def commit(self, n_valid: int) -> None:
+        pass

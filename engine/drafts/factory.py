@@ -1,0 +1,31 @@
+"""Build the draft source a reference names: 'none', 'ngram[:MIN-MAX]', or a model reference."""
+
+from __future__ import annotations
+
+from engine.core.model import LoadedModel
+from engine.core.proposal import DraftSource, NoDraft
+from engine.drafts.model import ModelDraft
+from engine.drafts.ngram import NgramDraft
+from engine.drafts.refs import parse_ngram_spec
+from engine.drafts.retokenize import RetokenizingDraft, same_tokenizer
+from engine.errors import ModelError
+
+
+def make_draft(
+    ref: str,
+    target: LoadedModel,
+    loader: object,
+    allow_retokenize: bool = True,
+) -> DraftSource:
+    """Build the draft source a CLI/UI reference names: 'none', 'ngram', or a model reference."""
+    if ref == "none":
+        return NoDraft()
+    if ref == "ngram" or ref.startswith("ngram:"):
+        lo, hi = parse_ngram_spec(ref)
+        return NgramDraft(max_ngram=hi, min_ngram=lo)
+    draft_model = loader(ref)
+    if same_tokenizer(draft_model.tokenizer, target.tokenizer):
+        return ModelDraft(draft_model, target.vocab_size, name=ref)
+    if not allow_retokenize:
+        raise ModelError(f"draft '{ref}' uses a different tokenizer from the target '{target.ref}'")
+    return RetokenizingDraft(draft_model, target.tokenizer, name=ref)

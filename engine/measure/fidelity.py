@@ -1,0 +1,65 @@
+"""Is the speculative output the target's? "Within hardware numerics", and we say which.
+
+A (γ+1)-token verify forward sums in a different order than γ+1 single-token steps, so logits
+differ by rounding noise. At greedy near-ties that noise can flip the argmax. We compare the
+speculative output with the target alone; at the first divergence we read the target-alone logit
+margin between its token and the speculative one. A margin within the dtype's noise tolerance is a
+numerical near-tie; anything larger is a bug.
+
+Tolerances (absolute, in logits) were set from measurement on the bundled Qwen2.5-Coder pair on
+CPU (bench/numerics_noise.py): the largest |logit difference| between a 9-token verify forward and
+the same positions decoded one token at a time. bf16 (7-bit mantissa, ~0.4% relative rounding on
+logits of magnitude 10–30) showed noise up to ~0.23; fp16 has 3 more mantissa bits; fp32 showed
+no noise at all on CPU (identical logits). Each tolerance is several times the observed maximum,
+so a real near-tie is never called a bug, yet below the margins of ordinary greedy choices.
+"""
+
+from __future__ import annotations
+
+from engine.core.records import Divergence, PromptOutput
+
+TOLERANCE = {"bfloat16": 1.0, "float16": 0.25, "float32": 0.01}
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    if len(a) != len(b):
+        return min(len(a), len(b))
+    return None
+
+
+def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, greedy: bool) -> Divergence:
+    """Compare a speculative output with the target alone (whose top logits were recorded)."""
+    pos = first_divergence(baseline.token_ids, speculative.token_ids)
+    if pos is None:
+        return Divergence(prompt_id=speculative.prompt_id, identical=True)
+    if not greedy:
+        return Divergence(prompt_id=speculative.prompt_id, identical=False, position=pos, verdict="not-applicable")
+    tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
+    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or baseline.top_logits is None:
+        # one stopped (EOS or length) where the other went on: a token choice of EOS that we cannot score
+        return Divergence(
+            prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug"
+        )
+    target_token = baseline.token_ids[pos]
+    spec_token = speculative.token_ids[pos]
+    values = [float(x) for x in baseline.top_logits[pos]]
+    ids = [int(x) for x in baseline.top_ids[pos]] if baseline.top_ids is not None else []
+    top = values[ids.index(target_token)] if target_token in ids else values[0]
+    if spec_token in ids:
+        margin = top - values[ids.index(spec_token)]
+    else:
+        margin = top - values[-1]  # a lower bound: the speculative token is not even in the top-k
+    verdict = "near-tie" if margin <= tol else "bug"
+    return Divergence(
+        prompt_id=speculative.prompt_id,
+        identical=False,
+        position=pos,
+        target_token=target_token,
+        speculative_token=spec_token,
+        margin=round(margin, 6),
+        tolerance=tol,
+        verdict=verdict,
+    )

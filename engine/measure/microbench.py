@@ -1,0 +1,158 @@
+"""Micro-benchmarks on the real device: copy bandwidth, matmul peak, and a batch sweep of decode steps."""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A step "grows about linearly" from b_prev to b when t(b)/t(b_prev) >= LINEAR_FRACTION * (b/b_prev).
+# 0.8 of proportional growth: a memory-bound step grows far less (doubling rows adds a few percent:
+# only activations and KV reads grow, not the weight stream), a compute-bound one grows almost fully
+# proportionally; 0.8 leaves room for timing noise and for the fixed share that never vanishes.
+LINEAR_FRACTION = 0.8
+
+
+def growth_fractions(batch_sizes: Sequence[int], times: Sequence[float]) -> list[float]:
+    return [(times[i + 1] / times[i]) / (batch_sizes[i + 1] / batch_sizes[i]) for i in range(len(times) - 1)]
+
+
+def measure_copy_bandwidth(device: str = "cpu", nbytes: int | None = None, reps: int = 5) -> float:
+    """Achievable memory bandwidth in bytes/s from a device-to-device tensor copy (read + write counted).
+
+    Best of `reps` copies, after a warm-up. Defaults: 32 MiB on CPU (well under a second), 1 GiB on
+    CUDA (large enough to defeat caches).
+    """
+    import torch
+
+    from engine.core.kvcache import sync
+
+    if nbytes is None:
+        nbytes = (1 << 30) if str(device).startswith("cuda") else (32 << 20)
+    n = max(nbytes // 4, 1)
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync(device)
+    best = float("inf")
+    for _ in range(max(reps, 1)):
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n * 4 / best
+
+
+def measure_matmul_flops(device: str = "cpu", n: int | None = None, reps: int = 3, dtype: Any = None) -> float:
+    """Achievable FLOP/s from an n×n matmul (2n³ FLOPs), best of `reps` after a warm-up.
+
+    Defaults: n=256 float32 on CPU (milliseconds), n=8192 bfloat16 on CUDA (tensor cores).
+    """
+    import torch
+
+    from engine.core.kvcache import sync
+
+    cuda = str(device).startswith("cuda")
+    if n is None:
+        n = 8192 if cuda else 256
+    if dtype is None:
+        dtype = torch.bfloat16 if cuda else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    torch.matmul(a, b)
+    sync(device)
+    best = float("inf")
+    for _ in range(max(reps, 1)):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n**3 / best
+
+
+@dataclass
+class BatchSweep:
+    """Raw timings from batch_sweep(); judge them with classify_batch_sweep()."""
+
+    batch_sizes: list[int]
+    step_times_s: list[float]
+    input_len: int
+    device: str
+    reps: int
+    stopped_early: bool
+
+
+def batch_sweep(
+    model: Any,
+    input_len: int = 32,
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    reps: int = 3,
+    device: str | None = None,
+    stop_when_linear: bool = True,
+    linear_fraction: float = LINEAR_FRACTION,
+    seed: int = 0,
+) -> BatchSweep:
+    """Time one decode step of a HF causal LM at each batch size (median of `reps`, after a warm-up).
+
+    Each batch gets a random context of `input_len` tokens prefilled into a DynamicCache; each rep
+    then runs a 1-token step per row and crops the cache back, so every rep times the same shape.
+    The forward's cache keyword is `cache=` in transformers 5.x (`past_key_values=` before); it is
+    read from the signature. Stops once two consecutive doublings grow about linearly (the knee is
+    confirmed), because larger batches only cost time.
+    """
+    import torch
+
+    from engine.core.kvcache import new_cache, sync
+
+    params = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    if device is None:
+        device = str(next(model.parameters()).device)
+    vocab = int(model.config.vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    sizes = sorted({int(b) for b in batch_sizes})
+    measured_b: list[int] = []
+    measured_t: list[float] = []
+    stopped = False
+    for b in sizes:
+        ids = torch.randint(0, vocab, (b, input_len), generator=generator).to(device)
+        cache = new_cache(model.config)
+        times: list[float] = []
+        with torch.inference_mode():
+            keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no (b, len, vocab) logits
+            out = model(input_ids=ids, use_cache=True, **{cache_kw: cache}, **keep)
+            for attr in ("cache", "past_key_values"):
+                returned = getattr(out, attr, None)
+                if returned is not None:
+                    cache = returned
+                    break
+            step_ids = out.logits[:, -1:].argmax(-1)
+            for rep in range(reps + 1):  # rep 0 is the warm-up
+                sync(device)
+                start = time.perf_counter()
+                model(input_ids=step_ids, use_cache=True, **{cache_kw: cache})
+                sync(device)
+                elapsed = time.perf_counter() - start
+                extra = cache.get_seq_length() - input_len
+                if extra > 0:  # a negative crop removes that many tokens in every transformers version
+                    cache.crop(-extra)
+                if rep:
+                    times.append(elapsed)
+        measured_b.append(b)
+        measured_t.append(statistics.median(times) if times else elapsed)
+        if stop_when_linear and len(measured_t) >= 3 and b != sizes[-1]:
+            growth = growth_fractions(measured_b[-3:], measured_t[-3:])
+            if all(g >= linear_fraction for g in growth):
+                stopped = True
+                break
+    return BatchSweep(
+        batch_sizes=measured_b,
+        step_times_s=measured_t,
+        input_len=input_len,
+        device=str(device),
+        reps=reps,
+        stopped_early=stopped,
+    )

@@ -1,0 +1,1 @@
+"""The process boundary: worker, job queue, CLI, and the only code in engine/ that touches the store."""

@@ -1,0 +1,242 @@
+"""`python -m engine …`: run, theory, crossover, prepare, and the worker/queue commands.
+
+Every user error (bad argument, missing file, unknown model, out-of-range setting) is one clear
+line on stderr and exit code 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import SpectuneError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line: 'spectune: error: …' and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _dtype(value: str) -> str:
+    if value not in ("float32", "bfloat16", "float16"):
+        raise argparse.ArgumentTypeError(f"'{value}' is not one of float32, bfloat16, float16")
+    return value
+
+
+def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
+    p.add_argument("--target", default="qwen2.5-coder-1.5b", help="bundled name, .gguf path, model dir or id")
+    p.add_argument("--draft", default=None if multi else "qwen2.5-coder-0.5b", action="append" if multi else "store",
+                   help="draft model reference, 'ngram', or 'none' (target alone)" + (" (repeatable)" if multi else ""))
+    p.add_argument("--prompts", required=True, help="plain text (one prompt a line) or JSONL with prompt/turns")
+    p.add_argument("--gamma", type=int, default=None if multi else 4, action="append" if multi else "store")
+    p.add_argument("--temperature", type=float, default=None if multi else 0.0, action="append" if multi else "store")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", type=_dtype, default="bfloat16")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description="spectune engine: measure speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="decode prompts with a target and a draft; write a JSON report")
+    _add_run_options(run, multi=False)
+    run.add_argument("--json", dest="json_out", required=True, help="where to write the report")
+
+    theory = sub.add_parser("theory", help="Theorem 3.8 speedup and Theorem 3.11 operations multiplier")
+    theory.add_argument("--alpha", type=float, required=True)
+    theory.add_argument("--gamma", type=int, required=True)
+    theory.add_argument("--c", type=float, default=0.0)
+    theory.add_argument("--c-hat", type=float, default=0.0)
+
+    cross = sub.add_parser("crossover", help="the γ at which the operations multiplier overtakes the speedup")
+    cross.add_argument("--alpha", type=float, required=True)
+    cross.add_argument("--c", type=float, default=0.0)
+    cross.add_argument("--max-gamma", type=int, default=32)
+
+    prep = sub.add_parser("prepare", help="assemble, verify and convert the bundled models")
+    prep.add_argument("models", nargs="*", help="bundled model names (default: all)")
+
+    from engine.service import queue_cli
+
+    queue_cli.add_commands(sub, _add_run_options)
+    return parser
+
+
+def _load_prompts(path: str, limit: int | None) -> list[Any]:
+    from engine.prompts import load_prompt_file
+    from engine.session.sweep import PromptText
+
+    result = load_prompt_file(Path(path))
+    for issue in result.issues:
+        where = f"line {issue.line}: " if issue.line else ""
+        print(f"warning: {path}: {where}{issue.message}", file=sys.stderr)
+    prompts = [PromptText(p.prompt_id, p.text, p.category) for p in result.prompts]
+    if limit is not None:
+        if limit < 1:
+            raise SpectuneError(f"--max-prompts {limit}: must be at least 1")
+        prompts = prompts[:limit]
+    return prompts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine.session.spec import SessionSpec, validate
+    from engine.session.sweep import run_sweep
+
+    draft = args.draft
+    settings = SessionSpec(
+        target=args.target,
+        drafts=[draft],
+        gammas=[args.gamma] if draft != "none" else [1],
+        temperatures=[args.temperature],
+        max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        chat_template=not args.no_chat_template,
+        measure_verify_cost=True,
+        trust_remote_code=args.trust_remote_code,
+    )
+    validate(settings)
+    out_path = Path(args.json_out)
+    if out_path.parent and not out_path.parent.exists():
+        raise SpectuneError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
+    prompts = _load_prompts(args.prompts, args.max_prompts)
+    report = run_sweep(settings, prompts)
+    flat = flatten_report(report, args.gamma)
+    out_path.write_text(json.dumps(flat, indent=2))
+    print(
+        f"{flat['draft']} γ={flat['gamma']} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
+        f"mean acceptance length={_fmt(flat['mean_acceptance_length'])} c={_fmt(flat['c'])} "
+        f"{flat['tokens_per_s']:.2f} tok/s vs {flat['baseline_tokens_per_s']:.2f} baseline "
+        f"(speedup {_fmt(flat['speedup_measured'])}× measured, {_fmt(flat['speedup_predicted'])}× predicted)"
+    )
+    return 0
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
+    """The CLI contract: one draft, one γ — the speculative run's figures at top level."""
+    base = report["baseline"]
+    run = report["runs"][0] if report["runs"] else None
+    src = run or base
+    outputs = src["outputs"]
+    divergences = run["divergences"] if run else [
+        {"prompt_id": o["prompt_id"], "identical": True, "verdict": "identical"} for o in outputs
+    ]
+    return {
+        "target": report["target"],
+        "draft": run["draft"] if run else "none",
+        "gamma": gamma if run else 0,
+        "temperature": run["temperature"] if run else 0.0,
+        "dtype": report["dtype"],
+        "device": report["device"],
+        "alpha": src.get("alpha"),
+        "alpha_from_acceptance_length": src.get("alpha_from_acceptance_length"),
+        "mean_acceptance_length": src.get("mean_acceptance_length"),
+        "draft_acceptance_rate": src.get("draft_acceptance_rate"),
+        "per_position_acceptance": src.get("per_position_acceptance", []),
+        "c": src.get("c"),
+        "verify_cost": report["verify_cost"],
+        "tokens_per_s": src["tokens_per_s"],
+        "baseline_tokens_per_s": base["tokens_per_s"],
+        "speedup_measured": src.get("speedup_measured"),
+        "speedup_predicted": src.get("speedup_predicted"),
+        "agreement_runs": src.get("agreement_runs", []),
+        "outputs": [
+            {"prompt_id": o["prompt_id"], "text": o["text"], "token_ids": o["token_ids"], "from_draft": o["from_draft"]}
+            for o in outputs
+        ],
+        "divergences": divergences,
+        "settings": report["settings"],
+    }
+
+
+def cmd_theory(args: argparse.Namespace) -> int:
+    from engine.analysis import theory
+
+    speed = theory.walltime_improvement(args.alpha, args.gamma, args.c)
+    ops = theory.operations_multiplier(args.alpha, args.gamma, args.c_hat)
+    tokens = theory.expected_tokens_per_call(args.alpha, args.gamma)
+    print(f"alpha={args.alpha} gamma={args.gamma} c={args.c} c_hat={args.c_hat}")
+    print(f"expected tokens per target call: {tokens:.2f}")
+    print(f"walltime improvement (Theorem 3.8): {speed:.2f}x")
+    print(f"operations multiplier (Theorem 3.11): {ops:.2f}x")
+    print(f"cost per token, memory-bound: {100 * (1 / speed - 1):+.0f}%; compute-bound: {100 * (ops - 1):+.0f}%")
+    return 0
+
+
+def cmd_crossover(args: argparse.Namespace) -> int:
+    from engine.analysis import theory
+
+    g = theory.crossover_gamma(args.alpha, c=args.c, max_gamma=args.max_gamma)
+    if g is None:
+        print(f"alpha={args.alpha}: no crossover below gamma={args.max_gamma}")
+        return 0
+    print(f"alpha={args.alpha}: crossover at gamma={g}")
+    if g > 1:
+        speed = theory.walltime_improvement(args.alpha, g - 1, args.c)
+        ops = theory.operations_multiplier(args.alpha, g - 1)
+        print(f"just before it, gamma={g - 1}: {speed:.2f}x speed, {ops:.2f}x ops")
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from engine.models.bundled import BUNDLED
+    from engine.models.loading import prepare_bundled
+
+    names = args.models or list(BUNDLED)
+    for name in names:
+        if name not in BUNDLED:
+            raise SpectuneError(f"unknown bundled model '{name}'; known: {', '.join(BUNDLED)}")
+        print(f"{name}: {prepare_bundled(name)}", flush=True)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from engine.service import queue_cli
+
+    handler = COMMANDS.get(args.command) or queue_cli.COMMANDS[args.command]
+    try:
+        return handler(args)
+    except SpectuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # out-of-domain numbers (e.g. α outside [0, 1]) from the theory module
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, not a user error: one line, the traceback only on request
+        if os.environ.get("SPECTUNE_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = "(set SPECTUNE_DEBUG=1 for the traceback)"
+        print(f"internal error: {type(exc).__name__}: {first} {hint}", file=sys.stderr)
+        return 1

@@ -1,0 +1,139 @@
+"""Queueing sessions: validate settings and model references up front, then hand them to the worker.
+
+Everything here is cheap (no model weights are loaded), so the dashboard can call it in its own
+script run: a bad γ or a missing model path is refused before a session ever exists.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelError, SettingsError
+from engine.models.bundled import BUNDLED
+from engine.session.spec import SessionSpec, validate
+from foundation.paths import default_database_url
+
+
+def open_app_store(url: str | None = None) -> Any:
+    from store import open_store
+
+    return open_store(url or default_database_url())
+
+
+def check_model_ref(ref: str, role: str = "model") -> str | None:
+    """An error message for a model reference that cannot work offline, or None if it looks loadable."""
+    ref = (ref or "").strip()
+    if not ref:
+        return f"no {role} given"
+    if ref in BUNDLED:
+        return None
+    if ref.startswith("tiny:"):
+        from engine.models.tiny import parse_tiny_ref
+
+        try:
+            parse_tiny_ref(ref)
+        except ModelError as exc:
+            return str(exc)
+        return None
+    if role == "draft" and ref == "none":
+        return None
+    if role == "draft" and (ref == "ngram" or ref.startswith("ngram:")):
+        from engine.drafts.refs import parse_ngram_spec
+
+        try:
+            parse_ngram_spec(ref)
+        except SettingsError as exc:
+            return str(exc)
+        return None
+    path = Path(ref).expanduser()
+    if ref.endswith(".gguf"):
+        if not path.is_file():
+            return f"{role} file not found: {ref}"
+        from engine.models.loading import _check_gguf_header
+
+        try:
+            _check_gguf_header(path)
+        except ModelError as exc:
+            return str(exc)
+        return None
+    if path.exists():
+        if not path.is_dir():
+            return f"{ref}: not a model directory or .gguf file"
+        if not (path / "config.json").is_file():
+            return f"{ref}: directory is not a model (no config.json)"
+        return None
+    if ref.startswith((".", "/", "~")):
+        return f"{role} path not found: {ref}"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(ref, "config.json"), str):
+            return None
+    except Exception:  # an id huggingface_hub rejects as malformed
+        pass
+    return (
+        f"'{ref}' is not a bundled model, a local path, or a model id in the local cache; "
+        "it cannot be fetched offline"
+    )
+
+
+
+def validate_submission(settings: SessionSpec, n_prompts: int) -> None:
+    """Every check that needs no model weights: settings ranges and that each model reference can load."""
+    validate(settings, n_prompts)
+    problem = check_model_ref(settings.target, "target")
+    if problem:
+        raise ModelError(problem)
+    for draft in settings.drafts:
+        problem = check_model_ref(draft, "draft")
+        if problem:
+            raise ModelError(problem)
+
+
+def submit_session(
+    store: Any,
+    settings: SessionSpec,
+    prompt_set_id: int,
+    n_prompts: int | None = None,
+    name: str | None = None,
+) -> int:
+    """Validate and queue a session; raises SettingsError/ModelError with one clear line."""
+    prompt_set = store.get_prompt_set(prompt_set_id)
+    if prompt_set is None:
+        raise SettingsError(f"prompt set {prompt_set_id} does not exist")
+    available = int(prompt_set.get("n_prompts") or 0)
+    if n_prompts is not None and n_prompts < 1:
+        raise SettingsError(f"number of prompts = {n_prompts}: must be at least 1")
+    count = min(n_prompts or available, available)
+    validate_submission(settings, count)
+    named = {"name": name.strip()} if name and name.strip() else {}
+    return store.create_session(**named, **settings.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
+
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(ref: str) -> Any:
+    if ref.startswith("tiny:"):
+        from engine.models.tiny import parse_tiny_ref, tiny_tokenizer
+
+        return tiny_tokenizer(parse_tiny_ref(ref)[1])
+    from transformers import AutoTokenizer
+
+    from engine.models.loading import converted_dir
+
+    if ref in BUNDLED:
+        location = converted_dir(ref)
+        if not (location / "spectune-source.json").is_file():
+            raise ModelError(f"{ref} is not prepared yet (run `python -m engine prepare`)")
+        return AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+    if ref.endswith(".gguf"):
+        raise ModelError("token strings for a .gguf reference need its converted cache; showing plain text")
+    return AutoTokenizer.from_pretrained(ref, local_files_only=True)
+
+
+def token_strings(target_ref: str, token_ids: list[int]) -> list[str]:
+    """Per-token text for highlighting; loads only the tokenizer (cheap), never the weights."""
+    tok = _tokenizer(target_ref)
+    return [tok.decode([t], skip_special_tokens=False) for t in token_ids]

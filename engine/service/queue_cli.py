@@ -1,0 +1,150 @@
+"""CLI commands that talk to the store: worker, submit, sessions, recommend.
+
+They let a headless GPU box be tuned without a browser: queue a session, run the worker, list
+what happened, and export the recommended config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("vllm", "sglang", "transformers", "llamacpp", "spectune")
+
+
+def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, bool], None]) -> None:
+    """Register the queue commands on the main parser."""
+    worker = sub.add_parser("worker", help="run queued sessions (long-lived; keeps models loaded)")
+    worker.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    worker.add_argument("--max-sessions", type=int, default=None)
+
+    submit = sub.add_parser(
+        "submit", help="queue a session (same options as run; repeat --draft/--gamma/--temperature)"
+    )
+    add_run_options(submit, True)
+    submit.add_argument("--name", default=None)
+    submit.add_argument("--serving-batch", type=int, default=1, help="batch size for regime detection")
+    submit.add_argument("--no-regime", action="store_true", help="skip the batch sweep after the session")
+
+    sessions = sub.add_parser("sessions", help="list sessions")
+    sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    rec = sub.add_parser("recommend", help="recommend γ and draft from finished sessions; export configs")
+    rec.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
+    rec.add_argument("--objective", default="latency", choices=["latency", "cost", "latency_within_budget"])
+    rec.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
+    rec.add_argument("--batch-size", type=int, default=1)
+    rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
+    rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
+    rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
+    rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
+
+
+def _defaults(values: list | None, default: Any) -> list:
+    """Repeatable options: the values given, or the single default."""
+    return list(values) if values else [default]
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from engine.service.worker import main_worker
+
+    return main_worker(once=args.once, max_sessions=args.max_sessions)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from engine.prompts import load_prompt_file
+    from engine.service.jobs import open_app_store, submit_session, validate_submission
+    from engine.session.spec import SessionSpec
+
+    drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
+    gammas = _defaults(args.gamma, 4)
+    temps = _defaults(args.temperature, 0.0)
+    settings = SessionSpec(
+        target=args.target, drafts=drafts, gammas=gammas, temperatures=temps, max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype, device=args.device,
+        chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
+        serving_batch=args.serving_batch, detect_regime=not args.no_regime,
+    )
+    parsed = load_prompt_file(Path(args.prompts))
+    for issue in parsed.issues:
+        print(f"warning: {args.prompts}: {issue}", file=sys.stderr)
+    count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
+    validate_submission(settings, count)  # refuse before anything is stored
+    store = open_app_store()
+    set_id, added, dupes = store.add_prompt_set(
+        Path(args.prompts).name, Path(args.prompts).name,
+        [{"text": p.text, "category": p.category} for p in parsed.prompts],
+    )
+    session_id = submit_session(store, settings, set_id, args.max_prompts, args.name)
+    print(f"queued session {session_id} (prompt set {set_id}: {added} new prompts, {dupes} already stored)")
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from engine.service.jobs import open_app_store
+
+    rows = open_app_store().list_sessions()
+    if args.json:
+        print(json.dumps(rows, default=str, indent=2))
+        return 0
+    print(f"{'id':>4}  {'status':<10} {'progress':>9}  {'target':<22} {'drafts':<30} {'gammas':<12} created")
+    for s in rows:
+        progress = f"{s.get('progress_done') or 0}/{s.get('progress_total') or 0}"
+        print(
+            f"{s['id']:>4}  {s['status']:<10} {progress:>9}  {s['target'][:22]:<22} "
+            f"{','.join(s['drafts'])[:30]:<30} {','.join(map(str, s['gammas']))[:12]:<12} {str(s['created_at'])[:19]}"
+        )
+        if s.get("error"):
+            print(f"      error: {s['error']}")
+    return 0
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from engine.analysis.export import export
+    from engine.service.evidence import recommend_from_store
+    from engine.service.jobs import open_app_store
+
+    store = open_app_store()
+    rec, ev, report = recommend_from_store(
+        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime
+    )
+    if args.export:
+        filename, text = export(rec, args.export, regime=report)
+        rec_id = store.save_recommendation(args.session, args.objective, {"explanation": rec.explanation})
+        store.save_export(rec_id, args.export, filename, text)
+        if args.out:
+            Path(args.out).write_text(text)
+            print(f"wrote {args.out} ({args.export})")
+        else:
+            print(text)
+        return 0
+    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}")
+    if rec.off:
+        print("recommendation: speculation OFF")
+    else:
+        print(f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
+              f"{rec.predicted_speedup:.2f}× predicted, ops ×{rec.ops_multiplier:.2f}, "
+              f"cost per token {rec.cost_change:+.0%}")
+    print(rec.explanation)
+    print(f"{'draft':<24} {'α':>6} {'c':>6} {'best γ':>7} {'speedup':>8} {'crossover':>9}")
+    for row in rec.comparison:
+        cross = rec.crossover.get(row.name)
+        print(f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
+              f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}")
+    if rec.schedule:
+        print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()))
+    for note in rec.notes:
+        print(f"note: {note}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "worker": cmd_worker,
+    "submit": cmd_submit,
+    "sessions": cmd_sessions,
+    "recommend": cmd_recommend,
+}

@@ -1,0 +1,109 @@
+"""StoreHooks: a sweep's callbacks mapped onto the store (runs, batched step logs, outputs, heartbeat, cancel)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from engine.session.summary import RunSummary
+from engine.session.sweep import Hooks
+
+log = logging.getLogger("spectune.worker")
+
+HEARTBEAT_S = 2.0
+
+
+CANCEL_POLL_S = 0.0  # every step: a cancel lands within one verification step
+
+
+class StoreHooks(Hooks):
+    """Connects a sweep to the store: runs, batched step logs, outputs, progress, heartbeat, cancel."""
+
+    def __init__(self, store: Any, session_id: int, worker_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.worker_id = worker_id
+        self.writer: Any = None
+        self.run_id: int | None = None
+        self._last_cancel_check = 0.0
+        self._stop = False
+        # True once a heartbeat finds the session is no longer ours (another worker failed it as orphaned);
+        # its status then belongs to that worker and is never overwritten.
+        self.lost = False
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+
+    def run_started(self, key: dict[str, Any]) -> int:
+        run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
+        self.store.update_run(run_id, status="running")
+        self.run_id = run_id
+        self.writer = self.store.step_writer(run_id)
+        return run_id
+
+    def step(self, run: Any, record: Any) -> None:
+        self.writer.add(record)
+
+    def sample(self, t: float, source: str, metrics: dict[str, float]) -> None:
+        """Telemetry callback (sampler thread): attach to the current run when one is being logged."""
+        writer = self.writer
+        if writer is not None:
+            writer.add_sample(metrics, source, t=t)
+        else:
+            self.store.add_utilisation_samples(self.session_id, [{"t": t, "source": source, "metrics": metrics}])
+
+    def output(self, run: Any, output: Any, divergence: dict | None) -> None:
+        self.store.add_output(run, output, divergence)
+
+    def run_finished(self, run: Any, summary: RunSummary) -> None:
+        self.close_writer()
+        self.store.finish_run(run, summary.to_dict(), **summary.columns())
+
+    def close_writer(self) -> None:
+        writer, self.writer = self.writer, None  # detach first: a failed close must not leave it attached
+        if writer is not None:
+            writer.close()
+
+    def discard_writer(self) -> None:
+        """Close the writer on an error path without raising: when the cause was the database itself (disk
+        full, locked) the final flush fails too; its rows are logged as dropped and the session is failed."""
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except Exception as exc:
+            log.warning("session %s: %d buffered rows could not be written: %s", self.session_id, writer.pending, exc)
+
+    def progress(self, done: int, total: int) -> None:
+        self.store.set_progress(self.session_id, done, total)
+
+    def should_stop(self) -> bool:
+        now = time.monotonic()
+        if self.lost:
+            self._stop = True  # someone else owns the session now (it was failed as orphaned)
+        if not self._stop and now - self._last_cancel_check >= CANCEL_POLL_S:
+            self._last_cancel_check = now
+            self._stop = self.store.is_cancel_requested(self.session_id)
+        return self._stop
+
+    # A thread beats every HEARTBEAT_S for the whole session: model loading, v(k), agreement runs and the
+    # regime sweep run no decode steps, and a silent session would be failed as orphaned.
+    def start_heartbeat(self) -> None:
+        self._beat_thread = threading.Thread(target=self._beat_loop, name="spectune-heartbeat", daemon=True)
+        self._beat_thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=5.0)
+
+    def _beat_loop(self) -> None:
+        while not self._beat_stop.wait(HEARTBEAT_S):
+            try:
+                if not self.store.heartbeat(self.session_id, self.worker_id):
+                    self.lost = True
+                    return
+            except Exception as exc:  # a locked/full database: keep trying; the session's own writes report it
+                log.warning("heartbeat for session %s failed: %s", self.session_id, exc)

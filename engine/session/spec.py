@@ -1,0 +1,121 @@
+"""The session spec and its validation: refused with one clear message, in the UI and the CLI alike."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.errors import SettingsError
+
+MAX_GAMMA = 64
+
+
+MAX_TEMPERATURE = 10.0
+
+
+# the spec fields kept in the sessions table's own columns; everything else travels in its options JSON
+_COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
+_OPTIONS = ("chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch")
+
+
+@dataclass
+class SessionSpec:
+    """Everything one session needs, built once by the page or the CLI and validated once.
+
+    The sweep: the baseline (target alone) plus drafts × γ × temperatures. Engine options: chat template,
+    the v(k) measurement, trust_remote_code. Regime options: whether to detect the regime afterwards and
+    at which serving batch. `to_row()` gives the store's session columns (+ `options`); `from_row()` reads
+    a stored session back into the same spec.
+    """
+
+    target: str
+    drafts: list[str]
+    gammas: list[int]
+    temperatures: list[float] = field(default_factory=lambda: [0.0])
+    max_new_tokens: int = 64
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    dtype: str = "bfloat16"
+    device: str = "auto"
+    chat_template: bool = True
+    measure_verify_cost: bool = True
+    trust_remote_code: bool = False
+    detect_regime: bool = True
+    serving_batch: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_row(self) -> dict[str, Any]:
+        """The sessions-table columns for this spec, with the rest under `options`."""
+        data = self.to_dict()
+        row = {key: data[key] for key in _COLUMNS}
+        row["options"] = {key: data[key] for key in _OPTIONS}
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SessionSpec:
+        """The spec a stored session was queued with (defaults for options an older row lacks)."""
+        options = row.get("options") or {}
+        defaults = cls(target="", drafts=[], gammas=[])
+        return cls(
+            target=row["target"],
+            drafts=list(row["drafts"]),
+            gammas=[int(g) for g in row["gammas"]],
+            temperatures=[float(t) for t in row["temperatures"]],
+            max_new_tokens=int(row["max_new_tokens"]),
+            top_k=int(row.get("top_k") or 0),
+            top_p=float(row.get("top_p") or 1.0),
+            seed=int(row.get("seed") or 0),
+            dtype=row.get("dtype") or defaults.dtype,
+            device=row.get("device") or defaults.device,
+            **{key: type(getattr(defaults, key))(options.get(key, getattr(defaults, key))) for key in _OPTIONS},
+        )
+
+
+def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
+    """Raise SettingsError naming the first bad field; return the settings when all is well."""
+    if not s.target or not s.target.strip():
+        raise SettingsError("no target model given")
+    if not s.drafts:
+        raise SettingsError("no draft given: name a draft model, 'ngram', or 'none' for the target alone")
+    if not s.gammas:
+        raise SettingsError("no γ given")
+    for g in s.gammas:
+        if not isinstance(g, int) or isinstance(g, bool):
+            raise SettingsError(f"γ must be a whole number, got {g!r}")
+        if g < 1:
+            raise SettingsError(f"γ = {g} is out of range: the draft must propose at least 1 token")
+        if g > MAX_GAMMA:
+            raise SettingsError(f"γ = {g} is out of range: at most {MAX_GAMMA} draft tokens per step")
+    for t in s.temperatures:
+        if t < 0:
+            raise SettingsError(f"temperature {t} is negative; use 0 for greedy decoding")
+        if t > MAX_TEMPERATURE:
+            raise SettingsError(f"temperature {t} is above {MAX_TEMPERATURE}")
+    if s.max_new_tokens < 1:
+        raise SettingsError(f"max new tokens = {s.max_new_tokens}: must be at least 1")
+    if s.top_k < 0:
+        raise SettingsError(f"top-k = {s.top_k}: must be 0 (off) or positive")
+    if not 0 < s.top_p <= 1:
+        raise SettingsError(f"top-p = {s.top_p}: must be in (0, 1]")
+    if s.dtype not in ("float32", "bfloat16", "float16"):
+        raise SettingsError(f"dtype '{s.dtype}': choose float32, bfloat16 or float16")
+    if not 1 <= s.serving_batch <= 4096:
+        raise SettingsError(f"serving batch = {s.serving_batch}: must be between 1 and 4096")
+    if n_prompts is not None and n_prompts < 1:
+        raise SettingsError("the prompt set is empty: upload or choose prompts first")
+    return s
+
+
+def check_context(prompt_tokens: int, max_new_tokens: int, max_context: int, prompt_label: str) -> None:
+    """A prompt plus its new tokens must fit the model context."""
+    if max_new_tokens >= max_context:
+        raise SettingsError(f"max new tokens = {max_new_tokens} is beyond the model context of {max_context} tokens")
+    if prompt_tokens + max_new_tokens > max_context:
+        raise SettingsError(
+            f"{prompt_label}: {prompt_tokens} prompt tokens + {max_new_tokens} new tokens exceed the model "
+            f"context of {max_context} tokens"
+        )

@@ -1,0 +1,50 @@
+"""RunSummary: what one run of a sweep measured, typed, with the store's columns named in one place.
+
+Names follow vLLM's spec-decode metrics (see engine.core.verify's glossary): mean acceptance length is
+tokens per target call including the bonus/corrected token; draft acceptance rate is accepted ÷ drafted;
+per-position acceptance is the conditional rate at each draft position. α is the mean exact acceptance
+probability β. v(k) (`verify_cost`) is a ratio of forward times, t(k)/t(1), never seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# RunSummary fields that are also columns of the runs table (the rest lives in the run's summary JSON)
+RUN_COLUMNS = (
+    "alpha", "mean_acceptance_length", "per_position_acceptance", "c", "verify_cost", "tokens_per_s",
+    "speedup_measured", "speedup_predicted",
+)  # fmt: skip
+
+
+@dataclass
+class RunSummary:
+    """One run's results. A baseline (γ = 0) has no α, no acceptance and speedups of exactly 1."""
+
+    tokens_per_s: float
+    steps: int
+    tokens: int
+    mean_acceptance_length: float | None
+    alpha: float | None = None
+    alpha_from_acceptance_length: float | None = None
+    draft_acceptance_rate: float | None = None
+    per_position_acceptance: list[float] = field(default_factory=list)
+    proposed_fraction: float | None = None
+    c: float = 0.0
+    speedup_measured: float | None = 1.0
+    speedup_predicted: float | None = 1.0
+    verify_cost: dict[int, float] = field(default_factory=dict)
+    method: str | None = None
+    wall_s: float | None = None
+    agreement_runs: list[list[int]] | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The values the runs table keeps in columns."""
+        return {key: getattr(self, key) for key in RUN_COLUMNS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every field, v(k) keyed by str."""
+        data = asdict(self)
+        data["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
+        return data

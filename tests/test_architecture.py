@@ -1,0 +1,244 @@
+"""The dependency rule, checked mechanically: imports only point down the layers (README, "Architecture").
+
+    app  ->  engine/service  ->  store  ->  foundation
+    engine: service -> session -> analysis -> measure -> {drafts, models} -> core   (and all -> foundation)
+
+Only engine/service/ touches the store; the app never does directly; foundation/ imports nothing of ours.
+Imports are read with ast from every file, function-local imports and importlib.import_module("...") calls
+included; the store's independence from the engine and the app is also checked by really importing every
+store module in a fresh interpreter. A failure lists every offending import as path:line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("foundation", "store", "engine", "app")
+
+
+@dataclass(frozen=True)
+class Import:
+    path: Path  # relative to ROOT
+    line: int
+    module: str  # the importing module, dotted
+    target: str  # what it imports, dotted and absolute; `from a.b import c` gives "a.b.c"
+    local: bool  # inside a function (or a lambda): runs only when called
+
+    def __str__(self) -> str:
+        where = "function-local " if self.local else ""
+        return f"{self.path}:{self.line}: {self.module} {where}imports {self.target}"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def python_files(top: str) -> list[Path]:
+    return sorted(p for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, path: Path, module: str, is_package: bool) -> None:
+        self.path = path
+        self.module = module
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.depth = 0  # how many function bodies we are inside
+        self.found: list[Import] = []
+
+    def _add(self, node: ast.AST, target: str) -> None:
+        self.found.append(Import(self.path, node.lineno, self.module, target, self.depth > 0))  # type: ignore[attr-defined]
+
+    def _function(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(node, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:  # relative: resolve against this module's package
+            parts = self.package.split(".")
+            anchor = parts[: len(parts) - node.level + 1]
+            base = ".".join(anchor + ([node.module] if node.module else []))
+        for alias in node.names:
+            self._add(node, base if alias.name == "*" else f"{base}.{alias.name}")
+
+    def visit_Call(self, node: ast.Call) -> None:  # importlib.import_module("x.y") / __import__("x.y")
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name in ("import_module", "__import__") and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and not arg.value.startswith("."):
+                self._add(node, arg.value)
+        self.generic_visit(node)
+
+
+def imports_in(source: str, path: Path, module: str, is_package: bool = False) -> list[Import]:
+    collector = _Collector(path, module, is_package)
+    collector.visit(ast.parse(source, filename=str(path)))
+    return collector.found
+
+
+def imports_of(path: Path) -> list[Import]:
+    source = path.read_text(encoding="utf-8")
+    return imports_in(source, path.relative_to(ROOT), module_name(path), path.name == "__init__.py")
+
+
+def all_imports(top: str) -> list[Import]:
+    return [imp for path in python_files(top) for imp in imports_of(path)]
+
+
+def within(target: str, *packages: str) -> bool:
+    """Whether dotted `target` is one of `packages` or inside one of them."""
+    return any(target == p or target.startswith(p + ".") for p in packages)
+
+
+def report(violations: list[Import], rule: str) -> str:
+    return f"{rule} -- {len(violations)} violation(s):\n  " + "\n  ".join(str(v) for v in violations)
+
+
+# --- the collector itself ---------------------------------------------------------------------------
+
+
+def test_collector_sees_every_kind_of_import() -> None:
+    source = (
+        "import store\n"
+        "from engine.analysis import theory\n"
+        "from .. import session\n"
+        "from .records import StepRecord\n"
+        "def f():\n"
+        "    import importlib\n"
+        "    from store.db import make_engine\n"
+        "    return importlib.import_module('app.data')\n"
+    )
+    found = imports_in(source, Path("engine/core/probe.py"), "engine.core.probe")
+    assert {(imp.line, imp.target, imp.local) for imp in found} == {
+        (1, "store", False),
+        (2, "engine.analysis.theory", False),
+        (3, "engine.session", False),
+        (4, "engine.core.records.StepRecord", False),
+        (6, "importlib", True),
+        (7, "store.db.make_engine", True),
+        (8, "app.data", True),
+    }
+
+
+# --- (a) the store stands alone ---------------------------------------------------------------------
+
+
+def test_importing_the_store_loads_no_engine_or_app() -> None:
+    code = (
+        "import importlib, json, pkgutil, sys\n"
+        "import store\n"
+        "names = ['store'] + sorted(m.name for m in pkgutil.walk_packages(store.__path__, 'store.'))\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "leaked = sorted(m for m in sys.modules if m.split('.')[0] in ('engine', 'app'))\n"
+        "print(json.dumps({'imported': names, 'leaked': leaked}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # every importable store module was imported (store/migrations is loaded by Alembic, not imported)
+    expected = {module_name(p) for p in python_files("store") if "migrations" not in p.parts}
+    assert set(result["imported"]) == expected
+    assert result["leaked"] == [], f"importing every store module also imported {result['leaked']}"
+
+
+# --- (b)-(e) who may import whom ----------------------------------------------------------------------
+
+
+def test_only_engine_service_imports_the_store() -> None:
+    bad = [
+        imp for imp in all_imports("engine") if within(imp.target, "store") and not within(imp.module, "engine.service")
+    ]
+    assert bad == [], report(bad, "only engine/service/ may import store")
+
+
+def test_engine_never_imports_streamlit_or_app() -> None:
+    bad = [imp for imp in all_imports("engine") if within(imp.target, "streamlit", "app")]
+    assert bad == [], report(bad, "engine/ must not import streamlit or app")
+
+
+def test_store_never_imports_engine_or_app() -> None:  # (a) again, statically: function-local imports too
+    bad = [imp for imp in all_imports("store") if within(imp.target, "engine", "app", "streamlit")]
+    assert bad == [], report(bad, "store/ must not import engine, app or streamlit")
+
+
+def test_app_never_imports_the_store_directly() -> None:
+    bad = [imp for imp in all_imports("app") if within(imp.target, "store")]
+    assert bad == [], report(bad, "app/ reaches the store through engine.service, never directly")
+
+
+def test_foundation_imports_nothing_of_ours() -> None:
+    bad = [imp for imp in all_imports("foundation") if within(imp.target, "store", "engine", "app")]
+    assert bad == [], report(bad, "foundation/ is the leaf: it imports none of store, engine, app")
+
+
+# --- layers inside the engine -----------------------------------------------------------------------
+
+# Each engine package imports only packages of a lower rank (and itself, and the shared engine.errors /
+# engine.prompts modules). This covers: core imports none of analysis, service, session; measure none of
+# analysis, service, session; analysis neither service nor session; session not service.
+ENGINE_RANK = {"core": 0, "drafts": 1, "models": 1, "measure": 2, "analysis": 3, "session": 4, "service": 5}
+ENGINE_SHARED = ("engine.errors", "engine.prompts")  # plain modules any engine package may use
+
+
+def test_engine_packages_are_the_documented_layers() -> None:
+    packages = sorted(p.parent.name for p in (ROOT / "engine").glob("*/__init__.py"))
+    assert packages == sorted(ENGINE_RANK), "a new engine package: give it a rank here and a line in README.md"
+
+
+@pytest.mark.parametrize("layer", sorted(ENGINE_RANK, key=lambda name: (ENGINE_RANK[name], name)))
+def test_engine_layer_order(layer: str) -> None:
+    above = sorted(name for name, rank in ENGINE_RANK.items() if rank >= ENGINE_RANK[layer] and name != layer)
+    bad = [imp for imp in all_imports(f"engine/{layer}") if within(imp.target, *(f"engine.{n}" for n in above))]
+    assert bad == [], report(bad, f"engine/{layer} must not import {', '.join(above)} (same rank or higher)")
+
+
+def test_engine_shared_modules_import_no_engine_package() -> None:
+    bad = [
+        imp
+        for module in ENGINE_SHARED
+        for imp in imports_of(ROOT / (module.replace(".", "/") + ".py"))
+        if within(imp.target, *(f"engine.{n}" for n in ENGINE_RANK))
+    ]
+    assert bad == [], report(bad, f"{', '.join(ENGINE_SHARED)} sit below every engine package")
+
+
+# --- (f) every engine package says in one line what it is -------------------------------------------
+
+
+def test_every_engine_package_has_a_one_line_docstring() -> None:
+    bad = []
+    for init in sorted((ROOT / "engine").rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        if not doc or "\n" in doc.strip():
+            bad.append(f"{init.relative_to(ROOT)}: {'no docstring' if not doc else 'docstring is not one line'}")
+    assert bad == [], "every engine package needs a one-line docstring:\n  " + "\n  ".join(bad)
+
+
+# --- (g) no hidden cycles inside the store ---------------------------------------------------------------
+
+
+def test_store_has_no_function_local_imports_of_itself() -> None:
+    bad = [imp for imp in all_imports("store") if imp.local and within(imp.target, "store")]
+    assert bad == [], report(bad, "store/ imports its own modules at module level (a local import hides a cycle)")
