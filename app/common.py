@@ -146,10 +146,8 @@ def hardware_banner() -> None:
 
 def worker_status() -> tuple[int | None, str]:
     """(pid or None, one line) for the background worker."""
-    try:
-        from engine.service.worker_control import worker_alive
-    except ImportError:
-        return None, "worker module not available (engine.service.worker_control)"
+    from engine.service.worker_control import worker_alive
+
     try:
         pid = worker_alive()
     except Exception as exc:  # noqa: BLE001

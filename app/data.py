@@ -72,7 +72,14 @@ def parse_refs(text: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# runs and sessions
+# prompt sets, runs and sessions
+
+
+def prompt_set_label(prompt_set: Mapping[str, Any]) -> str:
+    """'#3 name (12 prompts)' for selectboxes."""
+    name = " ".join(str(prompt_set.get("name") or "").split())
+    name = name if len(name) <= 60 else name[:59] + "…"
+    return f"#{prompt_set['id']} {name} ({prompt_set.get('n_prompts') or 0} prompts)"
 
 
 def run_label(run: Mapping[str, Any]) -> str:
@@ -222,13 +229,20 @@ def prompt_lookup(prompts: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Mappi
     return {str(p["id"]): p for p in prompts}, list(prompts)
 
 
-def _prompt_for(output: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]], ordered: Sequence[Mapping]) -> Any:
+def prompt_for(output: Mapping[str, Any], by_id: Mapping[str, Mapping[str, Any]], ordered: Sequence[Mapping]) -> Any:
+    """The stored prompt an output answers: by its prompt id, else by its position in the session."""
     found = by_id.get(str(output.get("prompt_id")))
     if found is None:
         index = output.get("prompt_index")
         if isinstance(index, int) and 0 <= index < len(ordered):
             found = ordered[index]
     return found
+
+
+def prompt_number(output: Mapping[str, Any]) -> int | None:
+    """The prompt an output answers, numbered from 1 as on the Prompts page."""
+    index = output.get("prompt_index")
+    return int(index) + 1 if isinstance(index, int) else None
 
 
 def fidelity_frame(
@@ -245,11 +259,11 @@ def fidelity_frame(
         for o in outputs_by_run.get(r["id"], []):
             div = o.get("divergence") or {}
             verdict = div.get("verdict") or ("identical" if div.get("identical") else "unknown")
-            prompt = _prompt_for(o, by_id, ordered)
+            prompt = prompt_for(o, by_id, ordered)
             rows.append(
                 {
                     "run": run_label(r),
-                    "prompt": o.get("prompt_index"),
+                    "prompt": prompt_number(o),
                     "category": (prompt or {}).get("category") or "",
                     "verdict": VERDICT_LABELS.get(verdict, verdict),
                     "first divergence at": div.get("position"),
@@ -276,7 +290,7 @@ def category_frame(
     by_id, ordered = prompt_lookup(prompts)
 
     def cat_of(o: Mapping[str, Any]) -> str | None:
-        prompt = _prompt_for(o, by_id, ordered)
+        prompt = prompt_for(o, by_id, ordered)
         return (prompt or {}).get("category")
 
     baseline = next((r for r in runs if r.get("kind") == "baseline"), None)

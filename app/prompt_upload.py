@@ -21,6 +21,8 @@ SAMPLES_DIR = PROJECT_ROOT / "samples"
 UPLOAD_TYPES = ["txt", "jsonl", "json", "csv"]
 PASTE_FORMATS = {"plain text (one prompt per line)": "txt", "JSONL": "jsonl", "JSON": "json", "CSV": "csv"}
 PREVIEW_ROWS = 50
+STORED_ROWS = 20
+MULTI_TURN_NOTE = "multi-turn records: the first user turn is used"
 MAX_UPLOAD_MB = max(1, math.ceil(MAX_UPLOAD_BYTES / (1024 * 1024)))
 
 
@@ -62,6 +64,11 @@ def preview_frame(parsed: Parsed, limit: int = PREVIEW_ROWS) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["line", "id", "category", "chars", "prompt"])
 
 
+def preview_caption(parsed: Parsed) -> str:
+    shown = min(len(parsed.result.prompts), PREVIEW_ROWS)
+    return f"First {shown} of {len(parsed.result.prompts)} prompts ({MULTI_TURN_NOTE}):"
+
+
 def issues_frame(parsed: Parsed) -> pd.DataFrame:
     """Issues as the parser words them (str(issue): "line 3: not valid JSON …"), with the line to sort by."""
     rows = [{"line": i.line, "issue": str(i)} for i in parsed.result.issues]
@@ -77,6 +84,22 @@ def lengths_frame(parsed: Parsed) -> pd.DataFrame:
     if parsed.summary.get("token_lengths"):
         return pd.DataFrame({"tokens": parsed.summary["token_lengths"]})
     return pd.DataFrame({"characters": parsed.summary.get("char_lengths") or []})
+
+
+def sets_frame(sets: list[dict[str, Any]]) -> pd.DataFrame:
+    """The stored prompt sets, newest first as the store lists them."""
+    rows = [
+        {"id": s["id"], "name": s["name"], "file": s.get("source_filename") or "", "prompts": s.get("n_prompts") or 0,
+         "created": s.get("created_at")}
+        for s in sets
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["id", "name", "file", "prompts", "created"])
+
+
+def stored_prompts_frame(prompts: list[dict[str, Any]]) -> pd.DataFrame:
+    """Stored prompts numbered from 1, as everywhere in the dashboard."""
+    rows = [{"#": p["position"] + 1, "category": p.get("category") or "", "prompt": p["text"]} for p in prompts]
+    return pd.DataFrame(rows, columns=["#", "category", "prompt"])
 
 
 def save(store: Any, parsed: Parsed, name: str) -> tuple[int, int, int]:

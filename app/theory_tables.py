@@ -1,4 +1,4 @@
-"""The theory chapter's tables, recomputed from engine.analysis.theory so the page and the book can never disagree."""
+"""The Theory page's tables, recomputed from engine.analysis.theory so the page and the paper can never disagree."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from engine.analysis.theory import (
     walltime_improvement,
 )
 
+SOURCE = 'Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023'
 ALPHA_GAMMA_ROWS = [(0.6, 3), (0.6, 7), (0.75, 7), (0.8, 7), (0.9, 3), (0.9, 7)]
 COST_ROWS = [(0.6, 7), (0.75, 7), (0.9, 7)]
 CROSSOVER_ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9]

@@ -1,10 +1,10 @@
-"""The dashboard's pure helpers: form parsing, escaping, token highlighting, tables, the chapter's numbers."""
+"""The dashboard's pure helpers: form parsing, escaping, token highlighting, tables, the paper's numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from app import data, prompt_upload, render, theory_tables
+from app import data, prompt_upload, render, run_view, sessions_view, theory_tables
 from app.common import esc, md_escape
 from engine.errors import PromptFileError, SettingsError
 
@@ -56,7 +56,7 @@ def test_escaping_helpers():
         assert raw not in escaped
 
 
-def test_theory_tables_reproduce_the_chapter():
+def test_theory_tables_reproduce_the_paper():
     ag = theory_tables.alpha_gamma_table()
     assert list(ag["Latency"]) == ["2.18× faster", "2.46× faster", "3.60× faster", "4.16× faster", "3.44× faster",
                                    "5.70× faster"]  # fmt: skip
@@ -123,3 +123,82 @@ def test_prompt_upload_helpers():
     names = [p.name for p in prompt_upload.sample_files()]
     assert {"code.jsonl", "prose.txt", "summarisation.jsonl", "translation.jsonl"} <= set(names)
     assert prompt_upload.size_limit_text() == "10 MB"
+
+
+def test_run_form_choices():
+    from engine.models.bundled import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    assert DEFAULT_TARGET not in run_view.draft_options(DEFAULT_TARGET)
+    assert run_view.default_drafts(run_view.draft_options(DEFAULT_DRAFT)) == []
+    note = run_view.target_note(DEFAULT_TARGET, "float32")
+    assert note == f"{DEFAULT_TARGET}: GGUF Q4_K_M, dequantised to float32 for this engine"
+    assert run_view.target_note("/models/x.gguf", "bfloat16") == "GGUF file, dequantised to bfloat16 for this engine"
+    assert run_view.target_note("tiny:1:48:2:64", "float32") is None
+    assert run_view.prompt_count_limits(6) == (6, 6)
+    assert run_view.prompt_count_limits(20) == (20, 8)
+    assert run_view.prompt_count_limits(None) == (1, 1)
+    assert run_view.effective_target("bundled", "  typed ") == "typed"
+    assert run_view.effective_target("bundled", "") == "bundled"
+
+
+def test_session_spec_from_the_form_state():
+    state = {"target_choice": "qwen2.5-coder-1.5b", "target_text": "tiny:1:48:2:64", "drafts_choice": ["ngram"],
+             "drafts_text": "tiny:1:48:2:64~0.15, ngram", "gammas_choice": [4, 1], "gammas_text": "",
+             "temps_text": "0, 0.7", "max_new": 24, "dtype": "float32", "prompt_set": 3, "n_prompts": 2,
+             "measure_verify": False, "unrelated": "ignored"}  # fmt: skip
+    spec, set_id, count = run_view.session_spec(run_view.RunForm.from_state(state))
+    assert (spec.target, spec.drafts, spec.gammas) == ("tiny:1:48:2:64", ["ngram", "tiny:1:48:2:64~0.15"], [1, 4])
+    assert (spec.temperatures, spec.max_new_tokens, spec.measure_verify_cost) == ([0.0, 0.7], 24, False)
+    assert (set_id, count) == (3, 2)
+    with pytest.raises(SettingsError, match="no prompt set"):
+        run_view.session_spec(run_view.RunForm.from_state({**state, "prompt_set": None}))
+    with pytest.raises(SettingsError, match="no draft"):
+        run_view.session_spec(run_view.RunForm.from_state({**state, "drafts_choice": [], "drafts_text": ""}))
+
+
+def test_live_view_helpers_number_prompts_from_one():
+    sessions = [{"id": 3, "status": "done"}, {"id": 2, "status": "queued"}, {"id": 1, "status": "running"}]
+    assert run_view.session_to_watch(sessions) == 1
+    assert run_view.session_to_watch(sessions[:2]) == 2
+    assert run_view.session_to_watch([]) is None
+    run = {"kind": "speculative", "draft": "d", "gamma": 2, "temperature": 0.0}
+    assert run_view.output_title(run, {"prompt_index": 0}) == "d γ=2 T=0, prompt 1"
+    assert data.prompt_number({"prompt_index": 4}) == 5 and data.prompt_number({}) is None
+    assert run_view.speed_delta(150.0, 100.0) == "+50% vs baseline (1.50×)" and run_view.speed_delta(None, 1.0) is None
+    progress = {"tokens_per_s": 10.0, "draft_acceptance_rate": 0.5, "mean_acceptance_length": 1.5, "steps": 4}
+    final = run_view.live_numbers({"tokens_per_s": 12.0, "mean_acceptance_length": None}, progress, final=True)
+    assert final == {**progress, "tokens_per_s": 12.0}
+
+
+def test_sessions_view_helpers():
+    facts = dict(sessions_view.facts({"target": "t", "drafts": ["a", "b"], "gammas": [1, 2], "temperatures": [0]}))
+    assert facts["drafts"] == "a, b" and facts["T"] == "0"
+    assert facts["max new tokens"] == "—" and facts["prompts"] == "— (set #—)"  # never a literal None
+    assert sessions_view.hardware_label({"summary": {"hardware": {"label": "H200"}}}) == "H200"
+    assert sessions_view.hardware_label({"summary": None}) == "not recorded yet"
+    assert sessions_view.regime_details(None) is None
+    assert sessions_view.regime_details({"label": "memory-bound", "evidence": "flat"})[1] == ["flat"]
+    assert sessions_view.fidelity_message({"bug": 2, "identical": 1})[0] == "error"
+    assert sessions_view.fidelity_message({"numerical near-tie": 1})[0] == "info"
+    assert sessions_view.fidelity_message({"identical": 3})[0] == "success"
+    assert sessions_view.fidelity_message({}) is None
+    prompts = [{"id": 7, "text": "hello"}]
+    assert sessions_view.output_prompt_text({"prompt_id": "7"}, prompts) == "hello"
+    assert "no longer stored" in sessions_view.output_prompt_text({"prompt_id": "9", "prompt_index": 5}, prompts)
+
+
+def test_prompt_set_tables_number_from_one():
+    stored = [{"id": 1, "position": 0, "text": "a", "category": None}, {"id": 2, "position": 1, "text": "b"}]
+    frame = prompt_upload.stored_prompts_frame(stored)
+    assert list(frame["#"]) == [1, 2] and list(frame["category"]) == ["", ""]
+    sets = prompt_upload.sets_frame([{"id": 4, "name": "s", "n_prompts": None}])
+    assert sets.iloc[0]["prompts"] == 0 and sets.iloc[0]["file"] == ""
+    assert data.prompt_set_label({"id": 4, "name": "x" * 80, "n_prompts": 3}).endswith("… (3 prompts)")
+    parsed = prompt_upload.parse_pasted('{"turns": ["q1", "q2"]}', "jsonl")
+    assert "multi-turn records: the first user turn is used" in prompt_upload.preview_caption(parsed)
+
+
+def test_theory_source_is_named():
+    assert theory_tables.SOURCE == (
+        'Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023'
+    )

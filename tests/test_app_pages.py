@@ -564,3 +564,165 @@ def test_theory_page_metrics_follow_the_sliders(env):
     assert list(tables[2]["Crossover"]) == ["γ=3", "γ=5", "γ=10", "γ=24", "none below γ=32"]
     chart = at.get("vega_lite_chart")[0].proto.spec
     assert '"rule"' in chart and '"red"' in chart  # the crossover marked
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# thin pages and the user-visible defects fixed with them
+
+
+OWNED_PAGES = ["Home.py", "pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "pages/4_Theory.py"]
+
+
+def test_pages_are_layout_without_a_sys_path_preamble():
+    for path in ["Home.py", *PAGES]:
+        text = (ROOT / "app" / path).read_text(encoding="utf-8")
+        assert "sys.path" not in text and "noqa: E402" not in text, path
+    for path in OWNED_PAGES:
+        lines = (ROOT / "app" / path).read_text(encoding="utf-8").count("\n")
+        assert lines <= 200, f"{path} has {lines} lines"
+
+
+def test_prompts_are_numbered_from_one_everywhere(env):
+    sid = make_session(env.store, "running", name="numbering")
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    assert_clean(at)
+    latest = next(m.value for m in at.markdown if "Latest output" in m.value)
+    assert unescape_md(latest).endswith("prompt 2")  # the second (last) of two prompts, not "prompt 1"
+    env.store.finish_session(sid, "done")
+    at = page("pages/3_Sessions.py", {"session": str(sid)})
+    assert_clean(at)
+    fidelity = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    assert list(fidelity["prompt"]) == [1, 2]
+    number = at.number_input(key=next(n.key for n in at.number_input if n.key.startswith(f"outputs_idx_{sid}_")))
+    assert number.label == "Prompt" and number.min == 1 and number.value == 1
+    at = page("pages/1_Prompts.py")
+    assert list(at.dataframe[1].value["#"]) == [1, 2]
+
+
+def test_tables_show_a_dash_for_missing_values(env):
+    sid = make_session(env.store, "done", name="dashes")
+    add_prompts(env.store, [("only a prompt", None)], name="no file")
+    for path, query in [("pages/3_Sessions.py", {"session": str(sid)}), ("pages/1_Prompts.py", None),
+                        ("pages/4_Theory.py", None)]:  # fmt: skip
+        at = page(path, query)
+        assert_clean(at)
+        assert at.dataframe
+        for frame in at.dataframe:
+            assert frame.proto.placeholder == "—", path
+    fidelity = next(d.value for d in page("pages/3_Sessions.py", {"session": str(sid)}).dataframe
+                    if "verdict" in d.value.columns)  # fmt: skip
+    assert fidelity["first divergence at"].isna().all()  # identical outputs: shown as "—", not "None"
+
+
+def test_run_page_does_not_offer_the_target_as_its_own_draft(env):
+    from engine.models.bundled import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    at = page("pages/2_Run.py")
+    options = at.multiselect(key="drafts_choice").options
+    assert DEFAULT_TARGET not in options and DEFAULT_DRAFT in options and "ngram" in options
+    at.selectbox(key="target_choice").set_value(DEFAULT_DRAFT)
+    at.run()
+    assert_clean(at)
+    drafts = at.multiselect(key="drafts_choice")
+    assert DEFAULT_DRAFT not in drafts.options and DEFAULT_TARGET in drafts.options
+    assert drafts.value == []
+    at.selectbox(key="target_choice").set_value(DEFAULT_TARGET)
+    at.text_input(key="target_text").input("ngram")
+    at.run()
+    assert "ngram" not in at.multiselect(key="drafts_choice").options
+
+
+def test_gguf_target_says_it_is_dequantised_to_the_chosen_dtype(env):
+    at = page("pages/2_Run.py")
+    at.selectbox(key="dtype").set_value("float16")
+    at.run()
+    assert_clean(at)
+    assert "GGUF Q4_K_M, dequantised to float16 for this engine" in unescape_md(texts(at.caption))
+    at.selectbox(key="dtype").set_value("bfloat16")
+    at.run()
+    assert "GGUF Q4_K_M, dequantised to bfloat16 for this engine" in unescape_md(texts(at.caption))
+    at.text_input(key="target_text").input(TARGET)
+    at.run()
+    assert "dequantised" not in texts(at.caption)
+
+
+def test_prompt_count_defaults_to_at_most_the_set_size(env):
+    small = add_prompts(env.store, [(f"p{i}", None) for i in range(6)], name="six")
+    at = page("pages/2_Run.py")
+    at.selectbox(key="prompt_set").set_value(small)
+    at.run()
+    count = at.number_input(key="n_prompts")
+    assert (count.value, count.max) == (6, 6)
+    big = add_prompts(env.store, [(f"q{i}", None) for i in range(20)], name="twenty")
+    at = page("pages/2_Run.py")
+    at.selectbox(key="prompt_set").set_value(big)
+    at.run()
+    count = at.number_input(key="n_prompts")
+    assert (count.value, count.max) == (8, 20)
+    at.selectbox(key="prompt_set").set_value(small)
+    at.run()
+    assert_clean(at)
+    count = at.number_input(key="n_prompts")
+    assert (count.value, count.max) == (6, 6)
+
+
+@pytest.mark.parametrize("filename, data, needle", [
+    ("photo.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "PNG image"),
+    ("report.pdf", b"%PDF-1.7\n%\xe2\xe3", "PDF document"),
+])  # fmt: skip
+def test_rejected_upload_shows_its_reason_as_a_visible_error(env, filename, data, needle):
+    at = page("pages/1_Prompts.py")
+    uploader = at.file_uploader(key="prompt_file")
+    assert not list(uploader.proto.type)  # no browser-side type filter whose reason only shows in a tooltip
+    uploader.set_value((filename, data, "application/octet-stream"))
+    at.run()
+    assert_clean(at)
+    assert len(at.error) == 1
+    message = unescape_md(at.error[0].value)
+    assert filename in message and needle in message
+    assert env.store.list_prompt_sets() == []
+
+
+def test_preview_says_only_the_first_turn_of_a_multi_turn_record_is_used(env):
+    data = b'{"turns": ["First question?", "A follow-up"], "category": "chat"}\n{"prompt": "single"}\n'
+    at = page("pages/1_Prompts.py")
+    at.file_uploader(key="prompt_file").set_value(("chat.jsonl", data, "application/json"))
+    at.run()
+    assert_clean(at)
+    assert "multi-turn records: the first user turn is used" in texts(at.caption)
+    assert list(at.dataframe[0].value["prompt"]) == ["First question?", "single"]
+
+
+def test_theory_page_names_its_source(env):
+    at = page("pages/4_Theory.py")
+    assert_clean(at)
+    shown = "\n".join(texts(x) for x in (at.markdown, at.caption, at.subheader, at.title))
+    assert 'Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023' in (
+        shown
+    )
+    assert "chapter" not in shown.lower()
+
+
+def test_home_typical_flow_ends_at_recommend_and_export(env):
+    at = page(None)
+    flow = next(c.value for c in at.caption if c.value.startswith("Typical flow"))
+    assert flow.split("→")[-1].strip().startswith("Recommend and export")
+
+
+def test_status_banner_is_shared_by_run_and_sessions(env):
+    done = make_session(env.store, "done", name="finished")
+    queued = make_session(env.store, "queued", name="waiting")
+    for path in ["pages/2_Run.py", "pages/3_Sessions.py"]:
+        at = page(path, {"session": str(queued)})
+        assert_clean(at)
+        assert "Queued, but no worker running" in unescape_md(texts(at.warning))
+        at.button(key=f"start_worker_{queued}").click()
+        at.run()
+        assert "worker running (pid 4242)" in unescape_md(texts(at.success))
+    assert env.worker_calls == [1, 1]
+    links = [link.proto.page for link in page("pages/3_Sessions.py", {"session": str(queued)}).get("page_link")]
+    assert "Run" in links  # Watch it live
+    at = page("pages/2_Run.py", {"session": str(done)})
+    assert "Sessions" in [link.proto.page for link in at.get("page_link")]
+    at = page("pages/3_Sessions.py", {"session": str(done)})
+    assert "Done." not in texts(at.success)  # no banner pointing at the page itself

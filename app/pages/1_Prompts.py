@@ -5,17 +5,10 @@ read at all is refused with one line naming the problem. Prompt text is only eve
 text (tables) or escaped.
 """
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import streamlit as st  # noqa: E402
-
-from app import charts, common, prompt_upload  # noqa: E402
-from app.common import md_escape  # noqa: E402
+from app import charts, common, components, data, prompt_upload
+from app.common import md_escape
 
 common.page_setup("Prompts")
 st.title("📝 Prompts")
@@ -42,14 +35,11 @@ tab_upload, tab_paste, tab_samples = st.tabs(["Upload a file", "Paste prompts", 
 with tab_upload:
     st.caption(
         f"Formats: plain text (one prompt per line), JSONL, JSON, CSV — up to {prompt_upload.size_limit_text()}. "
-        "JSON/JSONL records need a `prompt`, `text`, `turns`, `messages` or `conversations` field; "
-        "an optional `category` is used for the per-category breakdown."
+        "JSON/JSONL records need a `prompt`, `text`, `turns`, `messages` or `conversations` field "
+        f"({prompt_upload.MULTI_TURN_NOTE}); an optional `category` is used for the per-category breakdown."
     )
-    upload = st.file_uploader(
-        "Prompt file",
-        type=prompt_upload.UPLOAD_TYPES,
-        key="prompt_file",
-        max_upload_size=prompt_upload.MAX_UPLOAD_MB,  # the browser refuses bigger files before sending them
+    upload = st.file_uploader(  # any type: the reason a file is refused shows as an error line, not a tooltip
+        "Prompt file", key="prompt_file", max_upload_size=prompt_upload.MAX_UPLOAD_MB
     )
     if upload is not None:
         seen = (getattr(upload, "file_id", None) or upload.name, upload.size)
@@ -120,13 +110,12 @@ if parsed is not None:
         bad_lines = sum(1 for i in result.issues if i.line is not None)
         note = f"{bad_lines} line(s) could not be imported" if bad_lines else "The file has issues"
         st.warning(f"{note}; every good line is kept. The problems, by line:", icon="⚠️")
-        st.dataframe(prompt_upload.issues_frame(parsed), hide_index=True, width="stretch")
+        components.table(prompt_upload.issues_frame(parsed))
     if not result.prompts:
         st.error(f"No prompt could be imported from {md_escape(parsed.filename)}; fix the lines listed above.")
     else:
-        shown = min(len(result.prompts), prompt_upload.PREVIEW_ROWS)
-        st.caption(f"First {shown} of {len(result.prompts)} prompts:")
-        st.dataframe(prompt_upload.preview_frame(parsed), hide_index=True, width="stretch")
+        st.caption(prompt_upload.preview_caption(parsed))
+        components.table(prompt_upload.preview_frame(parsed))
         left, right = st.columns(2)
         with left:
             st.altair_chart(
@@ -165,53 +154,20 @@ with common.guard("list the prompt sets"):
     if not sets:
         st.info("No prompt sets yet: upload a file, paste prompts, or import a bundled sample above.")
     else:
-        import pandas as pd
-
-        table = pd.DataFrame(
-            [
-                {
-                    "id": s["id"],
-                    "name": s["name"],
-                    "file": s.get("source_filename") or "",
-                    "prompts": s.get("n_prompts") or 0,
-                    "created": s.get("created_at"),
-                }
-                for s in sets
-            ]
-        )
-        st.dataframe(
-            table,
-            hide_index=True,
-            width="stretch",
-            column_config={"created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")},
-        )
+        components.table(prompt_upload.sets_frame(sets), dates=["created"])
         by_id = {s["id"]: s for s in sets}
         chosen = st.selectbox(
-            "Open a set",
-            list(by_id),
-            format_func=lambda i: f"#{i} {common.one_line(by_id[i]['name'], 60)} ({by_id[i].get('n_prompts') or 0})",
-            key="open_set",
+            "Open a set", list(by_id), format_func=lambda i: data.prompt_set_label(by_id[i]), key="open_set"
         )
         if chosen is not None:
-            prompts = store.get_prompts(chosen, limit=20)
-            frame = pd.DataFrame(
-                [{"#": p["position"] + 1, "category": p.get("category") or "", "prompt": p["text"]} for p in prompts],
-                columns=["#", "category", "prompt"],
-            )
+            prompts = store.get_prompts(chosen, limit=prompt_upload.STORED_ROWS)
             st.caption(f"First {len(prompts)} prompts of set #{chosen}:")
-            st.dataframe(frame, hide_index=True, width="stretch")
-            confirm = st.checkbox(
-                f"Yes, delete set #{chosen} (sessions that used it keep their results)", key=f"confirm_del_set_{chosen}"
+            components.table(prompt_upload.stored_prompts_frame(prompts))
+            components.confirm_delete(
+                f"prompt set #{chosen}",
+                lambda: store.delete_prompt_set(chosen),
+                confirm=f"Yes, delete set #{chosen} (sessions that used it keep their results)",
+                keys=(f"confirm_del_set_{chosen}", f"del_set_{chosen}"),
+                button="Delete prompt set",
+                forget=["open_set"],
             )
-            if st.button("Delete prompt set", disabled=not confirm, key=f"del_set_{chosen}"):
-                try:
-                    deleted = store.delete_prompt_set(chosen)
-                except Exception as exc:  # noqa: BLE001
-                    common.show_error(exc, f"delete set #{chosen}")
-                else:
-                    if deleted:
-                        st.session_state.pop("open_set", None)
-                        st.toast(f"Deleted prompt set #{chosen}")
-                        st.rerun()
-                    else:
-                        st.warning(f"Set #{chosen} was already gone.")

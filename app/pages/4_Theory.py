@@ -1,19 +1,12 @@
-"""Theory: the two theorems side by side — the latency win (Thm 3.8) and the arithmetic bill (Thm 3.11).
+"""Theory: the latency win (Thm 3.8) and the arithmetic bill (Thm 3.11) of Leviathan et al. (ICML 2023) side by side.
 
-Every number comes from engine.analysis.theory; the chapter's tables are recomputed, not copied.
+Every number comes from engine.analysis.theory; the tables are recomputed, not copied.
 """
 
-import sys
-from pathlib import Path
+import streamlit as st
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import streamlit as st  # noqa: E402
-
-from app import charts, common, theory_tables  # noqa: E402
-from engine.analysis.theory import crossover_gamma  # noqa: E402
+from app import charts, common, components, theory_tables
+from engine.analysis.theory import crossover_gamma
 
 common.page_setup("Theory")
 st.title("📐 Theory: speed vs arithmetic")
@@ -21,6 +14,10 @@ st.markdown(
     "A draft proposes γ tokens; the target accepts each with probability **α** and scores all γ+1 positions in one "
     "forward pass. **c** is a draft forward's *wall time* relative to the target's (what latency pays), **ĉ** its "
     "*arithmetic* relative to the target's (what a compute-bound server pays)."
+)
+st.caption(
+    f"Theorem 3.8 (wall-time improvement), Theorem 3.11 (arithmetic operations) and the T5 measurements are from "
+    f"{theory_tables.SOURCE}."
 )
 
 c1, c2, c3, c4 = st.columns(4)
@@ -67,23 +64,23 @@ with common.guard("compute the theory"):
     )
 
 st.divider()
-st.subheader("The chapter's tables, recomputed")
+st.subheader("Tables from Theorems 3.8 and 3.11, recomputed")
 left, right = st.columns(2)
 with left:
     st.markdown("**Latency vs arithmetic** (c = ĉ = 0, the paper's simplification)")
-    st.dataframe(theory_tables.alpha_gamma_table(), hide_index=True, width="stretch")
+    components.table(theory_tables.alpha_gamma_table())
     st.markdown("**Change in cost per token** (c = ĉ = 0)")
-    st.dataframe(theory_tables.cost_table(), hide_index=True, width="stretch")
+    components.table(theory_tables.cost_table())
 with right:
     st.markdown("**How far to speculate: the crossover** (c = ĉ = 0)")
-    st.dataframe(theory_tables.crossover_table(), hide_index=True, width="stretch")
-    st.markdown("**The paradox: the better draft is slower** (T5-XXL target, γ = 7)")
-    st.dataframe(theory_tables.paradox_table(), hide_index=True, width="stretch")
+    components.table(theory_tables.crossover_table())
+    st.markdown("**The paradox: the better draft is slower** (T5-XXL target, γ = 7, the paper's T5 drafts)")
+    components.table(theory_tables.paradox_table())
     st.caption(
         "T5-large has the best α and is the slowest, predicted and measured: not the best α wins, but the best "
         "balance of α and c."
     )
 with st.expander("Tables with the c and ĉ chosen above"):
-    st.dataframe(theory_tables.alpha_gamma_table(c, c_hat), hide_index=True, width="stretch")
-    st.dataframe(theory_tables.cost_table(c, c_hat), hide_index=True, width="stretch")
-    st.dataframe(theory_tables.crossover_table(c, c_hat), hide_index=True, width="stretch")
+    components.table(theory_tables.alpha_gamma_table(c, c_hat))
+    components.table(theory_tables.cost_table(c, c_hat))
+    components.table(theory_tables.crossover_table(c, c_hat))

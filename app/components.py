@@ -1,0 +1,220 @@
+"""Streamlit widgets the pages share: tables, the session picker, the status banner, confirm-then-delete."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import streamlit as st
+
+from app import common
+from app.common import ACTIVE_STATUSES, md_escape
+
+SESSION_PARAM = "session"
+MISSING = "—"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# tables
+
+
+def table(
+    frame: Any,
+    *,
+    numbers: Mapping[str, str] | None = None,
+    dates: Sequence[str] = (),
+    helps: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> None:
+    """A table without the index, full width, missing values shown as "—" (never a literal None).
+
+    ``numbers`` maps columns to a printf format ("%.2f×"), ``dates`` lists datetime columns and
+    ``helps`` gives column tooltips.
+    """
+    helps = helps or {}
+    config: dict[str, Any] = {}
+    for column, fmt in (numbers or {}).items():
+        config[column] = st.column_config.NumberColumn(format=fmt, help=helps.get(column))
+    for column in dates:
+        config[column] = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm", help=helps.get(column))
+    for column, text in helps.items():
+        config.setdefault(column, st.column_config.Column(help=text))
+    st.dataframe(frame, hide_index=True, width="stretch", placeholder=MISSING, column_config=config or None, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# session pickers, kept in step with ?session= in the address bar
+
+
+def _url_follows(key: str, applied: str | None = None) -> None:
+    """on_change of a picker: the address bar shows what was picked (one id, or several comma-separated);
+    ``applied`` remembers that value as already applied, so it is not preselected again."""
+    chosen = st.session_state.get(key)
+    ids = chosen if isinstance(chosen, list) else [] if chosen is None else [chosen]
+    value = ",".join(str(i) for i in ids)
+    if applied is not None:
+        st.session_state[applied] = value
+    if value:
+        st.query_params[SESSION_PARAM] = value
+    else:
+        st.query_params.pop(SESSION_PARAM, None)
+
+
+def session_picker(
+    label: str,
+    sessions: Sequence[Mapping[str, Any]],
+    key: str,
+    *,
+    default: int | None = None,
+    lookup: Callable[[int], Mapping[str, Any] | None] | None = None,
+) -> Mapping[str, Any] | None:
+    """Pick one session; ?session=N preselects it (``lookup`` finds one beyond ``sessions``) and follows the pick."""
+    by_id = {s["id"]: s for s in sessions}
+    wanted = common.query_int(SESSION_PARAM)
+    if wanted is not None and wanted not in by_id and lookup is not None:
+        found = lookup(wanted)
+        if found is not None:
+            by_id[wanted] = found
+    if wanted is not None and wanted not in by_id:
+        st.warning(f"Session #{wanted} (from the address bar) does not exist; showing another one.")
+        wanted = None
+    if wanted is not None:
+        st.session_state[key] = wanted
+    elif st.session_state.get(key) not in by_id:
+        st.session_state[key] = default if default in by_id else next(iter(by_id), None)
+    chosen = st.selectbox(
+        label,
+        list(by_id),
+        format_func=lambda i: common.session_label(by_id[i]),
+        key=key,
+        on_change=_url_follows,
+        args=(key,),
+    )
+    if chosen is None:
+        return None
+    if common.query_int(SESSION_PARAM) != chosen:
+        st.query_params[SESSION_PARAM] = str(chosen)
+    return by_id[chosen]
+
+
+def sessions_picker(
+    label: str,
+    sessions: Sequence[Mapping[str, Any]],
+    key: str,
+    *,
+    default: Sequence[int] = (),
+    help: str | None = None,
+) -> list[int]:
+    """Pick several sessions; a new ?session=N,M preselects them once, and the address bar follows the pick."""
+    by_id = {s["id"]: s for s in sessions}
+    raw = st.query_params.get(SESSION_PARAM)
+    applied = f"{key}_from_url"
+    if raw is not None and st.session_state.get(applied) != str(raw):
+        st.session_state[applied] = str(raw)
+        st.session_state[key] = [i for i in _ids(raw) if i in by_id]
+    if key not in st.session_state:
+        st.session_state[key] = [i for i in default if i in by_id]
+    st.session_state[key] = [i for i in st.session_state[key] if i in by_id]
+    return st.multiselect(
+        label,
+        list(by_id),
+        format_func=lambda i: common.session_label(by_id[i]),
+        key=key,
+        on_change=_url_follows,
+        args=(key, applied),
+        help=help,
+    )
+
+
+def _ids(raw: Any) -> list[int]:
+    """'3' or '3,5' → [3] / [3, 5]; malformed items dropped, order kept, no repeats."""
+    ids: list[int] = []
+    for item in re.split(r"[,;\s]+", str(raw).strip()):
+        try:
+            value = int(item)
+        except ValueError:
+            continue
+        if value not in ids:
+            ids.append(value)
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# status banner
+
+
+def status_banner(session: Mapping[str, Any], here: str) -> None:
+    """One line on where a session stands, with the way on: start the worker, watch it live, open its results.
+
+    ``here`` is the page showing it ("Run" or "Sessions"); a link to that same page is left out.
+    """
+    sid, status = session["id"], session.get("status")
+    error = session.get("error")
+    if status == "failed":
+        st.error(f"Session failed: {md_escape(error or 'no error message was recorded')}")
+    elif status == "cancelled":
+        st.info(f"Cancelled. {md_escape(error or '')}")
+    elif status == "queued":
+        _queued(sid)
+    elif status == "running" and here != "Run":
+        done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
+        st.info(f"Running ({done}/{total} prompt decodes); results fill in as runs finish.")
+    elif status == "done" and here != "Sessions":
+        st.success("Done.")
+    if status in ACTIVE_STATUSES and here != "Run":
+        st.page_link(common.PAGES["Run"], label="Watch it live", icon="▶️", query_params={SESSION_PARAM: sid})
+    if status == "done" and here != "Sessions":
+        st.page_link(
+            common.PAGES["Sessions"], label="Open the results in Sessions", icon="📊", query_params={SESSION_PARAM: sid}
+        )
+
+
+def _queued(session_id: int) -> None:
+    pid, line = common.worker_status()
+    if pid:
+        st.info("Queued: the worker will pick it up after the sessions before it.")
+        return
+    st.warning(f"Queued, but {md_escape(line)}.")
+    if st.button("Start the worker", key=f"start_worker_{session_id}"):
+        with common.guard("start the worker"):
+            st.success(md_escape(common.start_worker()))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# confirm, then delete
+
+
+def confirm_delete(
+    what: str,
+    delete: Callable[[], bool],
+    *,
+    confirm: str,
+    keys: tuple[str, str],
+    button: str = "Delete",
+    forget: Sequence[str] = (),
+    forget_url: bool = False,
+) -> None:
+    """A checkbox that arms a delete button; the store call's error shows as one line, success reruns the page.
+
+    ``what`` names the thing ("session #3"), ``delete`` returns False when it was already gone, ``keys`` are
+    the (checkbox, button) widget keys, ``forget`` session-state keys and ``forget_url`` ?session= to drop.
+    """
+    checkbox_key, button_key = keys
+    armed = st.checkbox(confirm, key=checkbox_key)
+    if not st.button(button, disabled=not armed, key=button_key):
+        return
+    try:
+        deleted = delete()
+    except Exception as exc:  # noqa: BLE001 - one line, nothing else changes
+        common.show_error(exc, f"delete {what}")
+        return
+    if not deleted:
+        st.warning(f"{what[:1].upper()}{what[1:]} was already gone.")
+        return
+    for key in forget:
+        st.session_state.pop(key, None)
+    if forget_url:
+        st.query_params.pop(SESSION_PARAM, None)
+    st.toast(f"Deleted {what}")
+    st.rerun()
