@@ -6,10 +6,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from app import common
 from app.common import ACTIVE_STATUSES, md_escape
+from engine.service import evidence
 
 SESSION_PARAM = "session"
 MISSING = "—"
@@ -218,3 +220,16 @@ def confirm_delete(
         st.query_params.pop(SESSION_PARAM, None)
     st.toast(f"Deleted {what}")
     st.rerun()
+
+
+def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: str, numbers: Mapping[str, str]) -> str:
+    """Whose measurements a recommendation rests on; with sessions of both engines, a choice and a side-by-side
+    table (the same default as `python -m engine recommend`)."""
+    ids = [int(s["id"]) for s in sessions]
+    engine = evidence.choose_engine(store, ids, None)
+    if len({evidence.session_engine(dict(s)) for s in sessions}) > 1:
+        engine = st.radio("Recommend from the measurements of", evidence.ENGINES, horizontal=True, key="rec_engine",
+                          index=evidence.ENGINES.index(engine), help=help_text)  # fmt: skip
+        with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
+            table(pd.DataFrame(evidence.engine_comparison(store, ids)), numbers=numbers)
+    return engine

@@ -1,9 +1,11 @@
-"""Recommendation → tables, chart frames and text for the Recommend page. Pure functions, no Streamlit.
+"""Recommendation → tables, chart frames, styles and text for the Recommend page. Pure functions, no Streamlit.
 
-Everything here reads a Recommendation (engine.analysis.recommend), the Evidence it rests on (engine.service.evidence)
-or a stored regime dict, and returns DataFrames or strings, so the page stays thin and the numbers
-can be tested without a browser. Text that may carry user input (draft and session names) is
-escaped by the page, not here, except where a function says it returns markdown.
+Everything here reads a Recommendation (engine.analysis.recommend), the Evidence it rests on
+(engine.service.evidence) or the RegimeReport judged for it (engine.analysis.regime.judge_regime),
+and returns DataFrames, Stylers or strings, so the page stays layout only and the numbers can be
+tested without a browser. Domain decisions (the regime, the knee, the payload) are made in
+engine.analysis, not here. Text that may carry user input (draft and session names) is escaped by
+the page, not here, except where a function says it returns markdown.
 """
 
 from __future__ import annotations
@@ -12,12 +14,21 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from engine.analysis.recommend import DraftMeasurement, DraftSummary, GammaPoint, Recommendation, crossover_from_curve
+from engine.analysis.bounds import check_predicted_speedup
+from engine.analysis.recommend import (
+    DraftMeasurement,
+    DraftSummary,
+    GammaPoint,
+    Recommendation,
+    crossover_from_curve,
+    gamma_curve,
+    regime_of,
+)
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
 
 OBJECTIVE_LABELS = {
@@ -29,6 +40,96 @@ REGIME_CHOICES = ("auto", MEMORY_BOUND, COMPUTE_BOUND)
 REGIME_LABELS = {"auto": "auto (measured)", MEMORY_BOUND: MEMORY_BOUND, COMPUTE_BOUND: COMPUTE_BOUND}
 RECOMMENDED_MARK = "◀ recommended"
 CROSSOVER_MARK = "crossover"
+MEASUREMENT_ERROR_MARK = "⚠ measurement error"
+EXTRAPOLATED_MARK = "v(γ+1) extrapolated"
+HIGHLIGHT = "background-color: rgba(46, 160, 67, 0.25); font-weight: bold"
+FORMAT_LABELS = {
+    "vllm": "vLLM",
+    "sglang": "SGLang",
+    "transformers": "transformers",
+    "llamacpp": "llama.cpp",
+    "spectune": "spectune record",
+}
+FORMAT_LANGUAGE = {"vllm": "json", "sglang": "bash", "transformers": "json", "llamacpp": "bash", "spectune": "json"}
+FORMAT_MIME = {"vllm": "application/json", "transformers": "application/json", "spectune": "application/json"}
+NVML_NOTE = (
+    "GPU utilisation (NVML) is deliberately not evidence: it is the share of time *any* kernel was running, so a "
+    "batch-1 decode that streams weights and leaves the tensor cores idle reads about 100%. It says nothing about "
+    "whether you are memory- or compute-bound — the batch sweep and v(k) do."
+)
+CURVE_FORMATS = {
+    "mean acceptance length": "{:.2f}",
+    "speedup (model)": "{:.2f}×",
+    "speedup (calibrated)": "{:.2f}×",
+    "speedup (Thm 3.8, one α)": "{:.2f}×",
+    "ops multiplier": "{:.2f}×",
+    "measured speedup": "{:.2f}×",
+}
+CURVE_CAPTION = (
+    "Calibrated speedup: the model E/(γc + v(γ+1)) bent through the measured speedups (never past γ+1) — what the "
+    "recommender ranks on. Thm 3.8: the single-α formula with v = 1. Ops multiplier: (γĉ + γ + 1)/E. Crossover "
+    "(red): the first γ where the ops multiplier exceeds the speedup; a γ whose verify step is compute-bound has to "
+    "stay below it. Diamonds: measured speedups; a measured speedup above its physical bound is marked as a "
+    "measurement error and not calibrated to."
+)
+COMPARISON_FORMATS = {
+    "α": "{:.3f}",
+    "c": "{:.3f}",
+    "predicted speedup": "{:.2f}×",
+    "measured speedup": "{:.2f}×",
+    "at γ": "{:.0f}",
+    "ops multiplier": "{:.2f}×",
+}
+ENGINE_NUMBERS = {
+    "α": "%.3f", "mean acceptance length": "%.2f", "draft acceptance rate": "%.3f", "c": "%.3f", "tokens/s": "%.1f",
+    "speedup measured": "%.2f×", "speedup predicted": "%.2f×",
+}  # fmt: skip
+COMPARISON_HELP = {
+    "α": "acceptance rate measured on your prompts",
+    "c": "draft forward time / target forward time (profiled)",
+    "best γ": "the draft's best γ for this objective",
+    "predicted speedup": "at the draft's best γ for this objective",
+    "measured speedup": "the best possible speedup a session measured for this draft (impossible ones left out)",
+    "at γ": "the γ of that measured speedup",
+    "ops multiplier": "Theorem 3.11's arithmetic bill at the best γ",
+}
+SCHEDULE_TEXT = (
+    "The same objective and budget at every batch size. A verify step at batch b processes b·(γ+1) token rows: "
+    "below the knee it rides on the weight stream (memory-bound, the extra arithmetic is free), at or past it the "
+    "arithmetic is billed, so γ is capped below the crossover there; γ is off only where speculation stops paying "
+    "under the objective. "
+)
+INTRO = (
+    "Which draft and γ to serve with — or no speculation at all — for **your** objective at **your** batch size, "
+    "from the α, c and speedups your sessions measured. Whether the extra arithmetic is free depends on the "
+    "regime, so the regime and its evidence come first."
+)
+HELP = {
+    "engine": "The chosen sessions were measured with more than one engine. α carries over between engines (same "
+    "models, same text); c, v(k) and speed do not. `python -m engine recommend --engine` makes the same choice.",
+    "sessions": "Their speculative runs are pooled per draft × temperature. Only finished (done) sessions are listed.",
+    "objective": "Latency: the fastest decoding. Cost: the lowest cost per token. Latency within a budget: the "
+    "fastest decoding whose cost per token rises by at most the budget.",
+    "batch": "Concurrent sequences per decode step on the server: decides memory- vs compute-bound.",
+    "price": "Optional (0 = none): shows money per million tokens before and after.",
+    "regime": "Auto judges each γ's verify step (batch × (γ+1) token rows) against the stored batch sweep's knee. "
+    "Override it only if you know better than the measurement.",
+    "draft": "The recommended draft first; pick another to see why it lost.",
+}
+SWEEP_CAPTION = (
+    "Flat: extra rows ride on the weight stream (memory-bound). About linear past the knee (red): compute is "
+    "saturated. Grey dashed: the serving batch."
+)
+
+
+def export_caption(rec: Recommendation) -> str:
+    off = " — speculation off is exported too, as an explained absence, so nobody re-enables it by accident"
+    return (
+        f"Paste-ready configuration for each server{off if rec.off else ''}. Downloading a file also keeps it in the "
+        "history below."
+    )
+
+
 _SPLIT = re.compile(r"[,;\s]+")
 
 
@@ -49,6 +150,22 @@ def parse_session_param(raw: Any) -> list[int]:
         if value not in ids:
             ids.append(value)
     return ids
+
+
+def preselection_problems(raw: Any, sessions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One problem line per session id in ?session= that cannot be used (missing, or not done)."""
+    return split_preselection(parse_session_param(raw), sessions)[1]
+
+
+def mixed_targets(sessions: Iterable[Mapping[str, Any]]) -> str | None:
+    """A warning (plain text) when the chosen sessions measure different targets, else None."""
+    targets = sorted({str(s.get("target")) for s in sessions})
+    if len(targets) < 2:
+        return None
+    return (
+        f"The chosen sessions measure different targets ({', '.join(targets)}): their drafts are compared as if "
+        "they served one target."
+    )
 
 
 def split_preselection(wanted: Sequence[int], sessions: Sequence[Mapping[str, Any]]) -> tuple[list[int], list[str]]:
@@ -116,6 +233,61 @@ def decision_parts(rec: Recommendation) -> dict[str, str]:
     }
 
 
+def no_sessions_text(stored: int) -> str:
+    """What to do when no session is finished (`stored`: how many sessions exist at all)."""
+    return (
+        "No finished sessions yet. A recommendation is computed from the α, c and speedups a finished tuning session "
+        "measured: start a session on the Run page, let it finish, then come back here."
+        + (f" ({stored} session(s) are stored, none of them done.)" if stored else "")
+    )
+
+
+def decision_banner(rec: Recommendation, escape: Callable[[Any], str]) -> str:
+    """The decision in one markdown line; `escape` (the page's md_escape) is applied to every piece of text."""
+    parts = decision_parts(rec)
+    context = f"{rec.regime}, batch {rec.batch_size}, objective: {OBJECTIVE_LABELS[rec.objective].lower()}"
+    if rec.objective == "latency_within_budget" and rec.budget is not None:
+        context += f" (budget {pct(rec.budget)})"
+    if rec.off:
+        return f"**Speculation OFF** — serve the target alone ({escape(context)})."
+    line = (
+        f"**{escape(parts['draft'])}** with **γ = {rec.gamma}**: predicted **{parts['speedup']}** faster · ops "
+        f"multiplier **{parts['ops']}** · cost per token **{parts['cost']}** ({escape(context)})"
+    )
+    flag = check_predicted_speedup(rec.predicted_speedup, rec.gamma)  # checked again before it is shown
+    return line if flag is None else f"{line} — ⚠ {escape(flag.message)}"
+
+
+def decision_metrics(rec: Recommendation) -> list[tuple[str, str, str | None]]:
+    """(label, value, help) of the five decision metrics."""
+    parts = decision_parts(rec)
+    return [
+        ("Draft", parts["draft"], None),
+        ("γ", parts["gamma"], None),
+        ("Predicted speedup", parts["speedup"], "Latency multiple against the target alone (never above γ+1)."),
+        ("Ops multiplier", parts["ops"], "Theorem 3.11: (γĉ + γ + 1) / E[tokens per target call]."),
+        ("Cost per token", parts["cost"], "Memory-bound: ×1/speedup (free). Compute-bound: ×ops multiplier."),
+    ]
+
+
+def money_metrics(rec: Recommendation, price_per_hour: float) -> tuple[list[tuple[str, str, str | None]], str]:
+    """(label, value, delta) of money per million tokens before and after, and the caption explaining them.
+
+    No metrics (only the caption) when no baseline tokens/s was stored.
+    """
+    if rec.cost_per_million_baseline is None:
+        return [], "No baseline tokens/s is stored for these sessions, so money per million tokens is unknown."
+    after = "$ per million tokens, " + ("off" if rec.off else "recommended")
+    return (
+        [
+            ("$ per million tokens, target alone", money(rec.cost_per_million_baseline), None),
+            (after, money(rec.cost_per_million), None if rec.off else pct(money_change(rec))),
+        ],
+        f"At ${price_per_hour:,.2f}/h, {rec.batch_size} stream(s) at the measured baseline tokens/s each; the "
+        "speculative figure applies the cost-per-token multiplier of the regime.",
+    )
+
+
 def money_change(rec: Recommendation) -> float | None:
     """Fractional change of money per million tokens, when both sides are known."""
     before, after = rec.cost_per_million_baseline, rec.cost_per_million
@@ -128,35 +300,6 @@ def money_change(rec: Recommendation) -> float | None:
 # regime
 
 
-def stored_sweep(regime: Mapping[str, Any] | None) -> tuple[list[int], list[float]] | None:
-    """The stored batch sweep (batch sizes, step times in s) when it is usable, else None."""
-    if not isinstance(regime, Mapping):
-        return None
-    sweep = regime.get("batch_sweep")
-    if not isinstance(sweep, Mapping):
-        return None
-    try:
-        bs = [int(b) for b in sweep.get("batch_sizes") or []]
-        ts = [float(t) for t in sweep.get("step_times_s") or []]
-    except (TypeError, ValueError):
-        return None
-    if not bs or len(bs) != len(ts) or any(b < 1 for b in bs) or any(not (t > 0) for t in ts):
-        return None
-    pairs = sorted(zip(bs, ts, strict=True))
-    return [b for b, _ in pairs], [t for _, t in pairs]
-
-
-def stored_knee(regime: Mapping[str, Any] | None) -> int | None:
-    if not isinstance(regime, Mapping):
-        return None
-    classification = regime.get("batch_classification")
-    knee = classification.get("knee_batch") if isinstance(classification, Mapping) else None
-    try:
-        return None if knee is None else int(knee)
-    except (TypeError, ValueError):
-        return None
-
-
 def sweep_frame(batch_sizes: Sequence[int], step_times_s: Sequence[float]) -> pd.DataFrame:
     """Long form: batch, quantity ('step time' | 'time per row'), milliseconds."""
     rows = []
@@ -166,22 +309,10 @@ def sweep_frame(batch_sizes: Sequence[int], step_times_s: Sequence[float]) -> pd
     return pd.DataFrame(rows, columns=["batch", "quantity", "ms"])
 
 
-def regime_source(rec: Recommendation, override: str | None, knee: int | None, has_evidence: bool) -> str:
-    """One sentence saying where the regime label came from."""
-    if override:
-        return f"Set by hand to {override} (the stored evidence is shown below for reference)."
-    if knee is not None:
-        side = "at or past" if rec.batch_size >= knee else "below"
-        return f"From the stored batch sweep: serving batch {rec.batch_size} is {side} the knee at batch {knee}."
-    if has_evidence:
-        return "From the stored regime evidence of the chosen sessions."
-    return "No regime evidence is stored for these sessions: assumed memory-bound (batch 1)."
-
-
 def verify_frame(verify_cost: Mapping[int, float] | None, max_k: int = 9) -> pd.DataFrame:
     """Measured v(k) points plus the free (v = 1) and fully billed (v = k) references, long form."""
     measured = {int(k): float(v) for k, v in (verify_cost or {}).items()}
-    measured.setdefault(1, 1.0)
+    measured.setdefault(1, 1.0)  # the unit, not a measurement
     top = max(max_k, max(measured))
     rows = [{"k": k, "curve": "measured", "v": v} for k, v in sorted(measured.items())]
     for k in range(1, top + 1):
@@ -204,16 +335,22 @@ CURVE_COLUMNS = [
     "ops multiplier",
     "cost / token",
     "measured speedup",
+    "check",
 ]
 
 
-def curve_frame(curve: Sequence[GammaPoint], regime: str, recommended: int | None) -> pd.DataFrame:
+def curve_frame(
+    curve: Sequence[GammaPoint], regime: str, recommended: int | None, batch_size: int = 1, knee: int | None = None
+) -> pd.DataFrame:
     """One row per γ: expected tokens, the three speedups, ops, cost change in the regime, measured, marks.
 
     'speedup (calibrated)' is what the recommender ranks on (the model bent through the measured
-    speedups); the crossover is the first γ where the ops multiplier exceeds it.
+    speedups); the crossover is the first γ where the ops multiplier exceeds it. 'cost / token' is
+    judged in the regime each γ's verify step runs in (the knee at width batch·(γ+1) when there is
+    one, else `regime`). 'check' says when a measured speedup is impossible or v(γ+1) extrapolated.
     """
     cross = crossover_from_curve(curve)
+    regime_at = regime_of(regime, batch_size, knee)
     rows = []
     for p in curve:
         marks = []
@@ -221,6 +358,11 @@ def curve_frame(curve: Sequence[GammaPoint], regime: str, recommended: int | Non
             marks.append(RECOMMENDED_MARK)
         if cross is not None and p.gamma == cross:
             marks.append(CROSSOVER_MARK)
+        checks = []
+        if p.measured_flag:
+            checks.append(MEASUREMENT_ERROR_MARK)
+        if p.verify_extrapolated:
+            checks.append(EXTRAPOLATED_MARK)
         rows.append(
             {
                 "γ": int(p.gamma),
@@ -229,27 +371,47 @@ def curve_frame(curve: Sequence[GammaPoint], regime: str, recommended: int | Non
                 "speedup (calibrated)": p.speedup_estimate,
                 "speedup (Thm 3.8, one α)": p.speedup_one_alpha,
                 "ops multiplier": p.ops_multiplier,
-                "cost / token": pct(cost_per_token_multiplier(p.speedup_estimate, p.ops_multiplier, regime) - 1.0),
+                "cost / token": pct(
+                    cost_per_token_multiplier(p.speedup_estimate, p.ops_multiplier, regime_at(p.gamma)) - 1.0
+                ),
                 "measured speedup": p.measured_speedup,
                 "mark": " · ".join(marks),
+                "check": " · ".join(checks),
             }
         )
     return pd.DataFrame(rows, columns=CURVE_COLUMNS)
 
 
 def curve_chart_frames(curve: Sequence[GammaPoint]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(lines: γ, quantity, ×) and (measured points: γ, ×) for the curve chart."""
+    """(lines: γ, quantity, ×) and (measured points: γ, quantity, ×) for the curve chart.
+
+    Impossible measured speedups are labelled as measurement errors, not as measurements.
+    """
     lines = []
     measured = []
     for p in curve:
         lines.append({"γ": p.gamma, "quantity": "predicted speedup", "×": p.speedup_estimate})
         lines.append({"γ": p.gamma, "quantity": "ops multiplier", "×": p.ops_multiplier})
         if p.measured_speedup is not None:
-            measured.append({"γ": p.gamma, "quantity": "measured speedup", "×": p.measured_speedup})
+            what = "measurement error (impossible)" if p.measured_flag else "measured speedup"
+            measured.append({"γ": p.gamma, "quantity": what, "×": p.measured_speedup})
     return (
         pd.DataFrame(lines, columns=["γ", "quantity", "×"]),
         pd.DataFrame(measured, columns=["γ", "quantity", "×"]),
     )
+
+
+def styled_curve(table: pd.DataFrame, highlight: int | None, cross: int | None) -> Any:
+    """The crossover table styled: the recommended (or best) γ highlighted, the crossover in red."""
+
+    def _style(row: Any) -> list[str]:
+        if row["γ"] == highlight:
+            return [HIGHLIGHT] * len(row)
+        if cross is not None and row["γ"] == cross:
+            return ["color: #d62728"] * len(row)
+        return [""] * len(row)
+
+    return table.style.apply(_style, axis=1).format(CURVE_FORMATS, na_rep="—")
 
 
 def candidates(measurements: Iterable[DraftMeasurement]) -> list[DraftMeasurement]:
@@ -264,6 +426,12 @@ def candidate_label(summary: DraftSummary, measurement: DraftMeasurement | None,
     return label
 
 
+def candidate_labels(rec: Recommendation, cands: Sequence[DraftMeasurement]) -> list[str]:
+    """One label per compared candidate, with the temperature when the candidates differ in it."""
+    show_t = len({m.temperature for m in cands}) > 1
+    return [candidate_label(s, m, show_t) for s, m in zip(rec.comparison, cands, strict=True)]
+
+
 def winner_index(rec: Recommendation, cands: Sequence[DraftMeasurement]) -> int | None:
     """Index of the recommended measurement among the candidates (None when speculation is off)."""
     if rec.off or rec.measurement is None:
@@ -275,6 +443,57 @@ def winner_index(rec: Recommendation, cands: Sequence[DraftMeasurement]) -> int 
         if m.name == rec.draft_name and m.temperature == rec.temperature:
             return i
     return None
+
+
+def default_candidate(rec: Recommendation, cands: Sequence[DraftMeasurement]) -> int | None:
+    """The curve to show first: the winner's, or (speculation off) the best candidate's."""
+    if not cands:
+        return None
+    winner = winner_index(rec, cands)
+    if winner is not None:
+        return winner
+    return max(range(len(cands)), key=lambda i: rec.comparison[i].best_speedup)
+
+
+def curve_picker_key(rec: Recommendation, cands: Sequence[DraftMeasurement]) -> str:
+    """Widget key of the draft picker: a new set of candidates (or a new winner) starts from the winner again."""
+    return f"rec_curve_{fingerprint({'labels': candidate_labels(rec, cands), 'winner': winner_index(rec, cands)}, '')}"
+
+
+def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: int) -> dict[str, Any]:
+    """Everything the crossover section shows for candidate `index`: curve, table, marks and a headline."""
+    winner = winner_index(rec, cands)
+    m, summary = cands[index], rec.comparison[index]
+    if index == winner:
+        curve, highlight, mark = rec.curve, rec.gamma, RECOMMENDED_MARK
+    else:
+        curve, highlight = gamma_curve(m), summary.best_gamma
+        mark = "◀ best γ for this draft" + (" (speculation off)" if rec.off else " (not recommended)")
+    cross = crossover_from_curve(curve)
+    table = curve_frame(curve, rec.regime, highlight, rec.batch_size, rec.knee_batch)
+    if mark != RECOMMENDED_MARK:
+        table["mark"] = table["mark"].str.replace(RECOMMENDED_MARK, mark, regex=False)
+    source = curve[0].expected_tokens_source if curve else "positional"
+    source_text = "the greedy agreement runs" if source == "agreement_runs" else "per-position acceptance"
+    c_fit = f" (fitted to the measured speedups: {summary.c_effective:.3f})" if summary.c_effective is not None else ""
+    headline = (
+        f"α {m.alpha:.3f} (T = {m.temperature:g}), c {m.c:.3f}{c_fit}, ĉ {m.c_hat:.3f}; tokens per call from "
+        f"{source_text} · crossover {'γ = ' + str(cross) if cross is not None else 'none up to γ = 32'} · "
+        f"{'recommended' if index == winner else 'best'} γ = {highlight}"
+    )
+    warning = None
+    chosen = next((p for p in curve if p.gamma == highlight), None)
+    if chosen is not None and cross is not None and highlight >= cross:
+        at = regime_of(rec.regime, rec.batch_size, rec.knee_batch)(highlight)
+        if at == COMPUTE_BOUND:
+            warning = (
+                f"γ = {highlight} is at or past the crossover γ = {cross}: on a compute-bound server the arithmetic "
+                "grows faster than the speed."
+            )
+    return {
+        "curve": curve, "highlight": highlight, "cross": cross, "table": table, "headline": headline,
+        "warning": warning,
+    }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -293,6 +512,7 @@ COMPARISON_COLUMNS = [
     "cost / token",
     "crossover γ",
     "decision",
+    "check",
 ]
 
 
@@ -301,13 +521,16 @@ def comparison_frame(
 ) -> pd.DataFrame:
     """The seed's T5 table (draft, α, c, best γ, predicted speedup, measured speedup) plus what was decided.
 
-    'measured speedup' is the best speedup a session measured for the draft, 'at γ' its γ.
+    'measured speedup' is the best possible speedup a session measured for the draft, 'at γ' its
+    γ; impossible ones (above their physical bound) are left out and named in 'check'.
     """
     rows = []
     for i, s in enumerate(summaries):
         measured_gamma, measured = None, None
-        if s.measured_speedup:
-            measured_gamma, measured = max(s.measured_speedup.items(), key=lambda kv: (kv[1], -int(kv[0])))
+        possible = {g: v for g, v in s.measured_speedup.items() if int(g) not in s.measured_flags}
+        if possible:
+            measured_gamma, measured = max(possible.items(), key=lambda kv: (kv[1], -int(kv[0])))
+        flagged = sorted(int(g) for g in s.measured_flags)
         rows.append(
             {
                 "draft": labels[i] if labels is not None else s.name,
@@ -323,9 +546,19 @@ def comparison_frame(
                 "decision": RECOMMENDED_MARK
                 if winner is not None and i == winner
                 else ("pays, not the best" if s.pays else "does not pay"),
+                "check": (f"{MEASUREMENT_ERROR_MARK} at γ = " + ", ".join(map(str, flagged))) if flagged else "",
             }
         )
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def styled_comparison(table: pd.DataFrame, winner: int | None) -> Any:
+    """The comparison table styled: the recommended draft highlighted."""
+
+    def _style(row: Any) -> list[str]:
+        return [HIGHLIGHT if winner is not None and row.name == winner else ""] * len(row)
+
+    return table.style.apply(_style, axis=1).format(COMPARISON_FORMATS, na_rep="—")
 
 
 def schedule_frame(schedule: Mapping[int, int] | None, batch_size: int, knee: int | None) -> pd.DataFrame:
@@ -341,38 +574,15 @@ def schedule_frame(schedule: Mapping[int, int] | None, batch_size: int, knee: in
     return pd.DataFrame(rows, columns=["batch size", "γ", "note"])
 
 
-def schedule_gamma_at(schedule: Mapping[int, int] | None, batch_size: int) -> int | None:
-    """γ the schedule gives at this batch (the nearest sampled batch not above it), None without a schedule."""
-    if not schedule:
-        return None
-    points = sorted((int(b), int(g)) for b, g in schedule.items())
-    chosen = points[0][1]
-    for b, g in points:
-        if b <= batch_size:
-            chosen = g
-    return chosen
+def schedule_text(rec: Recommendation) -> str:
+    """What the schedule means, with where its knee came from (markdown, no user text)."""
+    if rec.knee_batch is not None:
+        return SCHEDULE_TEXT + f"Knee from the stored batch sweep: batch **{rec.knee_batch}**."
+    return SCHEDULE_TEXT + f"No knee is used, so every batch is judged {rec.regime}."
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # history
-
-
-def inputs_dict(
-    session_ids: Sequence[int],
-    objective: str,
-    budget: float | None,
-    batch_size: int,
-    price: float | None,
-    override: str | None,
-) -> dict[str, Any]:
-    return {
-        "session_ids": [int(x) for x in session_ids],
-        "objective": objective,
-        "budget": budget,
-        "batch_size": int(batch_size),
-        "price_per_hour": price,
-        "regime_override": override,
-    }
 
 
 def fingerprint(inputs: Mapping[str, Any], spectune_text: str) -> str:
@@ -381,29 +591,10 @@ def fingerprint(inputs: Mapping[str, Any], spectune_text: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def payload(rec: Recommendation, inputs: Mapping[str, Any], spectune_text: str) -> dict[str, Any]:
-    """What store.save_recommendation keeps: the inputs, the decision, and spectune's own full record."""
-    try:
-        record = json.loads(spectune_text)
-    except ValueError:
-        record = None
-    return {
-        "inputs": dict(inputs),
-        "speculation": "off" if rec.off else rec.method,
-        "draft": rec.draft_name,
-        "gamma": int(rec.gamma),
-        "predicted_speedup": _finite(rec.predicted_speedup),
-        "ops_multiplier": _finite(rec.ops_multiplier),
-        "cost_change": _finite(rec.cost_change),
-        "regime": rec.regime,
-        "batch_size": int(rec.batch_size),
-        "explanation": rec.explanation,
-        "record": record,
-    }
-
-
-def _finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(float(x)) else float(x)
+def history_label(saved: Mapping[str, Any]) -> str:
+    """One stored recommendation in the re-download picker."""
+    sessions = ", ".join(f"#{s}" for s in saved.get("session_ids") or [])
+    return f"#{saved.get('id')} · {saved.get('objective')} · sessions {sessions}"
 
 
 def history_frame(recommendations: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -435,57 +626,3 @@ def history_frame(recommendations: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         )
     columns = ["id", "created", "sessions", "objective", "batch", "regime", "decision", "speedup", "explanation"]
     return pd.DataFrame(rows, columns=columns)
-
-
-def verify_points(m: DraftMeasurement | None) -> dict[int, float]:
-    """The measured v(k) table of a measurement (v(1) = 1 added), empty without one."""
-    if m is None:
-        return {}
-    table = {int(k): float(v) for k, v in (m.verify_cost or {}).items()}
-    table.setdefault(1, 1.0)
-    return table
-
-
-def regime_evidence(
-    regime: Mapping[str, Any] | None, batch_size: int, override: str | None, verify_cost: Mapping[int, float] | None
-) -> list[str]:
-    """The evidence lines the page shows (and the spectune export records), judged at the chosen batch.
-
-    The stored evidence was judged at the session's serving batch; the batch sweep and v(k) are
-    re-judged here (pure engine.analysis.regime classifiers) so the lines match the label for this batch.
-    """
-    from engine.analysis.regime import classify_batch_sweep, classify_verify_curve
-
-    lines: list[str] = []
-    if override:
-        lines.append(f"regime set by hand to {override}; the measured evidence follows for reference")
-    skip: list[str] = []
-    sweep = stored_sweep(regime)
-    if sweep is not None:
-        judged = classify_batch_sweep(sweep[0], sweep[1], max(int(batch_size), 1))
-        lines += [f"batch sweep (judged at batch {batch_size}): {e}" for e in judged.evidence]
-        skip.append("batch sweep:")
-    table = {int(k): float(v) for k, v in (verify_cost or {}).items()}
-    if any(k > 1 for k in table):
-        k = 8 if max(table) >= 8 else max(table)
-        lines += [f"verify curve: {e}" for e in classify_verify_curve(table, k=k).evidence]
-        skip.append("verify curve:")
-    stored = [str(e) for e in (regime or {}).get("evidence") or []] if isinstance(regime, Mapping) else []
-    stored = [e for e in stored if not e.startswith(tuple(skip))]
-    if stored:
-        served = regime.get("serving_batch") if isinstance(regime, Mapping) else None
-        where = f" (serving batch {served})" if served is not None else ""
-        lines += [f"stored with the session{where}: {e}" for e in stored]
-    if not any(line.startswith("verify curve") or "verify curve:" in line for line in lines):
-        lines.append("verify curve: only v(1) is stored, so the cost of verification is not evidence here")
-    return lines
-
-
-def rejudged_knee(regime: Mapping[str, Any] | None, batch_size: int) -> int | None:
-    """The knee of the stored sweep (re-found from the raw timings; the stored knee when there are none)."""
-    sweep = stored_sweep(regime)
-    if sweep is None:
-        return stored_knee(regime)
-    from engine.analysis.regime import classify_batch_sweep
-
-    return classify_batch_sweep(sweep[0], sweep[1], max(int(batch_size), 1)).knee_batch

@@ -53,12 +53,12 @@ def pick_prompts(n: int) -> list[tuple[str, str]]:
 def hf_generate(model, ids: list[int], new_tokens: int, assistant=None, gamma: int = 0) -> tuple[list[int], float]:
     kwargs = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
     if assistant is not None:
-        kwargs |= {
-            "assistant_model": assistant,
-            "num_assistant_tokens": gamma,
-            "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0,
-        }
+        # transformers 5.x reads γ, the schedule and the confidence threshold only from the assistant's own
+        # generation_config (generate() kwargs are ignored; the threshold defaults to 0.4 unless set to 0.0)
+        config = assistant.generation_config
+        config.num_assistant_tokens, config.num_assistant_tokens_schedule = gamma, "constant"
+        config.assistant_confidence_threshold = 0.0
+        kwargs["assistant_model"] = assistant
     inp = torch.tensor([ids])
     with torch.inference_mode():
         t0 = time.perf_counter()

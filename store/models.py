@@ -23,7 +23,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-FINAL_SESSION_STATUSES = ("done", "failed", "cancelled")
+FINAL_SESSION_STATUSES = ("done", "failed", "cancelled", "interrupted")
 RUN_KINDS = ("baseline", "speculative")
 RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 SAMPLE_SOURCES = ("nvml", "cpu")
@@ -103,6 +103,7 @@ class TuningSession(Base):
     regime: Mapped[JsonDict | None]
     notes: Mapped[str | None] = mapped_column(Text)  # added by migration 0002
     options: Mapped[JsonDict | None]  # added by migration 0003
+    phase: Mapped[JsonDict | None]  # what a running session does now: name, done, total, eta_s (0005)
 
 
 class Run(Base):
@@ -148,6 +149,7 @@ class Step(Base):
     verify_time_s: Mapped[float] = mapped_column(Float)
     draft_forwards: Mapped[int] = mapped_column(Integer)
     emitted: Mapped[int] = mapped_column(Integer)
+    target_calls: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # 1 per spectune step
     t: Mapped[float] = mapped_column(Float)  # unix time the step was logged
 
 

@@ -24,6 +24,7 @@ def _totals_columns() -> list[Any]:
         func.coalesce(func.sum(Step.accepted), 0).label("accepted"),
         func.coalesce(func.sum(Step.gamma), 0).label("proposed"),
         func.coalesce(func.sum(Step.emitted), 0).label("emitted"),
+        func.coalesce(func.sum(Step.target_calls), 0).label("target_calls"),
         func.coalesce(func.sum(Step.draft_forwards), 0).label("draft_forwards"),
         func.coalesce(func.sum(Step.draft_time_s), 0.0).label("draft_time_s"),
         func.coalesce(func.sum(Step.verify_time_s), 0.0).label("verify_time_s"),
@@ -41,7 +42,7 @@ def _progress(row: Any) -> dict[str, Any]:
     data = {key: row._mapping[key] for key in row._mapping.keys() if key != "run_id"}
     busy = data["draft_time_s"] + data["verify_time_s"]
     data["draft_acceptance_rate"] = data["accepted"] / data["proposed"] if data["proposed"] else None
-    data["mean_acceptance_length"] = data["emitted"] / data["steps"] if data["steps"] else None
+    data["mean_acceptance_length"] = data["emitted"] / data["target_calls"] if data["target_calls"] else None
     data["tokens_per_s"] = data["emitted"] / busy if busy > 0 else None
     return data
 
@@ -120,7 +121,7 @@ class ReadersMixin(StoreBase):
                     func.count(Step.id).label("steps"),
                     func.min(Step.step_index).label("step"),
                     # avg() over floats: PostgreSQL's avg() of integers is numeric, which arrives as Decimal.
-                    func.avg(cast(Step.emitted, Float)).label("mean_acceptance_length"),
+                    (cast(func.sum(Step.emitted), Float) / func.sum(Step.target_calls)).label("mean_acceptance_length"),
                     func.avg(cast(Step.gamma, Float)).label("mean_gamma"),
                     func.sum(Step.accepted).label("accepted"),
                     func.sum(Step.gamma).label("proposed"),

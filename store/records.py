@@ -19,6 +19,7 @@ class StepLike(Protocol):
     verify_time_s: float
     draft_forwards: int
     emitted: int
+    target_calls: int
 
 
 class OutputLike(Protocol):

@@ -25,7 +25,7 @@ _SETTINGS = frozenset(
     if c.key
     not in {
         "id", "status", "cancel_requested", "error", "worker_id", "heartbeat_at", "created_at",
-        "started_at", "finished_at", "progress_done", "progress_total", "summary",
+        "started_at", "finished_at", "progress_done", "progress_total", "summary", "phase",
     }
 )  # fmt: skip
 _REQUIRED = frozenset({"target", "drafts", "gammas", "temperatures", "max_new_tokens"})
@@ -99,6 +99,10 @@ class SessionsMixin(StoreBase):
         """How many of the session's prompt × configuration units are finished."""
         self._update(session_id, progress_done=done, progress_total=total)
 
+    def set_phase(self, session_id: int, phase: dict[str, Any] | None) -> None:
+        """What the session is doing now (name, done, total, eta_s); None once it has ended."""
+        self._update(session_id, phase=phase)
+
     def set_notes(self, session_id: int, notes: str | None) -> None:
         self._update(session_id, notes=notes)
 
@@ -116,6 +120,18 @@ class SessionsMixin(StoreBase):
         if status not in FINAL_SESSION_STATUSES:
             raise ValueError(f"finish_session: status must be one of {FINAL_SESSION_STATUSES}, not {status!r}")
         self._update(session_id, status=status, error=error, summary=summary, finished_at=utcnow())
+
+    def requeue_session(self, session_id: int) -> bool:
+        """Queue an interrupted session again (its runs so far are kept); False if it is not interrupted."""
+        with self._core() as conn:
+            return bool(
+                conn.execute(
+                    update(TuningSession)
+                    .where(TuningSession.id == session_id, TuningSession.status == "interrupted")
+                    .values(status="queued", worker_id=None, error=None, finished_at=None, cancel_requested=False,
+                            phase=None, progress_done=0)
+                ).rowcount
+            )
 
     def request_cancel(self, session_id: int) -> bool:
         """Cancel: a queued session is cancelled at once; a running one is flagged for its worker to stop."""

@@ -73,6 +73,7 @@ class StepWriter:
             "verify_time_s": record.verify_time_s,
             "draft_forwards": record.draft_forwards,
             "emitted": record.emitted,
+            "target_calls": record.target_calls,
             "t": time.time() if t is None else t,
         }
         with self._buffer_lock:

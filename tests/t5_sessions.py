@@ -15,11 +15,17 @@ def store_session(
     regime: dict | None = None,
     name: str = "t5",
     verify_cost: dict | None = None,
+    target: str = "t5-xxl",
+    tokens_per_call: dict[str, float] | None = None,
 ) -> int:
-    """A finished session with known α, c and measured speedup (or None) per draft; returns its id."""
+    """A finished session with known α, c and measured speedup (or None) per draft; returns its id.
+
+    `verify_cost` None stores an empty v(k) table, as the sweep does when v(k) was not measured;
+    `tokens_per_call` gives a draft's mean acceptance length (tokens per target call) at `gamma`.
+    """
     set_id, _, _ = store.add_prompt_set(name, f"{name}.txt", [{"text": f"translate this ({name})"}])
     sid = store.create_session(
-        name=name, target="t5-xxl", drafts=list(drafts), gammas=[gamma], temperatures=[0.0], max_new_tokens=32,
+        name=name, target=target, drafts=list(drafts), gammas=[gamma], temperatures=[0.0], max_new_tokens=32,
         prompt_set_id=set_id, n_prompts=1,
     )  # fmt: skip
     store.claim_next_session("test:1")
@@ -28,10 +34,10 @@ def store_session(
     for draft, (alpha, c, measured) in drafts.items():
         run = store.create_run(sid, draft, gamma, 0.0, "speculative")
         result = {"alpha": alpha, "c": c, "per_position_acceptance": [alpha] * gamma,
-                  "verify_cost": verify_cost or {1: 1.0},
+                  "verify_cost": verify_cost or {}, "mean_acceptance_length": (tokens_per_call or {}).get(draft),
                   "tokens_per_s": 10.0 * (measured or 1.0), "speedup_measured": measured}  # fmt: skip
         store.finish_run(run, result, **result)
     if regime is not None:
         store.set_regime(sid, regime)
-    store.finish_session(sid, "done", summary={"verify_cost": {"1": 1.0}})
+    store.finish_session(sid, "done", summary={"verify_cost": {str(k): v for k, v in (verify_cost or {}).items()}})
     return sid

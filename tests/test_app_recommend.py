@@ -136,7 +136,10 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     # the regime with its evidence: judged at the chosen batch, the sweep chart with the knee, v(k), the NVML note
     assert "Regime: memory-bound" in [h.value for h in at.subheader]
     evidence = unescape_md(texts(at.markdown))
-    assert "knee at batch 16" in evidence and "serving batch 1 is below the knee" in evidence
+    assert "knee at batch 16" in evidence
+    # a verify step processes batch × (γ+1) token rows: that width, not the batch, is compared with the knee
+    width = rec.gamma + 1
+    assert f"serving batch 1 × {width} tokens per verify step (γ+1) = {width} token rows, below the knee 16" in evidence
     assert "v(8) = 1.20" in evidence
     assert "NVML" in texts(at.info)
     specs = chart_texts(at)
@@ -164,9 +167,10 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     assert comparison.loc["t5-small", "decision"] == "◀ recommended"
     assert comparison.loc["t5-small", "predicted speedup"] > comparison.loc["t5-large", "predicted speedup"]
 
-    # the γ-by-batch schedule: the latency γ below the knee, off from it
+    # the γ-by-batch schedule: the same objective at every batch; compute-bound caps γ below the crossover, not off
     schedule = frame_with(at, "batch size").value.set_index("batch size")
-    assert schedule.loc[1, "γ"] == str(rec.schedule[1]) and schedule.loc[64, "γ"] == "off"
+    assert schedule.loc[1, "γ"] == str(rec.schedule[1]) == str(rec.gamma)
+    assert schedule.loc[64, "γ"] == str(rec.schedule[64]) != "off" and rec.schedule[64] < cross
     assert schedule.loc[16, "note"] == "knee"
 
     # every export format: a download button and a preview
@@ -177,12 +181,15 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
         "llama-server-flags.txt", "spectune-recommendation.json",
     }  # fmt: skip
     code = codes(at)
-    vllm = json.loads(code["vllm"])
-    assert vllm["model"] == "t5-small" and "num_speculative_tokens" in vllm
-    assert vllm["num_speculative_tokens_per_batch_size"][-1][2] == 0  # off past the knee
+    doc = json.loads(code["vllm"])
+    vllm = doc["speculative_config"] if "speculative_config" in doc else doc
+    assert vllm["model"] == "t5-small" and vllm["num_speculative_tokens"] == rec.gamma
+    # the schedule is the headline γ at every batch here, so no per-batch ranges are exported
+    assert set(rec.schedule.values()) == {rec.gamma} and "num_speculative_tokens_per_batch_size" not in vllm
     assert "--speculative-draft-model-path t5-small" in code["sglang"]
-    assert json.loads(code["transformers"])["generate_kwargs"]["num_assistant_tokens"] == rec.gamma
-    assert f"--draft-max {rec.gamma}" in code["llamacpp"]
+    tf = json.loads(code["transformers"])
+    assert (tf.get("assistant_generation_config") or tf["generate_kwargs"])["num_assistant_tokens"] == rec.gamma
+    assert f"--draft-max {rec.gamma}" in code["llamacpp"] or f"--spec-draft-n-max {rec.gamma}" in code["llamacpp"]
     own = json.loads(code["spectune"])
     assert own["recommendation"]["gamma"] == rec.gamma and own["evidence"]["regime"]["label"] == "memory-bound"
     assert any("judged at batch 1" in line for line in own["evidence"]["regime"]["evidence"])
@@ -333,3 +340,68 @@ def test_hostile_draft_and_session_names_are_shown_as_text(env):
         assert "<script>" not in md.value and "](javascript" not in md.value
     assert XSS in unescape_md(texts(at.success))
     assert name in list(frame_with(at, "best γ").value["draft"])  # tables show text as text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# one payload, one regime judgement: the page and `python -m engine recommend` export the same bytes
+
+
+def test_cli_and_page_export_byte_identical_files_and_payloads(env, capsys):
+    from engine.service.cli import main
+
+    sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost={1: 1.0, 2: 1.02, 4: 1.05, 8: 1.2})
+    at = page()
+    at.radio(key="rec_objective").set_value("latency_within_budget")
+    at.run()
+    at.slider(key="rec_budget").set_value(30)
+    at.number_input(key="rec_batch").set_value(32)
+    at.run()
+    at.button(key="rec_save").click()
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    (saved,) = env.store.list_recommendations()
+    page_files = {e["format"]: e["content"] for e in env.store.list_exports(saved["id"])}
+    assert list(page_files) == list(FORMATS)
+    args = ["recommend", "--session", str(sid), "--objective", "latency_within_budget", "--budget", "0.3",
+            "--batch-size", "32"]  # fmt: skip
+    for fmt in FORMATS:
+        out = env.home / f"cli-{fmt}.txt"
+        assert main([*args, "--export", fmt, "--out", str(out)]) == 0
+        assert out.read_bytes() == page_files[fmt].encode("utf-8"), fmt
+    capsys.readouterr()
+    assert main([*args, "--export", "vllm"]) == 0
+    assert capsys.readouterr().out == page_files["vllm"]  # stdout too, byte for byte
+    cli_saved = [r for r in env.store.list_recommendations() if r["id"] != saved["id"]]
+    assert len(cli_saved) == len(FORMATS) + 1
+    assert all(r["payload"] == saved["payload"] for r in cli_saved)
+    # the export says what the page says: the regime judged at batch 32 with the chosen γ
+    own = json.loads(page_files["spectune"])
+    rec = expected(env.store, [sid], "latency_within_budget", 0.3, 32)
+    assert own["recommendation"]["gamma"] == rec.gamma and own["evidence"]["regime"]["label"] == rec.regime
+    assert own["recommendation"]["schedule"][str(32)] == rec.gamma
+
+
+def test_an_impossible_measurement_is_shown_as_a_measurement_error(env):
+    # a loaded machine: 3.07× measured at γ=4 from a run that delivered 1.35 tokens per target call
+    store_session(env.store, {"ngram": (0.35, 0.0, 3.07)}, gamma=4, tokens_per_call={"ngram": 1.35})
+    at = page()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    captions = unescape_md(texts(at.caption))
+    assert "measurement error" in captions and "load changed between runs" in captions
+    assert "scaled" not in captions  # never calibrated to
+    checks = dict(zip(frame_with(at, "mark").value["γ"], frame_with(at, "mark").value["check"], strict=True))
+    assert "measurement error" in checks[4]
+    assert "measurement error" in frame_with(at, "best γ").value["check"].iloc[0]
+    rec = expected(env.store, [env.store.list_sessions()[0]["id"]])
+    assert rec.off or rec.predicted_speedup <= rec.gamma + 1
+    assert any("measurement error (impossible)" in s for s in chart_texts(at))
+
+
+def test_the_page_is_layout_only() -> None:
+    text = (ROOT / "app" / PAGE).read_text()
+    assert len(text.splitlines()) <= 220
+    assert "def schedule_gamma_at" not in (ROOT / "app" / "recommend_view.py").read_text()
+    for domain in ("classify_batch_sweep", "regime_report", "RegimeReport(", "gamma_curve(", "json.loads"):
+        assert domain not in text, domain

@@ -19,6 +19,7 @@ from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
@@ -77,22 +78,86 @@ def test_cli_recommend_and_every_export_format(store, tmp_path):
     r = run()
     assert r.returncode == 0, r.stderr
     assert "recommendation: t5-small" in r.stdout and "γ by batch size" in r.stdout
-    vllm = json.loads(run("--export", "vllm").stdout)
+    doc = json.loads(run("--export", "vllm").stdout)
+    vllm = doc["speculative_config"] if "speculative_config" in doc else doc
     assert vllm["method"] == "draft_model" and vllm["model"] == "t5-small" and vllm["num_speculative_tokens"] >= 1
     flags = shlex.split(run("--export", "sglang").stdout, comments=True)
     assert "--speculative-draft-model-path" in flags and "t5-small" in flags
     tf = json.loads(run("--export", "transformers").stdout)
     assert tf["generate_kwargs"]["assistant_model"] == "t5-small"
-    assert tf["generate_kwargs"]["num_assistant_tokens"] == vllm["num_speculative_tokens"]
+    gamma_from = tf.get("assistant_generation_config") or tf["generate_kwargs"]  # where transformers reads γ
+    assert gamma_from["num_assistant_tokens"] == vllm["num_speculative_tokens"]
     llama = shlex.split(run("--export", "llamacpp").stdout, comments=True)
-    assert "--draft-max" in llama
+    assert "--draft-max" in llama or "--spec-draft-n-max" in llama  # the flag's name depends on the llama.cpp build
     own = json.loads(run("--export", "spectune").stdout)
     assert own["evidence"]["measurement"]["alpha"] == pytest.approx(0.75)
     assert own["evidence"]["measurement"]["session_ids"] == [sid]
-    assert own["evidence"]["regime"]["label"] == "memory-bound"
+    # no regime evidence stored: the record says "unknown" and the decision says it assumed memory-bound
+    assert own["evidence"]["regime"]["label"] == "unknown"
+    assert own["recommendation"]["regime"] == "memory-bound"
+    assert any(n.startswith("Regime unknown") for n in own["recommendation"]["notes"])
+    assert "# note: Regime unknown" in run("--export", "sglang").stdout
     out = tmp_path / "cfg.json"
     assert run("--export", "vllm", "--out", str(out)).returncode == 0
-    assert json.loads(out.read_text()) == vllm
-    assert len(store.list_recommendations()) >= 5
+    assert json.loads(out.read_text()) == doc
+    saved = store.list_recommendations()
+    assert len(saved) >= 5
+    # the CLI stores the same full payload as the page (inputs, decision, notes, spectune's record)
+    payload = saved[0]["payload"]
+    assert payload["inputs"]["session_ids"] == [sid] and payload["inputs"]["objective"] == "latency"
+    assert payload["record"]["format"] == "spectune.recommendation/1"
+    assert payload["gamma"] == vllm["num_speculative_tokens"]
     bad = run("--objective", "cost", "--batch-size", "0")
     assert bad.returncode == 2 and "batch size" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_draft_arithmetic_from_parameter_counts_is_charged_when_compute_bound(store):
+    # the bundled pair: ĉ = 494M / 1544M ≈ 0.32, so a γ that looked like +23% at ĉ = 0 is really about +49%
+    regime = {"label": "compute-bound", "evidence": ["linear from batch 1"], "votes": {}}
+    sid = store_session(store, {"qwen2.5-coder-0.5b": (0.8, 0.05, None)}, gamma=2, regime=regime,
+                        target="qwen2.5-coder-1.5b")  # fmt: skip
+    rec, ev, _ = recommend_from_store(store, [sid], "latency_within_budget", budget=0.3)
+    m = ev.measurements[0]
+    assert m.c_hat == pytest.approx(494_032_768 / 1_543_714_304) and "parameter counts" in m.c_hat_source
+    assert rec.regime == "compute-bound" and rec.cost_change <= 0.3
+    at_2 = next(p for p in rec.curve if p.gamma == 2)
+    assert at_2.ops_multiplier == pytest.approx((2 * m.c_hat + 3) / at_2.expected_tokens)
+    assert f"{at_2.ops_multiplier - 1:+.0%}" == "+49%" and rec.gamma == 1  # γ=2 no longer fits the budget
+    assert any("parameter counts" in n for n in rec.notes)
+    # a draft that is not bundled: ĉ from the measured time ratio c
+    other = store_session(store, {"some/draft": (0.8, 0.05, None)}, gamma=2, name="other")
+    _, ev, _ = recommend_from_store(store, [other], "latency")
+    assert ev.measurements[0].c_hat == pytest.approx(0.05) and "measured" in ev.measurements[0].c_hat_source
+
+
+def test_missing_verify_cost_and_unknown_regime_are_visible(store):
+    sid = store_session(store, {"t5-small": T5["t5-small"]})  # the sweep stored no v(k)
+    rec, ev, report = recommend_from_store(store, [sid], "latency")
+    assert ev.measurements[0].verify_cost == {} and ev.verify_cost == {}
+    assert any(n.startswith("No v(k) measured") for n in rec.notes)
+    assert report.label == "unknown" and rec.regime == "memory-bound"
+    assert any(n.startswith("Regime unknown") for n in rec.notes)
+    doc = json.loads(export(rec, "spectune")[1])
+    assert doc["evidence"]["measurement"]["verify_cost"] == {}
+    assert any("No v(k) measured" in n for n in doc["recommendation"]["notes"])
+
+
+def test_stored_regime_agreement_is_computed_from_the_votes(store):
+    regime = {"label": "compute-bound", "evidence": ["old worker"], "serving_batch": 1,
+              "votes": {"batch sweep": "compute-bound", "roofline": "memory-bound"}}  # fmt: skip
+    sid = store_session(store, {"weak": (0.5, 0.1, None)}, gamma=3, regime=regime)
+    _, _, report = recommend_from_store(store, [sid], "cost")
+    assert report.label == "compute-bound" and report.agree is False
+    doc = json.loads(export(recommend_from_store(store, [sid], "cost")[0], "spectune", regime=report)[1])
+    assert doc["evidence"]["regime"]["agree"] is False
+
+
+def test_impossible_measured_speedup_from_the_store_is_flagged_not_calibrated(store):
+    # a loaded machine: 3.07× measured at γ=4 from a run that delivered 1.35 tokens per target call
+    sid = store_session(store, {"ngram": (0.35, 0.0, 3.07)}, gamma=4, tokens_per_call={"ngram": 1.35})
+    rec, ev, _ = recommend_from_store(store, [sid], "latency")
+    m = ev.measurements[0]
+    assert m.measured_tokens_per_call == {4: 1.35} and m.measured_speedup == {4: 3.07}
+    assert rec.predicted_speedup <= rec.gamma + 1 and all(p.speedup_estimate <= p.gamma + 1 for p in rec.curve)
+    assert any("measurement error" in n and "load changed between runs" in n for n in rec.notes)
+    assert not any("scaled" in n for n in rec.notes)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from engine.analysis.export import export  # noqa: E402
 from engine.analysis.recommend import (  # noqa: E402
     DraftMeasurement,
     accepted_curve_from_runs,
@@ -16,6 +18,7 @@ from engine.analysis.recommend import (  # noqa: E402
     effective_c,
     gamma_curve,
     gamma_schedule,
+    measurement_flags,
     recommend,
 )
 from engine.analysis.theory import (  # noqa: E402
@@ -24,6 +27,13 @@ from engine.analysis.theory import (  # noqa: E402
     operations_multiplier,
     walltime_improvement,
 )
+
+
+def vllm_config(text: str) -> dict:
+    """The speculative config of a vLLM export (bare, or inside the export's "speculative_config")."""
+    doc = json.loads(text)
+    return doc["speculative_config"] if "speculative_config" in doc else doc
+
 
 # the chapter's T5 table: (draft, α, c, measured speedup at γ = 7)
 T5_ROWS = [("T5-small", 0.75, 0.02, 3.4), ("T5-base", 0.80, 0.04, 2.8), ("T5-large", 0.82, 0.11, 1.7)]
@@ -202,32 +212,119 @@ def test_invalid_arguments() -> None:
     assert empty.off and "no draft" in empty.explanation
 
 
-def test_gamma_schedule_shrinks_with_batch() -> None:
+def test_gamma_schedule_caps_at_the_crossover_past_the_knee() -> None:
+    # was: off at and past the knee. Compute-bound means γ below the crossover, not off (the objective is latency)
     m = DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.02, {2: 1.0, 9: 1.2})
     schedule = gamma_schedule(m, knee_batch=16)
     assert list(schedule) == [1, 2, 4, 8, 16, 32, 64]
     values = list(schedule.values())
     assert values == sorted(values, reverse=True)  # non-increasing in batch
-    assert schedule[1] > 0
-    assert schedule[16] == schedule[32] == schedule[64] == 0  # at/past the knee: off
-    rows = gamma_curve(m)
-    cross = crossover_from_curve(rows)
-    assert cross is not None and schedule[8] <= cross - 1  # approaching the knee: below the crossover
+    cross = crossover_from_curve(gamma_curve(m))
+    assert cross is not None
+    assert 0 < schedule[16] == schedule[32] == schedule[64] <= cross - 1  # past the knee: capped, not off
     assert set(gamma_schedule(m, knee_batch=None).values()) == {schedule[1]}
     assert set(gamma_schedule(DraftMeasurement("w", "draft_model", None, 0.05, [0.05], 0.2)).values()) == {0}
+    # off only where the objective says speculation loses: compute-bound, cost per token never falls
+    cost = gamma_schedule(m, knee_batch=16, objective="cost")
+    assert cost[1] > 0 and cost[16] == cost[64] == 0
 
 
 def test_gamma_schedule_caps_below_crossover_near_the_knee() -> None:
-    # α 0.6, c 0, free verification: the crossover is γ=5 (chapter table), so near the knee γ ≤ 4
+    # α 0.6, c 0, free verification: the crossover is γ=5 (chapter table). At batch 1 γ ≤ 14 verifies fewer than 16
+    # token rows (memory-bound: the latency optimum, γ=8 within 1%); from batch 4 every γ ≥ 3 verifies ≥ 16 rows
+    # (compute-bound: below the crossover, γ ≤ 4), and from batch 8 every γ does — still γ=4, never off
     m = DraftMeasurement("d", "draft_model", "d-ref", 0.6, [0.6], 0.0)
     assert gamma_schedule(m, batch_sizes=(1, 4, 8, 12, 16, 64), knee_batch=16) == {
-        1: 9,
-        4: 9,
+        1: 8,
+        4: 4,
         8: 4,
         12: 4,
-        16: 0,
-        64: 0,
+        16: 4,
+        64: 4,
     }
+
+
+def test_schedule_follows_the_objective_the_budget_and_the_regime() -> None:
+    # issue repro 1: compute-bound, +20% budget → γ=1; the vLLM export must say 1, not the latency-optimal γ
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.02, {2: 1.0, 9: 1.2})
+    rec = recommend([m], "latency_within_budget", "compute-bound", budget=0.2)
+    assert rec.gamma == 1 and rec.cost_change <= 0.2
+    assert set((rec.schedule or {}).values()) == {1}
+    vllm = vllm_config(export(rec, "vllm")[1])
+    assert vllm["num_speculative_tokens"] == 1 and "num_speculative_tokens_per_batch_size" not in vllm
+    # issue repro 2: knee at 16, batch 32, +30% budget → γ=2 at batch 32, and the exported ranges say 2 there
+    rec = recommend([m], "latency_within_budget", "memory-bound", budget=0.3, batch_size=32, knee_batch=16)
+    assert rec.gamma == 2 and rec.regime == "compute-bound" and rec.cost_change <= 0.3
+    assert rec.schedule is not None and rec.schedule[32] == 2 and rec.schedule[1] > 2
+    ranges = vllm_config(export(rec, "vllm")[1])["num_speculative_tokens_per_batch_size"]
+    assert next(k for lo, hi, k in ranges if lo <= 32 <= hi) == 2
+    assert all(k > 0 for _, _, k in ranges)  # compute-bound caps γ, the budget still pays at γ=2: never off
+
+
+@pytest.mark.parametrize("objective", ["latency", "cost", "latency_within_budget"])
+def test_headline_gamma_equals_the_schedule_at_every_batch(objective: str) -> None:
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.75, [0.8, 0.75, 0.7], 0.03, {2: 1.01, 4: 1.05, 8: 1.3})
+    budget = 0.25 if objective == "latency_within_budget" else None
+    schedule = gamma_schedule(m, range(1, 41), knee_batch=16, objective=objective, budget=budget)
+    for batch in range(1, 41):
+        rec = recommend([m], objective, "memory-bound", budget=budget, batch_size=batch, knee_batch=16)
+        assert rec.gamma == schedule[batch], batch
+        assert rec.off or rec.schedule[batch] == rec.gamma  # type: ignore[index]
+
+
+def test_the_verify_width_not_the_batch_is_compared_with_the_knee() -> None:
+    # batch 8 is below the knee at 16, but a verify step at γ ≥ 1 processes 8·(γ+1) ≥ 16 token rows: compute-bound
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.0)
+    rec = recommend([m], "latency", "memory-bound", batch_size=8, knee_batch=16)
+    assert rec.regime == "compute-bound"
+    assert rec.cost_change == pytest.approx(rec.ops_multiplier - 1)
+    assert any("8 × " in n and "at or past the knee at batch 16" in n for n in rec.notes)
+    # batch 2: γ ≤ 6 stays below 16 rows (memory-bound, cost falls), γ ≥ 7 would be billed
+    rec = recommend([m], "cost", "memory-bound", batch_size=2, knee_batch=16)
+    assert rec.regime == "memory-bound" and 2 * (rec.gamma + 1) < 16 and rec.cost_change < 0
+
+
+def test_verify_cost_dip_does_not_move_gamma_and_never_extrapolates_down() -> None:
+    base = {2: 1.02, 3: 1.04, 4: 1.06, 5: 1.08}
+
+    def rec_for(table: dict[int, float]):
+        return recommend([DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.03, table)], "latency",
+                         "memory-bound")  # fmt: skip
+
+    ref = rec_for(base)
+    dip = rec_for(base | {5: 1.06})  # a 0.02 dip in v(5)
+    assert abs(dip.gamma - ref.gamma) <= 1
+    assert dip.predicted_speedup == pytest.approx(ref.predicted_speedup, rel=0.05)
+    steep = rec_for(base | {5: 0.90})  # was extrapolated downwards: an 12× prediction
+    assert steep.predicted_speedup == pytest.approx(ref.predicted_speedup, rel=0.10)
+    assert all(p.speedup_estimate <= p.gamma + 1 for p in steep.curve)
+    # γ+1 past the largest measured k is said, per point and in the notes
+    row = next(p for p in ref.curve if p.gamma == ref.gamma)
+    assert ref.gamma + 1 > 5 and row.verify_extrapolated
+    assert not next(p for p in ref.curve if p.gamma == 3).verify_extrapolated
+    assert any("extrapolated beyond the largest measured k = 5" in n for n in ref.notes)
+
+
+def test_no_verify_cost_measured_and_unknown_regime_are_said() -> None:
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.02)
+    rec = recommend([m], "latency", "unknown")
+    assert rec.regime == "memory-bound"  # assumed, and said so
+    assert any(n.startswith("Regime unknown") and "assumed memory-bound" in n for n in rec.notes)
+    assert any(n.startswith("No v(k) measured") for n in rec.notes)
+    sglang = export(rec, "sglang")[1]
+    assert "# note: Regime unknown" in sglang and "# note: No v(k) measured" in sglang
+    assert "Regime unknown" in json.dumps(json.loads(export(rec, "spectune")[1])["recommendation"]["notes"])
+
+
+def test_draft_arithmetic_is_charged_when_compute_bound() -> None:
+    # the bundled pair: ĉ ≈ 0.32 from parameter counts turns a "+23%" γ=2 into about +49%
+    def measurement(c_hat: float) -> DraftMeasurement:
+        return DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.0, c_hat=c_hat, c_hat_source="params")
+
+    free = recommend([measurement(0.0)], "latency_within_budget", "compute-bound", budget=0.3, gammas=[2])
+    paid = recommend([measurement(0.32)], "latency_within_budget", "compute-bound", budget=0.6, gammas=[2])
+    assert f"{free.cost_change:+.0%}" == "+23%" and f"{paid.cost_change:+.0%}" == "+49%"
+    assert any("ĉ (draft arithmetic ÷ target arithmetic) = 0.320 (params)" in n for n in paid.notes)
 
 
 def test_smallest_gamma_within_tolerance() -> None:
@@ -250,6 +347,38 @@ def test_calibration_when_measurement_beats_the_model() -> None:
     assert row.speedup_predicted == pytest.approx(1.9375 / 1.08)
     rec = recommend([m], "latency", "memory-bound", gammas=[4])
     assert any("scaled" in n for n in rec.notes)
+
+
+def test_calibration_never_scales_expected_tokens_past_gamma_plus_one() -> None:
+    # one measured γ=4 at 2.5× scales E by ×1.39; at γ=1 that would be 2.08 tokens per call (more than γ+1 = 2)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.5, [0.5], 0.02, measured_speedup={4: 2.5})
+    for row in gamma_curve(m, range(1, 9)):
+        assert row.speedup_estimate <= (row.gamma + 1) / (row.gamma * 0.02 + row.verify_cost) + 1e-12
+        assert row.speedup_estimate <= row.gamma + 1
+
+
+def test_an_impossible_measured_speedup_is_flagged_and_never_calibrated_to() -> None:
+    # seen on a loaded machine: a measured 3.07× from a run that delivered 1.35 tokens per target call
+    m = DraftMeasurement(
+        "ngram", "ngram", None, 0.35, [0.35], 0.0, measured_speedup={4: 3.07}, measured_tokens_per_call={4: 1.35}
+    )
+    assert measurement_flags(m)[4].bound == pytest.approx(1.35)
+    assert calibration(m) is None  # nothing possible to calibrate to
+    rec = recommend([m], "latency", "memory-bound")
+    assert all(p.speedup_estimate <= p.gamma + 1 for p in rec.curve)
+    assert rec.predicted_speedup <= rec.gamma + 1
+    assert not any("scaled" in n for n in rec.notes)
+    flagged = [n for n in rec.notes if "measurement error" in n]
+    assert flagged and "3.07×" in flagged[0] and "load changed between runs" in flagged[0]
+    row = next(p for p in gamma_curve(m) if p.gamma == 4)
+    assert row.measured_speedup == 3.07 and row.measured_flag and "impossible" in row.measured_flag
+    assert rec.comparison[0].measured_flags == {4: row.measured_flag}
+    # without a tokens-per-call figure the bound is γ+1: 3.07× at γ=1 is just as impossible
+    assert measurement_flags(DraftMeasurement("n", "ngram", None, 0.35, [0.35], measured_speedup={1: 3.07}))
+    # a possible measurement is still calibrated to
+    fine = DraftMeasurement("n", "ngram", None, 0.35, [0.35], measured_speedup={4: 1.3},
+                            measured_tokens_per_call={4: 1.5})  # fmt: skip
+    assert not measurement_flags(fine) and calibration(fine) is not None
 
 
 def test_duplicate_names_are_kept_apart() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 from engine.analysis.regime import (  # noqa: E402
     classify_batch_sweep,
     classify_verify_curve,
+    judge_regime,
+    regime_at_width,
     regime_report,
     roofline,
 )
@@ -166,3 +170,86 @@ def test_batch_sweep_on_a_tiny_random_model() -> None:
     judged = classify_batch_sweep(sweep.batch_sizes, sweep.step_times_s, serving_batch=1)
     assert judged.label in ("memory-bound", "compute-bound")
     assert judged.knee_batch in (None, 1, 2, 4)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# judge_regime: the one judgement at a serving batch, shared by the worker, the CLI and the page
+
+
+def _record(serving_batch: int = 1, **extra: object) -> dict:
+    return {
+        "serving_batch": serving_batch,
+        "batch_sweep": {"batch_sizes": FLAT_THEN_LINEAR[0], "step_times_s": FLAT_THEN_LINEAR[1]},
+        **extra,
+    }
+
+
+def test_judge_regime_compares_the_verify_width_with_the_knee() -> None:
+    # knee at 16; batch 4 is below it, but a verify step at γ=3 processes 4 × 4 = 16 token rows
+    assert judge_regime(_record(), 4).label == "memory-bound"
+    assert judge_regime(_record(), 4, gamma=2).label == "memory-bound"  # 12 rows
+    at_knee = judge_regime(_record(), 4, gamma=3)
+    assert at_knee.label == "compute-bound" and at_knee.knee_batch == 16 and at_knee.width == 16
+    line = "serving batch 4 × 4 tokens per verify step (γ+1) = 16 token rows ≥ knee 16"
+    assert any(line in e for e in at_knee.evidence)
+    assert "4 × 4 = 16 token rows, at or past the knee at batch 16" in at_knee.source
+    assert regime_at_width(15, 16) == "memory-bound" and regime_at_width(16, 16) == "compute-bound"
+    assert regime_at_width(10_000, None) == "memory-bound"  # no knee seen
+
+
+def test_judge_regime_override_unknown_and_stored_verdicts() -> None:
+    forced = judge_regime(_record(), 1, override="compute-bound")
+    assert forced.label == "compute-bound" and forced.override == "compute-bound"
+    assert forced.evidence[0].startswith("regime set by hand to compute-bound") and "Set by hand" in forced.source
+    nothing = judge_regime(None, 8)
+    assert nothing.label == "unknown" and "unknown" in nothing.source  # never silently memory-bound
+    assert any("no v(k) measured" in e for e in nothing.evidence)
+    # nothing raw to re-judge: the stored verdict stands, and agree is computed from its votes (not assumed)
+    stored = {"label": "compute-bound", "evidence": ["from an older worker"], "serving_batch": 8,
+              "votes": {"batch sweep": "compute-bound", "roofline": "memory-bound"}}  # fmt: skip
+    judged = judge_regime(stored, 8)
+    assert judged.label == "compute-bound" and judged.agree is False
+    assert any("stored with the session (serving batch 8): from an older worker" == e for e in judged.evidence)
+    assert judge_regime({"label": "compute-bound", "evidence": [], "votes": {}}, 1).label == "compute-bound"
+    # only the stored knee (no raw timings): still judged at this batch's width
+    assert judge_regime({"batch_classification": {"knee_batch": 16}}, 8, gamma=1).label == "compute-bound"
+
+
+def test_impossible_roofline_is_a_measurement_error_not_evidence() -> None:
+    # seen on a loaded machine: "515% of peak FLOP/s", "ridge 0.0785 FLOP/B" — the peak was measured under load
+    r = roofline(14e9, 1e9, 14e9, 0.010, peak_bw=3.35e12, peak_flops=1.4e12 / 5.15)
+    assert r.label == "measurement error" and r.flags and "515% of the measured peak" in r.flags[0]
+    assert all(not e.startswith("step moves") for e in r.evidence)  # every line says it is not evidence
+    sweep = classify_batch_sweep(*FLAT_THEN_LINEAR, serving_batch=32)
+    report = regime_report(sweep, None, r)
+    assert report.label == "compute-bound" and report.agree  # the flagged roofline takes no side
+    assert report.votes["roofline"] == "measurement error"
+    # an old stored record (never checked) is checked when it is judged again
+    old = asdict(roofline(14e9, 1e9, 14e9, 0.010, peak_bw=3.35e12, peak_flops=989e12))
+    old.update(flops_fraction=5.15, flags=[], label="compute-bound")
+    judged = judge_regime({"serving_batch": 1, "roofline": old}, 1)
+    assert judged.votes == {"roofline": "measurement error"} and judged.label == "unknown"
+    assert judged.flags and any("measurement error" in e for e in judged.evidence)
+    # measured at another batch: shown for reference, no vote
+    elsewhere = judge_regime({"serving_batch": 64, "roofline": asdict(r)}, 1)
+    assert "roofline" not in elsewhere.votes and any("reference only at batch 1" in e for e in elsewhere.evidence)
+
+
+def test_the_worker_stores_what_judge_regime_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.measure.microbench as microbench
+    import engine.service.worker as worker
+
+    sweep = BatchSweep(batch_sizes=FLAT_THEN_LINEAR[0], step_times_s=FLAT_THEN_LINEAR[1], device="cpu", input_len=32,
+                       reps=2, stopped_early=False)  # fmt: skip
+    monkeypatch.setattr(microbench, "batch_sweep", lambda *a, **k: sweep)
+    monkeypatch.setattr(worker, "_roofline_for", lambda *a: roofline(14e9, 1e9, 14e9, 0.010, 3.35e12, 989e12))
+    monkeypatch.setattr("engine.measure.telemetry.nvml_available", lambda: False)
+    pool = SimpleNamespace(get=lambda *a: SimpleNamespace(model=None, device="cpu"))
+    settings = SimpleNamespace(target="t", dtype="float32", device="cpu", trust_remote_code=False)
+    stored = worker.detect_regime(pool, {"verify_cost": {"1": 1.0, "8": 7.5}}, settings, 32)  # type: ignore[arg-type]
+    again = judge_regime(stored, 32)
+    assert stored["label"] == again.label == "compute-bound"
+    assert stored["votes"] == again.votes == {"batch sweep": "compute-bound", "verify curve": "compute-bound",
+                                              "roofline": "memory-bound"}  # fmt: skip
+    assert stored["agree"] is False and stored["evidence"] == again.evidence
+    assert stored["batch_classification"]["knee_batch"] == 16

@@ -40,7 +40,7 @@ TABLES = {
     "exports",
     "alembic_version",
 }
-HEAD = "0004"  # the newest migration in store/migrations/versions
+HEAD = "0005"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 

@@ -17,6 +17,8 @@ from engine.analysis.theory import (  # noqa: E402
     crossover_gamma_positional,
     expected_tokens_per_call,
     expected_tokens_per_call_positional,
+    fit_verify_cost,
+    largest_measured_k,
     operations_multiplier,
     operations_multiplier_positional,
     speedup_positional,
@@ -169,3 +171,20 @@ def test_alpha_from_mean_clamps() -> None:
     assert alpha_from_mean_accepted(0.5, 4) == 0.0
     assert alpha_from_mean_accepted(5.0, 4) == 1.0
     assert alpha_from_mean_accepted(9.0, 4) == 1.0
+
+
+def test_verify_cost_fit_is_monotone_and_never_below_one() -> None:
+    # a noisy table: v(3) dips below v(2), v(5) below 1 — neither can happen, so they are pooled, not extrapolated
+    noisy = {2: 1.10, 3: 1.05, 4: 1.20, 5: 0.90}
+    fit = fit_verify_cost(noisy)
+    values = [verify_cost_at(noisy, k) for k in range(1, 40)]
+    assert values[0] == 1.0
+    assert all(v >= 1.0 for v in values)
+    assert all(b >= a - 1e-12 for a, b in zip(values, values[1:], strict=False))  # non-decreasing
+    assert fit.slope >= 0
+    assert fit.values[2] == fit.values[3] == pytest.approx(1.075)  # the dip pooled with its neighbour
+    # the old rule extended the last two raw points, (4, 1.2)–(5, 0.9): v(9) = −0.3, an "80×" prediction
+    assert verify_cost_at(noisy, 9) >= fit.values[5]
+    # a clean table is untouched, and still extended along its last segment
+    assert fit_verify_cost({2: 1.1, 4: 1.3}).values == {1: 1.0, 2: 1.1, 4: 1.3}
+    assert largest_measured_k({1: 1.0}) is None and largest_measured_k({1: 1.0, 6: 1.4}) == 6

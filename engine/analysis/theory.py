@@ -17,6 +17,7 @@ tests cannot disagree. Symbols follow the paper:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 Regime = str  # "memory-bound" | "compute-bound"
 VerifyCost = Callable[[int], float] | Mapping[int, float] | None
@@ -82,12 +83,81 @@ def expected_tokens_per_call_positional(acceptance: Sequence[float], gamma: int)
     return total
 
 
+def measured_verify_points(verify_cost: Mapping[int, float] | None) -> dict[int, float]:
+    """The measured v(k) points with k ≥ 2 (v(1) = 1 is the unit, not a measurement); empty when none."""
+    return {int(k): float(v) for k, v in (verify_cost or {}).items() if int(k) >= 2}
+
+
+def largest_measured_k(verify_cost: Mapping[int, float] | None) -> int | None:
+    """The largest k with a measured v(k) (k ≥ 2), None when v(k) was not measured at all."""
+    points = measured_verify_points(verify_cost)
+    return max(points) if points else None
+
+
+def _pooled_blocks(points: Sequence[tuple[int, float]]) -> list[tuple[list[int], float]]:
+    """Pool adjacent violators (ties pooled too): blocks of k with one strictly increasing value each."""
+    blocks: list[tuple[list[int], float]] = []
+    for k, v in points:
+        ks, value = [k], v
+        while blocks and blocks[-1][1] >= value:
+            prev_ks, prev_value = blocks.pop()
+            value = (prev_value * len(prev_ks) + value * len(ks)) / (len(prev_ks) + len(ks))
+            ks = prev_ks + ks
+        blocks.append((ks, value))
+    return blocks
+
+
+@dataclass(frozen=True)
+class VerifyFit:
+    """v(k) fitted monotone non-decreasing and never below 1, with v(1) = 1.
+
+    `values` holds the fitted value at every measured k; beyond the largest measured k the fit is
+    extended linearly with `slope` (≥ 0: the line through the last two pooled blocks' centroids),
+    so one noisy point can neither bend the extrapolation downwards nor make verification free.
+    """
+
+    values: dict[int, float]
+    slope: float
+
+    @property
+    def largest_k(self) -> int:
+        return max(self.values)
+
+    def at(self, k: int) -> float:
+        if k in self.values:
+            return self.values[k]
+        ks = sorted(self.values)
+        if k > ks[-1]:
+            return self.values[ks[-1]] + self.slope * (k - ks[-1])
+        hi = next(x for x in ks if x > k)
+        lo = max(x for x in ks if x < k)
+        return self.values[lo] + (self.values[hi] - self.values[lo]) * (k - lo) / (hi - lo)
+
+
+def fit_verify_cost(verify_cost: Mapping[int, float] | None) -> VerifyFit:
+    """Isotonic (pool-adjacent-violators) fit of measured v(k): monotone non-decreasing, ≥ 1, v(1) = 1.
+
+    A k-token forward cannot be cheaper than a 1-token one, nor cheaper than a shorter one, so a
+    measured dip is timing noise: it is pooled with its neighbours instead of being extrapolated.
+    """
+    points = [(1, 1.0)] + sorted((k, max(v, 1.0)) for k, v in measured_verify_points(verify_cost).items())
+    blocks = _pooled_blocks(points)
+    values = {k: value for ks, value in blocks for k in ks}
+    values[1] = 1.0
+    slope = 0.0
+    if len(blocks) >= 2:
+        (ks0, v0), (ks1, v1) = blocks[-2], blocks[-1]
+        c0, c1 = sum(ks0) / len(ks0), sum(ks1) / len(ks1)
+        slope = max((v1 - v0) / (c1 - c0), 0.0)
+    return VerifyFit(values=values, slope=slope)
+
+
 def verify_cost_at(verify_cost: VerifyCost, k: int) -> float:
     """v(k) from a callable, a measured table, or None (free verification: v ≡ 1).
 
-    A table is interpolated linearly between measured k and extrapolated linearly from the two
-    nearest points beyond its ends, because measured sessions rarely cover every γ+1. v(1) = 1 by
-    definition (a 1-token forward is the unit), so it is added to the table when missing.
+    A table is fitted monotone non-decreasing and never below 1 (fit_verify_cost), interpolated
+    linearly between measured k and extended linearly (slope ≥ 0) beyond the largest measured k,
+    because measured sessions rarely cover every γ+1. v(1) = 1 by definition.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -95,22 +165,7 @@ def verify_cost_at(verify_cost: VerifyCost, k: int) -> float:
         return 1.0
     if callable(verify_cost) and not isinstance(verify_cost, Mapping):
         return float(verify_cost(k))
-    table = {int(key): float(val) for key, val in verify_cost.items()}
-    table.setdefault(1, 1.0)
-    if k in table:
-        return table[k]
-    ks = sorted(table)
-    if len(ks) == 1:
-        return table[ks[0]]
-    if k < ks[0]:
-        lo, hi = ks[0], ks[1]
-    elif k > ks[-1]:
-        lo, hi = ks[-2], ks[-1]
-    else:
-        hi = next(x for x in ks if x > k)
-        lo = max(x for x in ks if x < k)
-    slope = (table[hi] - table[lo]) / (hi - lo)
-    return table[lo] + slope * (k - lo)
+    return fit_verify_cost(verify_cost).at(k)
 
 
 def speedup_positional(acceptance: Sequence[float], gamma: int, c: float, verify_cost: float = 1.0) -> float:

@@ -30,6 +30,7 @@ class BundledModel:
     sha256: str
     file_in_module: str | None = None
     tokenizer_family: str = "qwen2.5"
+    params: int | None = None  # parameter count (tied embeddings counted once): arithmetic per token ∝ params
 
     @property
     def gguf_name(self) -> str:
@@ -55,6 +56,7 @@ BUNDLED: dict[str, BundledModel] = {
             modules=_TARGET_MODS,
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            params=1_543_714_304,
         ),
         BundledModel(
             name="qwen2.5-coder-0.5b",
@@ -63,6 +65,7 @@ BUNDLED: dict[str, BundledModel] = {
             modules=_DRAFT_MODS,
             size=491_400_064,
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            params=494_032_768,
         ),
         BundledModel(
             name="smollm2-135m",
@@ -73,12 +76,19 @@ BUNDLED: dict[str, BundledModel] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             file_in_module="SmolLM2-135M-Instruct.Q4_1.gguf",
             tokenizer_family="smollm2",
+            params=134_515_008,
         ),
     )
 }
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
+
+
+def parameter_count(ref: str) -> int | None:
+    """Parameters of a bundled model (None for anything else): the arithmetic per token is ≈ 2 × this."""
+    model = BUNDLED.get(ref)
+    return None if model is None else model.params
 
 
 def _part_paths(model: BundledModel) -> list[Path]:

@@ -1,43 +1,103 @@
 """From stored sessions to the recommender's inputs: one DraftMeasurement per draft × temperature.
 
 The recommender works on plain numbers; this module is the only place that knows how a session's
-runs, summaries and regime evidence are laid out in the store.
+runs, summaries and regime evidence are laid out in the store. The regime is judged by
+engine.analysis.regime.judge_regime — the same function the worker and the dashboard use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from engine.analysis.recommend import DraftMeasurement, Recommendation, gamma_schedule, recommend
-from engine.analysis.regime import RegimeReport
-from engine.analysis.theory import MEMORY_BOUND
+from engine.analysis.recommend import UNKNOWN, DraftMeasurement, Recommendation, recommend
+from engine.analysis.regime import RegimeReport, judge_regime
+from engine.analysis.theory import REGIMES, measured_verify_points
 from engine.drafts.refs import parse_ngram_spec
 from engine.errors import SpectuneError
+from engine.measure import noise
+from engine.models.bundled import parameter_count
 
 OBJECTIVES = ("latency", "cost", "latency_within_budget")
+ENGINES = ("spectune", "llama.cpp")
+
+
+def session_engine(session: dict[str, Any]) -> str:
+    """The engine a stored session measured with ("spectune", the PyTorch loop, before engines existed)."""
+    return str((session.get("options") or {}).get("engine") or "spectune")
+
+
+def choose_engine(store: Any, session_ids: list[int], engine: str | None, export_format: str | None = None) -> str:
+    """The engine whose numbers a recommendation rests on: the one asked for; else llama.cpp when the export is
+    for llama.cpp and llama.cpp sessions were chosen; else spectune's loop when its sessions were chosen."""
+    if engine is not None:
+        if engine not in ENGINES:
+            raise SpectuneError(f"engine '{engine}': choose one of {', '.join(ENGINES)}")
+        return engine
+    present = {session_engine(s) for sid in session_ids if (s := store.get_session(sid)) is not None}
+    if export_format == "llamacpp" and "llama.cpp" in present:
+        return "llama.cpp"
+    return "spectune" if "spectune" in present or not present else "llama.cpp"
 
 
 @dataclass
 class Evidence:
     measurements: list[DraftMeasurement]
-    regime_label: str
+    regime_label: str  # the label stored with the sessions ("unknown" when none): not yet judged at a batch
     regime: dict[str, Any] | None
-    knee_batch: int | None
+    knee_batch: int | None  # the knee of the stored batch sweep (re-found from its raw timings)
     baseline_tokens_per_s: float | None
     session_ids: list[int]
     notes: list[str]
+    verify_cost: dict[int, float] = field(default_factory=dict)  # the target's measured v(k), k ≥ 2; empty = none
+    target: str | None = None  # the sessions' target model (None when they measured different targets)
 
 
-def gather(store: Any, session_ids: list[int]) -> Evidence:
-    """Collect measurements and regime evidence from finished sessions."""
+def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
+    """Each finished run of the sessions, one row per engine × draft × γ × temperature, side by side.
+
+    α should agree between engines within noise (same models, same text); c, v(k) and speed belong to the
+    engine and the machine and will not. llama.cpp's α is the estimate from the mean acceptance length.
+    """
+    rows = []
+    for sid in session_ids:
+        session = store.get_session(sid)
+        if session is None or session.get("status") != "done":
+            continue
+        for run in store.list_runs(sid):
+            if run.get("status") != "done" or run["kind"] != "speculative":
+                continue
+            summary = run.get("summary") or {}
+            spread = summary.get("speedup_spread") or {}
+            rows.append({
+                "engine": session_engine(session), "session": sid, "draft": run["draft"], "γ": run["gamma"],
+                "T": run["temperature"],
+                "α": run.get("alpha") if run.get("alpha") is not None else summary.get("alpha_from_acceptance_length"),
+                "α measured as": "mean β" if run.get("alpha") is not None else "from acceptance length",
+                "mean acceptance length": run.get("mean_acceptance_length"),
+                "draft acceptance rate": summary.get("draft_acceptance_rate"), "c": run.get("c"),
+                "tokens/s": run.get("tokens_per_s"), "speedup measured": run.get("speedup_measured"),
+                "spread": f"{spread['min']:.2f}–{spread['max']:.2f} ({spread['verdict']})" if spread else None,
+                "speedup predicted": run.get("speedup_predicted"),
+            })  # fmt: skip
+    return sorted(rows, key=lambda r: (r["draft"], r["γ"], r["T"], r["engine"]))
+
+
+def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evidence:
+    """Collect measurements and regime evidence from finished sessions measured with `engine` (None: any)."""
     if not session_ids:
         raise SpectuneError("choose at least one session")
+    if engine is not None:
+        chosen = [sid for sid in session_ids if (s := store.get_session(sid)) is None or session_engine(s) == engine]
+        if not chosen:
+            raise SpectuneError(f"none of the chosen sessions was measured with {engine}: run one with that engine")
+        session_ids = chosen
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     baseline_tps: list[float] = []
     regime: dict[str, Any] | None = None
-    notes: list[str] = []
+    verify_cost: dict[int, float] = {}
+    targets: set[str] = set()
     for sid in session_ids:
         session = store.get_session(sid)
         if session is None:
@@ -45,7 +105,9 @@ def gather(store: Any, session_ids: list[int]) -> Evidence:
         if session["status"] != "done":
             raise SpectuneError(f"session {sid} is {session['status']}, not done: only finished sessions can be used")
         regime = regime or session.get("regime")
-        verify_cost = (session.get("summary") or {}).get("verify_cost") or {}
+        targets.add(str(session.get("target")))
+        session_verify = measured_verify_points((session.get("summary") or {}).get("verify_cost"))
+        verify_cost |= session_verify
         for run in store.list_runs(sid):
             if run.get("status") != "done":
                 continue
@@ -53,54 +115,88 @@ def gather(store: Any, session_ids: list[int]) -> Evidence:
                 if run.get("tokens_per_s"):
                     baseline_tps.append(run["tokens_per_s"])
                 continue
-            run = dict(run, session_id=sid, session_verify_cost=verify_cost)
+            verify_cost |= measured_verify_points(run.get("verify_cost"))
+            run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"))
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
     measurements = [_measurement(draft, temp, runs) for (draft, temp), runs in sorted(groups.items())]
-    label = (regime or {}).get("label") or "unknown"
-    if label not in ("memory-bound", "compute-bound"):
-        notes.append("regime unknown (no batch-sweep evidence stored): assumed memory-bound, batch 1")
-        label = MEMORY_BOUND
-    knee = ((regime or {}).get("batch_classification") or {}).get("knee_batch")
+    label = (regime or {}).get("label") or UNKNOWN
+    judged = judge_regime(regime, 1)
     return Evidence(
         measurements=measurements,
-        regime_label=label,
+        regime_label=label if label in REGIMES else UNKNOWN,
         regime=regime,
-        knee_batch=knee,
+        knee_batch=judged.knee_batch,
         baseline_tokens_per_s=median(baseline_tps) if baseline_tps else None,
         session_ids=list(session_ids),
-        notes=notes,
+        notes=[f"measured with {engine}: sessions {', '.join(map(str, session_ids))}"] if engine else [],
+        verify_cost=verify_cost,
+        target=next(iter(targets)) if len(targets) == 1 else None,
     )
+
+
+def draft_arithmetic(draft: str, target: str | None, c: float) -> tuple[float, str]:
+    """ĉ — the draft's arithmetic per token relative to the target's — and where it came from.
+
+    From parameter counts when both models are known (the bundled ones), else from the measured
+    time ratio c (a memory-bound forward's time follows the bytes streamed, i.e. the parameters),
+    else 0 (unknown: the chapter's simplification).
+    """
+    p_draft, p_target = parameter_count(draft), parameter_count(target or "")
+    if p_draft and p_target:
+        return p_draft / p_target, f"from parameter counts: {p_draft / 1e6:,.0f}M / {p_target / 1e6:,.0f}M"
+    if c > 0:
+        return c, "from the measured draft cost c"
+    return 0.0, ""
+
+
+def _noisy(run: dict[str, Any]) -> bool:
+    """A measured speedup whose per-prompt ratios straddle 1 or spread widely: never calibrated to."""
+    spread = (run.get("summary") or {}).get("speedup_spread")
+    return bool(spread) and noise.is_noisy(noise.Spread(**spread))
 
 
 def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> DraftMeasurement:
     runs = sorted(runs, key=lambda r: r["gamma"])
     widest = runs[-1]
     summary = widest.get("summary") or {}
-    alphas = [r["alpha"] for r in runs if r.get("alpha") is not None]
+    # llama.cpp cannot report β, so its runs carry α estimated from the mean acceptance length instead
+    alphas = [
+        r["alpha"] if r.get("alpha") is not None else (r.get("summary") or {}).get("alpha_from_acceptance_length")
+        for r in runs
+    ]
+    alphas = [a for a in alphas if a is not None]
     cs = [r["c"] for r in runs if r.get("c") is not None]
     verify: dict[int, float] = {}
     for r in runs:
-        source = r.get("verify_cost") or r.get("session_verify_cost") or {}
-        verify |= {int(k): float(v) for k, v in source.items()}
+        verify |= measured_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))
     method = "ngram" if draft.startswith("ngram") else "draft_model"
     window = {}
     if method == "ngram":
         lo, hi = parse_ngram_spec(draft)
         window = {"ngram_max": hi, "ngram_min": lo}
+    c = median(cs) if cs and method != "ngram" else 0.0
+    c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if method != "ngram" else (0.0, "")
     return DraftMeasurement(
         name=draft,
         method=method,
         model_ref=None if method == "ngram" else draft,
         alpha=sum(alphas) / len(alphas) if alphas else 0.0,
         per_position_acceptance=list(widest.get("per_position_acceptance") or []),
-        c=median(cs) if cs and method != "ngram" else 0.0,
-        verify_cost=verify or {1: 1.0},
+        c=c,
+        verify_cost=verify,  # empty when v(k) was not measured: the recommender says so
         agreement_runs=[list(x) for x in summary.get("agreement_runs") or []],
         temperature=temperature,
-        measured_speedup={int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured")},
+        measured_speedup={
+            int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured") and not _noisy(r)
+        },
         session_ids=sorted({int(r["session_id"]) for r in runs}),
+        c_hat=c_hat,
+        c_hat_source=c_hat_source,
+        measured_tokens_per_call={
+            int(r["gamma"]): float(r["mean_acceptance_length"]) for r in runs if r.get("mean_acceptance_length")
+        },
         **window,
     )
 
@@ -113,32 +209,58 @@ def recommend_from_store(
     batch_size: int = 1,
     price_per_hour: float | None = None,
     regime_override: str | None = None,
-) -> tuple[Recommendation, Evidence, RegimeReport | None]:
-    """The recommendation for these sessions, with the evidence it rests on."""
+    engine: str | None = None,
+) -> tuple[Recommendation, Evidence, RegimeReport]:
+    """The recommendation for these sessions, the evidence it rests on, and the regime judged at its γ.
+
+    The regime is judged by judge_regime at the serving batch; with a knee (and no override) the
+    recommender judges each γ at the verify width batch·(γ+1), and the returned report is judged at
+    the chosen γ, so its label is the recommendation's regime (or "unknown", assumed memory-bound).
+    """
     if objective not in OBJECTIVES:
         raise SpectuneError(f"objective '{objective}': choose one of {', '.join(OBJECTIVES)}")
     if objective == "latency_within_budget" and budget is None:
         raise SpectuneError("the latency-within-budget objective needs a cost budget (e.g. 0.2 for +20%)")
     if batch_size < 1:
         raise SpectuneError(f"batch size {batch_size}: must be at least 1")
-    ev = gather(store, session_ids)
-    label = regime_override or ev.regime_label
-    if ev.knee_batch is not None and regime_override is None:
-        label = "compute-bound" if batch_size >= ev.knee_batch else "memory-bound"
+    ev = gather(store, session_ids, engine)
     try:
+        first = judge_regime(ev.regime, batch_size, 0, ev.verify_cost, regime_override)
+        knee = None if regime_override else first.knee_batch
         rec = recommend(
-            ev.measurements, objective, label, budget=budget, batch_size=batch_size,
-            price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
-        )
+            ev.measurements, objective, first.label if first.label in REGIMES else UNKNOWN, budget=budget,
+            batch_size=batch_size, price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
+            knee_batch=knee,
+        )  # fmt: skip
+        report = judge_regime(ev.regime, batch_size, rec.gamma, ev.verify_cost, regime_override)
     except ValueError as exc:
         raise SpectuneError(str(exc)) from exc
-    if rec.measurement is not None and not rec.off:
-        rec.schedule = gamma_schedule(rec.measurement, knee_batch=ev.knee_batch)
     rec.notes.extend(ev.notes)
-    report = None
-    if ev.regime:
-        report = RegimeReport(
-            label=label, evidence=list(ev.regime.get("evidence") or []), votes=dict(ev.regime.get("votes") or {}),
-            agree=True,
-        )
+    rec.notes.extend(f"regime evidence: {flag}" for flag in report.flags)
     return rec, ev, report
+
+
+def store_recommendation(
+    store: Any,
+    payload: dict[str, Any],
+    files: dict[str, tuple[str, str]],
+    rec_id: int | None = None,
+    already: list[str] | None = None,
+) -> tuple[int, list[str]]:
+    """Keep a recommendation payload (engine.analysis.export.recommendation_payload) and its export files.
+
+    `rec_id` is a recommendation stored before for the same result (it is stored again if it was
+    deleted since); files whose format is in `already` are not stored twice. Returns the id and
+    the formats stored now. The CLI and the Recommend page both store through here.
+    """
+    already = [] if already is None else already
+    if rec_id is None or store.get_recommendation(rec_id) is None:
+        inputs = payload["inputs"]
+        rec_id = store.save_recommendation(inputs["session_ids"], inputs["objective"], payload)
+        already.clear()
+    added = [fmt for fmt in files if fmt not in already]
+    for fmt in added:
+        filename, text = files[fmt]
+        store.save_export(rec_id, fmt, filename, text)
+        already.append(fmt)
+    return rec_id, added

@@ -16,7 +16,8 @@ MAX_TEMPERATURE = 10.0
 
 # the spec fields kept in the sessions table's own columns; everything else travels in its options JSON
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
-_OPTIONS = ("chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch")
+_OPTIONS = ("engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch")
+ENGINES = ("spectune", "llama.cpp")  # the PyTorch loop, or a llama-server per configuration
 
 
 @dataclass
@@ -44,6 +45,7 @@ class SessionSpec:
     trust_remote_code: bool = False
     detect_regime: bool = True
     serving_batch: int = 1
+    engine: str = "spectune"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,6 +79,8 @@ class SessionSpec:
 
 def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     """Raise SettingsError naming the first bad field; return the settings when all is well."""
+    if s.engine not in ENGINES:
+        raise SettingsError(f"engine '{s.engine}': choose one of {', '.join(ENGINES)}")
     if not s.target or not s.target.strip():
         raise SettingsError("no target model given")
     if not s.drafts:

@@ -35,6 +35,9 @@ class RunSummary:
     speedup_measured: float | None = 1.0
     speedup_predicted: float | None = 1.0
     verify_cost: dict[int, float] = field(default_factory=dict)
+    speedup_spread: dict[str, Any] | None = None  # engine.measure.noise.Spread as a dict: median/min/max/n/verdict
+    machine_load: dict[str, Any] | None = None  # other processes' CPU share while this run was measured
+    engine: str = "spectune"  # "spectune" (the PyTorch loop) or "llama.cpp"
     method: str | None = None
     wall_s: float | None = None
     agreement_runs: list[list[int]] | None = None

@@ -1,0 +1,54 @@
+"""The physical bounds every figure is checked against before it is shown, stored or calibrated to."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.analysis.bounds import (
+    MEASURED_SLACK,
+    check_fraction_of_peak,
+    check_measured_speedup,
+    check_predicted_speedup,
+    check_tokens_per_call,
+)
+
+
+def test_measured_speedup_is_bounded_by_the_runs_own_tokens_per_call() -> None:
+    # seen on a loaded machine: 3.07× measured from a run that delivered 1.35 tokens per target call
+    flag = check_measured_speedup(3.07, gamma=4, tokens_per_call=1.35)
+    assert flag is not None and flag.quantity == "measured speedup"
+    assert flag.value == 3.07 and flag.bound == pytest.approx(1.35)
+    assert "measurement error" in flag.message and "load changed between runs" in flag.message
+    assert "1.35 tokens per target call" in str(flag)
+    assert check_measured_speedup(1.30, gamma=4, tokens_per_call=1.35) is None
+    assert check_measured_speedup(1.35 * (1 + MEASURED_SLACK / 2), gamma=4, tokens_per_call=1.35) is None  # noise
+    # the drafting share tightens it: tokens per call ÷ (1 + share)
+    assert check_measured_speedup(1.30, gamma=4, tokens_per_call=1.35, draft_share=0.2) is not None
+
+
+def test_measured_speedup_without_tokens_per_call_is_bounded_by_gamma_plus_one() -> None:
+    assert check_measured_speedup(3.07, gamma=1) is not None  # at γ=1 at most 2 tokens per call
+    assert check_measured_speedup(1.9, gamma=1) is None
+    # an impossible tokens-per-call figure is not trusted as the bound: γ+1 is used instead
+    assert check_measured_speedup(2.5, gamma=4, tokens_per_call=9.0) is None
+    assert check_measured_speedup(math.inf, gamma=4) is not None
+
+
+def test_predicted_speedup_and_tokens_per_call_are_at_most_gamma_plus_one() -> None:
+    flag = check_predicted_speedup(3.86, gamma=1)
+    assert flag is not None and flag.bound == 2.0 and "exceeds γ+1 = 2" in flag.message
+    assert check_predicted_speedup(2.0, gamma=1) is None
+    assert check_tokens_per_call(2.0, gamma=1) is None
+    assert check_tokens_per_call(1.35, gamma=4) is None
+    assert check_tokens_per_call(4.78 * 1.35, gamma=4) is not None
+    assert check_tokens_per_call(0.5, gamma=4) is not None  # every call yields at least the target's own token
+    assert check_tokens_per_call(2.05, gamma=1, measured=False) is not None  # predictions get no slack
+
+
+def test_achieved_is_at_most_the_measured_peak() -> None:
+    flag = check_fraction_of_peak(5.15, 1.0, "FLOP/s")
+    assert flag is not None and "515% of the measured peak" in flag.message and "load changed" in flag.message
+    assert check_fraction_of_peak(0.8e12, 1e12, "bandwidth") is None
+    assert check_fraction_of_peak(1.0, 0.0, "bandwidth") is not None  # no peak: nothing can be judged against it
