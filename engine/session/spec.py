@@ -16,8 +16,16 @@ MAX_TEMPERATURE = 10.0
 
 # the spec fields kept in the sessions table's own columns; everything else travels in its options JSON
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
-_OPTIONS = ("engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch")
+_OPTIONS = (
+    "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
+    "prompt_sample",
+)  # fmt: skip
 ENGINES = ("spectune", "llama.cpp")  # the PyTorch loop, or a llama-server per configuration
+
+
+def engine_from_cli(choice: str) -> str:
+    """The CLI's --engine choice (spectune | llamacpp) as SessionSpec.engine names it."""
+    return "llama.cpp" if choice == "llamacpp" else choice
 
 
 @dataclass
@@ -46,6 +54,7 @@ class SessionSpec:
     detect_regime: bool = True
     serving_batch: int = 1
     engine: str = "spectune"
+    prompt_sample: str = "first"  # "first" n in file order, or "stratified" by category (engine.session.sampling)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +118,8 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError(f"dtype '{s.dtype}': choose float32, bfloat16 or float16")
     if not 1 <= s.serving_batch <= 4096:
         raise SettingsError(f"serving batch = {s.serving_batch}: must be between 1 and 4096")
+    if s.prompt_sample not in ("first", "stratified"):
+        raise SettingsError(f"prompt sample '{s.prompt_sample}': choose first or stratified")
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     return s

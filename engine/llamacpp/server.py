@@ -1,0 +1,229 @@
+"""A llama-server we start ourselves: launch flags, start on a free loopback port, wait for health, stop.
+
+Every server runs in its own process group and is registered while alive, so a worker that is told to
+stop (or a test) can stop them all; none is ever left behind. A server that fails to start, exits or stops
+answering raises ServerError carrying the tail of its log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import SpectuneError
+from engine.llamacpp.binaries import LlamaBuild, find_llama
+
+HOST = "127.0.0.1"
+LOG_TAIL_CHARS = 1500
+
+
+class ServerError(SpectuneError):
+    """A llama-server that would not start, crashed or hung; the message ends with its log's tail."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What one llama-server is launched with: the target, and the speculation under test (if any)."""
+
+    model: Path
+    draft: Path | None = None  # a draft GGUF (spec type draft-simple)
+    spec_type: str | None = None  # None (target alone), "draft-simple" or "ngram-simple"
+    draft_n_max: int | None = None  # γ: tokens drafted per step
+    draft_n_min: int | None = None
+    draft_p_min: float | None = None  # stop drafting when the draft's own confidence falls below this
+    ngram_size_n: int | None = None  # ngram-simple: lookup n-gram length
+    ngram_size_m: int | None = None  # ngram-simple: longest draft m-gram
+    threads: int | None = None
+    ctx_size: int = 4096
+    parallel: int = 1
+    extra: tuple[str, ...] = ()
+
+    def flags(self) -> list[str]:
+        """The command-line flags after the binary (host and port are added by ManagedServer)."""
+        flags = ["-m", str(self.model), "-c", str(self.ctx_size), "-np", str(self.parallel), "--metrics",
+                 "--no-webui", "--no-warmup"]  # fmt: skip
+        if self.threads:
+            flags += ["-t", str(self.threads)]
+        if self.spec_type == "draft-simple":
+            if self.draft is None:
+                raise ServerError("spec type draft-simple needs a draft model")
+            flags += ["-md", str(self.draft), "--spec-type", "draft-simple"]
+            if self.threads:
+                flags += ["-td", str(self.threads)]
+        elif self.spec_type == "ngram-simple":
+            flags += ["--spec-type", "ngram-simple"]
+            if self.ngram_size_n is not None:
+                flags += ["--spec-ngram-simple-size-n", str(self.ngram_size_n)]
+            if self.ngram_size_m is not None:
+                flags += ["--spec-ngram-simple-size-m", str(self.ngram_size_m)]
+        elif self.spec_type is not None:
+            raise ServerError(f"unsupported spec type {self.spec_type!r}: use draft-simple or ngram-simple")
+        if self.spec_type is not None:
+            if self.draft_n_max is not None:
+                flags += ["--spec-draft-n-max", str(self.draft_n_max)]
+            if self.draft_n_min is not None:
+                flags += ["--spec-draft-n-min", str(self.draft_n_min)]
+            if self.draft_p_min is not None:
+                flags += ["--spec-draft-p-min", f"{self.draft_p_min:g}"]
+        return flags + list(self.extra)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+_LIVE: set[ManagedServer] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> int:
+    """Stop every server this process started and has not stopped yet; returns how many there were."""
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
+    return len(servers)
+
+
+atexit.register(stop_all)
+
+
+@dataclass(eq=False)
+class ManagedServer:
+    """One llama-server process on 127.0.0.1; use as a context manager (`with ManagedServer(cfg) as s:`)."""
+
+    config: ServerConfig
+    build: LlamaBuild | None = None
+    port: int = 0
+    start_timeout_s: float = 180.0
+    proc: subprocess.Popen | None = field(default=None, init=False)
+    log_path: Path | None = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def command(self) -> list[str]:
+        build = self.build or find_llama()
+        return [str(build.server), *self.config.flags(), "--host", HOST, "--port", str(self.port)]
+
+    def start(self) -> ManagedServer:
+        for path, role in ((self.config.model, "model"), (self.config.draft, "draft")):
+            if path is not None and not Path(path).is_file():
+                raise ServerError(f"llama-server {role} file not found: {path}")
+        self.build = self.build or find_llama()
+        self.port = self.port or free_port()
+        fd, name = tempfile.mkstemp(prefix="spectune-llama-server-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(name)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise ServerError(f"llama-server exited with code {self.proc.returncode} while starting{self._tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as reply:
+                    if reply.status == 200 and json.loads(reply.read() or b"{}").get("status") == "ok":
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise ServerError(f"llama-server did not become healthy within {self.start_timeout_s:.0f} s{self._tail()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        """ServerError with the log tail when the process has gone."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ServerError(f"llama-server exited with code {self.proc.returncode}{self._tail()}")
+
+    def log_errors(self) -> list[str]:
+        """The error lines of the log (llama.cpp marks them ' E ')."""
+        if self.log_path is None or not self.log_path.exists():
+            return []
+        return [line for line in self.log_path.read_text(errors="replace").splitlines() if " E " in line]
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def _tail(self) -> str:
+        tail = self.log_tail().strip()
+        return f"; its log ends:\n{tail}" if tail else ""
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM the process group, SIGKILL after `timeout_s`; idempotent."""
+        proc, self.proc = self.proc, None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if proc is None:
+            return
+        try:
+            self._terminate(proc, timeout_s)
+        finally:
+            if self.log_path is not None:
+                self.log_path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen, timeout_s: float) -> None:
+        if proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, timeout_s)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        else:
+            proc.wait()
+
+    def __enter__(self) -> ManagedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a server is never left behind, even by a caller that forgot to stop it
+        if getattr(self, "proc", None) is not None:
+            self.stop()
+
+
+@contextmanager
+def running(config: ServerConfig, **kwargs: object) -> Iterator[ManagedServer]:
+    server = ManagedServer(config, **kwargs)  # type: ignore[arg-type]
+    with server:
+        yield server

@@ -1,0 +1,312 @@
+"""The same sweep as spectune's own loop, measured in llama.cpp: one llama-server per configuration.
+
+Configurations are the target alone (the baseline), each draft × γ, and n-gram lookup, each a
+llama-server on 127.0.0.1 started with its own flags. All of them run side by side and the prompts go
+through them prompt by prompt (baseline, then every configuration), so every speedup is a ratio of
+neighbouring measurements. Per request the server reports its timings and draft counts; its /metrics
+counters before and after give the target calls and the per-position acceptance exactly.
+
+What llama.cpp cannot give is named, not guessed: β per position (so α as mean β) and which output tokens
+came from the draft. α is estimated from the mean acceptance length instead (`alpha_from_acceptance_length`).
+c is the draft alone's time per token ÷ the target alone's, both measured by llama-server on the same
+prompts; v(k) comes from llama-bench (engine/llamacpp/bench.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional
+from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.drafts.refs import parse_ngram_spec
+from engine.errors import ModelError
+from engine.llamacpp import client
+from engine.llamacpp.bench import verify_cost_curve
+from engine.llamacpp.binaries import LlamaBuild, find_llama
+from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.measure import noise
+from engine.measure.fidelity import classify
+from engine.models.bundled import BUNDLED, assembled_gguf
+from engine.session.spec import SessionSpec, validate
+from engine.session.summary import RunSummary
+from engine.session.sweep import Hooks, PromptText
+
+ENGINE = "llama.cpp"
+TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+# what llama.cpp does not report, named in every llama.cpp run's summary and the CLI JSON
+UNAVAILABLE = ("alpha", "beta_per_position", "from_draft")
+
+
+def gguf_for(ref: str, role: str) -> Path:
+    """The GGUF file llama.cpp loads for a bundled model name or a .gguf path."""
+    if ref in BUNDLED:
+        return assembled_gguf(BUNDLED[ref], progress=False)
+    path = Path(ref).expanduser()
+    if ref.endswith(".gguf") and path.is_file():
+        return path
+    if ref.endswith(".gguf"):
+        raise ModelError(f"{role} file not found: {ref}")
+    raise ModelError(f"{role} '{ref}': the llama.cpp engine loads GGUF files; give a bundled model or a .gguf path")
+
+
+@dataclass
+class _Config:
+    """One configuration under test: its run key, its server and what it has measured so far."""
+
+    key: dict[str, Any]
+    server_config: ServerConfig
+    server: ManagedServer | None = None
+    run: Any = None
+    failed: str | None = None
+    outputs: list[PromptOutput] = field(default_factory=list)
+    divergences: list[dict | None] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)  # tokens/s per prompt
+    counters: client.SpecCounters = field(default_factory=client.SpecCounters)
+
+    @property
+    def gamma(self) -> int:
+        return int(self.key["gamma"])
+
+
+def _configs(spec: SessionSpec, target: Path, threads: int | None) -> tuple[list[_Config], dict[str, Path]]:
+    """The baseline per temperature, then each draft × γ × temperature; and the draft GGUFs (for c)."""
+    configs: list[_Config] = []
+    draft_models: dict[str, Path] = {}
+    base = ServerConfig(target, threads=threads)
+    for temperature in spec.temperatures:
+        configs.append(_Config({"draft": "none", "gamma": 0, "temperature": temperature, "kind": "baseline"}, base))
+    for ref in spec.drafts:
+        if ref == "none":
+            continue
+        for gamma in sorted(set(spec.gammas)):
+            if ref == "ngram" or ref.startswith("ngram:"):
+                _, longest = parse_ngram_spec(ref)
+                cfg = ServerConfig(target, spec_type="ngram-simple", draft_n_max=gamma, draft_n_min=0,
+                                   ngram_size_n=longest, ngram_size_m=gamma, threads=threads)  # fmt: skip
+            else:
+                draft_models[ref] = gguf_for(ref, "draft")
+                cfg = ServerConfig(target, draft=draft_models[ref], spec_type="draft-simple", draft_n_max=gamma,
+                                   draft_n_min=0, draft_p_min=0.0, threads=threads)  # fmt: skip
+            for temperature in spec.temperatures:
+                key = {"draft": ref, "gamma": gamma, "temperature": temperature, "kind": "speculative"}
+                configs.append(_Config(key, cfg))
+    return configs, draft_models
+
+
+def _start(config: _Config, build: LlamaBuild, hooks: Hooks) -> None:
+    config.server = ManagedServer(config.server_config, build=build)
+    try:
+        config.server.start()
+        if config.server_config.spec_type is not None and not client.speculating(config.server.url):
+            errors = "; ".join(line.split(": ", 1)[-1] for line in config.server.log_errors()) or "no reason logged"
+            raise ServerError(f"llama-server started with speculation off ({errors})")
+    except ServerError as exc:
+        _fail(config, hooks, f"{_label(config)}: {exc}")
+
+
+def _fail(config: _Config, hooks: Hooks, message: str) -> None:
+    config.failed = message
+    if config.server is not None:
+        config.server.stop()
+    if config.run is not None:
+        hooks.run_failed(config.run, message)
+
+
+def _label(config: _Config) -> str:
+    key = config.key
+    return "baseline" if key["kind"] == "baseline" else f"{key['draft']} γ={key['gamma']} T={key['temperature']}"
+
+
+def _request(config: _Config, prompt: str, spec: SessionSpec, temperature: float, n_probs: int) -> tuple[
+    client.Completion, client.SpecCounters
+]:
+    assert config.server is not None
+    url = config.server.url
+    before = client.metrics(url)
+    completion = client.complete(url, prompt, spec.max_new_tokens, temperature, spec.seed, spec.top_k, spec.top_p,
+                                 n_probs=n_probs)  # fmt: skip
+    return completion, client.metrics(url).minus(before)
+
+
+def run_llamacpp_sweep(
+    spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, build: LlamaBuild | None = None
+) -> dict[str, Any]:
+    """Baseline + every draft × γ × temperature in llama.cpp; the same report shape as run_sweep."""
+    validate(spec, len(prompts))
+    hooks = hooks or Hooks()
+    build = build or find_llama()
+    target = gguf_for(spec.target, "target")
+    threads = None
+    configs, draft_models = _configs(spec, target, threads)
+    drafts_alone = {  # each draft model alone, on the same prompts: its time per token gives c
+        ref: _Config({"draft": ref, "gamma": 0, "temperature": 0.0, "kind": "draft-alone"}, ServerConfig(path))
+        for ref, path in draft_models.items()
+    }
+    total = len(prompts) * len(configs)
+    done = 0
+    hooks.progress(0, total)
+    for config in configs:
+        config.run = hooks.run_started(config.key | {"engine": ENGINE})
+    try:
+        for config in [*configs, *drafts_alone.values()]:
+            _start(config, build, hooks)
+        prompt_texts: list[str] = []
+        live = next((c for c in configs if c.failed is None and c.server is not None), None)
+        if live is None:
+            raise ServerError(next((c.failed for c in configs if c.failed), "no llama-server could be started"))
+        for p in prompts:
+            prompt_texts.append(client.chat_prompt(live.server.url, p.text) if spec.chat_template else p.text)
+        baselines = {c.key["temperature"]: c for c in configs if c.key["kind"] == "baseline"}
+        for index, (prompt, text) in enumerate(zip(prompts, prompt_texts, strict=True)):
+            for config in [*configs, *drafts_alone.values()]:
+                if hooks.should_stop():
+                    raise Cancelled()
+                if config.failed is not None:
+                    if config.key["kind"] != "draft-alone":
+                        done += 1
+                        hooks.progress(done, total)
+                    continue
+                _measure(config, index, prompt, text, spec, baselines, hooks)
+                if config.key["kind"] != "draft-alone":
+                    done += 1
+                    hooks.progress(done, total)
+        verify_cost: dict[int, float] = {}
+        notes: list[str] = []
+        if spec.measure_verify_cost:
+            try:
+                verify_cost = verify_cost_curve(build, target, max(spec.gammas) + 1, threads)
+            except ServerError as exc:
+                notes.append(f"v(k) not measured: {exc}")
+        return _report(spec, build, configs, drafts_alone, baselines, verify_cost, notes, hooks)
+    finally:
+        for config in [*configs, *drafts_alone.values()]:
+            if config.server is not None:
+                config.server.stop()
+
+
+def _measure(
+    config: _Config, index: int, prompt: PromptText, text: str, spec: SessionSpec,
+    baselines: dict[float, _Config], hooks: Hooks,
+) -> None:  # fmt: skip
+    """One request through one configuration: log it as a step, keep its output, judge it against the baseline."""
+    temperature = float(config.key["temperature"])
+    is_baseline = config.key["kind"] == "baseline"
+    t0 = time.time()
+    try:
+        completion, delta = _request(config, text, spec, temperature, TOP_LOGPROBS if is_baseline else 0)
+    except ServerError as exc:
+        alive = config.server is not None and config.server.alive()
+        tail = "" if alive else f"; its log ends:\n{config.server.log_tail() if config.server else ''}"
+        _fail(config, hooks, f"{_label(config)}: {exc}{tail}")
+        return
+    seconds = completion.predicted_ms / 1000.0
+    config.counters = config.counters.plus(delta)
+    if seconds > 0 and completion.predicted_n:
+        config.rates.append(completion.predicted_n / seconds)
+    if config.key["kind"] == "draft-alone":
+        return
+    calls = int(delta.target_calls) or max(1, completion.predicted_n - completion.draft_n_accepted)
+    record = StepRecord(
+        prompt_index=index, step_index=0, gamma=completion.draft_n, accepted=completion.draft_n_accepted,
+        accept_mask=[], beta=[], draft_time_s=0.0, verify_time_s=seconds, draft_forwards=int(delta.drafts),
+        emitted=completion.predicted_n, target_calls=calls,
+    )  # fmt: skip
+    hooks.step(config.run, record)
+    output = PromptOutput(
+        prompt_index=index, prompt_id=prompt.prompt_id, prompt_tokens=completion.prompt_n,
+        token_ids=completion.token_ids, text=completion.text, from_draft=[],
+        wall_time_s=time.time() - t0, steps=calls, prefill_time_s=completion.prompt_ms / 1000.0,
+        top_logits=[[lp for _, lp in top] for top in completion.top_logprobs] if is_baseline else None,
+        top_ids=[[tid for tid, _ in top] for top in completion.top_logprobs] if is_baseline else None,
+    )  # fmt: skip
+    config.outputs.append(output)
+    divergence = None
+    if not is_baseline:
+        baseline = baselines.get(temperature)
+        reference = baseline.outputs[index] if baseline and len(baseline.outputs) > index else None
+        if reference is not None:
+            divergence = classify(reference, output, "gguf", greedy=temperature == 0).__dict__
+    config.divergences.append(divergence)
+    hooks.output(config.run, output, divergence)
+
+
+def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: dict[int, float]) -> RunSummary:
+    counters = config.counters
+    tokens = sum(len(o.token_ids) for o in config.outputs)
+    seconds = sum(o.wall_time_s - o.prefill_time_s for o in config.outputs)
+    decode_s = counters.predicted_seconds or seconds
+    common: dict[str, Any] = {
+        "tokens_per_s": tokens / decode_s if decode_s > 0 else 0.0,
+        "steps": int(counters.target_calls),
+        "tokens": tokens,
+        "mean_acceptance_length": counters.mean_acceptance_length(),
+        "verify_cost": verify_cost,
+        "engine": ENGINE,
+        "method": None,
+    }
+    if config.key["kind"] == "baseline":
+        return RunSummary(**common)
+    gamma = config.gamma
+    per_pos = counters.per_position_acceptance()
+    mal = counters.mean_acceptance_length()
+    pairs = list(zip(baseline.rates, config.rates, strict=False)) if baseline else []
+    spread = noise.spread_of(noise.ratios(pairs))
+    ngram = str(config.key["draft"]).startswith("ngram")
+    cost = 0.0 if ngram else c
+    v = verify_cost.get(gamma + 1, 1.0)
+    return RunSummary(
+        **(common | {"method": "ngram" if ngram else "draft_model"}),
+        alpha=None,
+        alpha_from_acceptance_length=alpha_from_mean_accepted(mal, gamma) if mal else None,
+        draft_acceptance_rate=counters.draft_acceptance_rate(),
+        per_position_acceptance=per_pos,
+        c=cost,
+        speedup_measured=spread.median if spread else None,
+        speedup_predicted=speedup_positional(per_pos, gamma, cost, v) if per_pos else None,
+        speedup_spread=spread.to_dict() if spread else None,
+    )
+
+
+def _report(
+    spec: SessionSpec, build: LlamaBuild, configs: list[_Config], drafts_alone: dict[str, _Config],
+    baselines: dict[float, _Config], verify_cost: dict[int, float], notes: list[str], hooks: Hooks,
+) -> dict[str, Any]:  # fmt: skip
+    base0 = baselines.get(0.0) or next(iter(baselines.values()))
+    target_rate = _median(base0.rates)
+    c_by_draft = {ref: target_rate / _median(alone.rates) for ref, alone in drafts_alone.items()
+                  if alone.failed is None and _median(alone.rates) and target_rate}  # fmt: skip
+    report: dict[str, Any] = {
+        "target": spec.target, "engine": ENGINE, "llama_cpp": build.describe(), "dtype": "gguf", "device": "cpu",
+        "settings": spec.to_dict(), "verify_cost": {str(k): v for k, v in verify_cost.items()},
+        "unavailable": list(UNAVAILABLE), "notes": notes, "runs": [], "failed": [],
+    }  # fmt: skip
+    for config in configs:
+        if config.failed is not None:
+            report["failed"].append({**config.key, "error": config.failed})
+            continue
+        baseline = baselines.get(float(config.key["temperature"]))
+        summary = _summary(config, baseline, c_by_draft.get(str(config.key["draft"]), 0.0), verify_cost)
+        hooks.run_finished(config.run, summary)
+        public = config.key | {k: v for k, v in summary.to_dict().items() if k != "verify_cost"} | {
+            "outputs": [{"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": None}
+                        for o in config.outputs],
+            "divergences": config.divergences if config.key["kind"] != "baseline" else None,
+        }  # fmt: skip
+        if config is base0:
+            report["baseline"] = public
+        elif config.key["kind"] == "speculative":
+            report["runs"].append(public)
+    if "baseline" not in report:
+        raise ServerError(report["failed"][0]["error"] if report["failed"] else "the baseline was not measured")
+    return report
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+

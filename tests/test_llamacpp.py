@@ -1,0 +1,228 @@
+"""llama.cpp as a session engine, against real llama-server processes on the bundled GGUF files.
+
+Short prompts and few tokens keep each test to seconds of decoding; every test checks that no llama-server
+it caused is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from engine.core.records import StepRecord
+from engine.errors import ModelError
+from engine.llamacpp import client
+from engine.llamacpp.binaries import find_llama, parse_version
+from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.session.llamacpp_sweep import gguf_for, run_llamacpp_sweep
+from engine.session.spec import SessionSpec
+from engine.session.summary import RunSummary
+from engine.session.sweep import Hooks, PromptText
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET, DRAFT, OTHER_VOCAB = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"
+PROMPTS = [
+    PromptText("code", "Write a Python function is_even(n) that returns True when n is even."),
+    PromptText("prose", "Say hello in French."),
+]
+
+
+def llama_servers() -> list[psutil.Process]:
+    """Every llama-server process on the machine that is still alive."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if cmd and Path(cmd[0]).name == "llama-server" and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_server_left_behind():
+    before = {p.pid for p in llama_servers()}
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and {p.pid for p in llama_servers()} - before:
+        time.sleep(0.2)
+    assert not ({p.pid for p in llama_servers()} - before), "a llama-server was left running"
+
+
+class Recorder(Hooks):
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, StepRecord]] = []
+        self.failed: dict[Any, str] = {}
+        self.finished: dict[Any, RunSummary] = {}
+        self.keys: dict[int, dict[str, Any]] = {}
+        self.on_step: Any = None
+
+    def run_started(self, key: dict[str, Any]) -> int:
+        run = len(self.keys)
+        self.keys[run] = key
+        return run
+
+    def step(self, run: Any, record: StepRecord) -> None:
+        self.steps.append((run, record))
+        if self.on_step:
+            self.on_step(run, record)
+
+    def run_failed(self, run: Any, message: str) -> None:
+        self.failed[run] = message
+
+    def run_finished(self, run: Any, summary: RunSummary) -> None:
+        self.finished[run] = summary
+
+
+def test_version_line_is_parsed_and_recorded() -> None:
+    build = find_llama()
+    assert build.build == 11434 and build.server.is_file() and len(build.server_sha256) == 64
+    assert parse_version("version: 0.6.0-dev (build 11434, commit 1a2b3c4)\n") == (
+        "0.6.0-dev (build 11434, commit 1a2b3c4)", 11434, "1a2b3c4",
+    )  # fmt: skip
+
+
+def test_a_server_with_a_draft_speculates_and_reports_draft_statistics() -> None:
+    config = ServerConfig(gguf_for(TARGET, "target"), draft=gguf_for(DRAFT, "draft"), spec_type="draft-simple",
+                          draft_n_max=3, draft_n_min=0, draft_p_min=0.0)  # fmt: skip
+    flags = config.flags()
+    at = flags.index("-md")
+    assert flags[at : at + 4] == ["-md", str(config.draft), "--spec-type", "draft-simple"]
+    assert flags[flags.index("--spec-draft-n-max") + 1] == "3" and flags[flags.index("--spec-draft-p-min") + 1] == "0"
+    with ManagedServer(config) as server:
+        pid = server.proc.pid
+        assert client.speculating(server.url)
+        before = client.metrics(server.url)
+        done = client.complete(server.url, "def add(a, b):\n    return", 16)
+        delta = client.metrics(server.url).minus(before)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert done.predicted_n == 16 and len(done.token_ids) == 16
+    assert 0 < done.draft_n and 0 <= done.draft_n_accepted <= done.draft_n
+    assert delta.draft_tokens == done.draft_n and delta.accepted_tokens == done.draft_n_accepted
+    assert delta.drafts >= 1 and 1 <= delta.target_calls < 16  # speculation: fewer target calls than tokens
+    assert 1.0 < delta.mean_acceptance_length() <= 4.0  # at most γ+1 tokens per target call
+    assert all(0.0 <= rate <= 1.0 for rate in delta.per_position_acceptance())
+
+
+def test_a_draft_of_another_vocabulary_fails_its_configuration_with_the_servers_reason() -> None:
+    spec = SessionSpec(target=TARGET, drafts=[OTHER_VOCAB, DRAFT], gammas=[2], max_new_tokens=8,
+                       engine="llama.cpp", measure_verify_cost=False)  # fmt: skip
+    hooks = Recorder()
+    report = run_llamacpp_sweep(spec, PROMPTS[:1], hooks)
+    assert [f["draft"] for f in report["failed"]] == [OTHER_VOCAB]
+    assert "speculation off" in report["failed"][0]["error"] and "vocab" in report["failed"][0]["error"]
+    assert [r["draft"] for r in report["runs"]] == [DRAFT]  # the other configuration still ran
+
+
+def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -> None:
+    spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=[3], max_new_tokens=16, engine="llama.cpp")
+    hooks = Recorder()
+    report = run_llamacpp_sweep(spec, PROMPTS, hooks)
+    assert not report["failed"] and report["llama_cpp"]["build"] == 11434
+    assert report["unavailable"] == ["alpha", "beta_per_position", "from_draft"]
+    # prompt-major order: every configuration's request for prompt 0 before any for prompt 1
+    order = [record.prompt_index for _, record in hooks.steps]
+    assert order == sorted(order) and len(order) == 3 * len(PROMPTS)
+    assert sorted(report["verify_cost"]) and report["verify_cost"]["1"] == 1.0
+    for run in report["runs"]:
+        assert run["engine"] == "llama.cpp" and run["alpha"] is None
+        assert 1.0 <= run["mean_acceptance_length"] <= 4.0
+        assert run["speedup_spread"]["n"] == len(PROMPTS)
+        for divergence in run["divergences"]:
+            assert divergence["verdict"] in ("identical", "near-tie"), divergence
+    model_run = next(r for r in report["runs"] if r["draft"] == DRAFT)
+    assert model_run["c"] > 0 and model_run["draft_acceptance_rate"] > 0
+    # the store's per-request rows add up to the server's own counters
+    run_id = next(run for run, key in hooks.keys.items() if key["draft"] == DRAFT)
+    rows = [record for run, record in hooks.steps if run == run_id]
+    calls = sum(r.target_calls for r in rows)
+    assert sum(r.emitted for r in rows) / calls == pytest.approx(model_run["mean_acceptance_length"])
+    assert sum(r.accepted for r in rows) / sum(r.gamma for r in rows) == pytest.approx(
+        model_run["draft_acceptance_rate"]
+    )
+
+
+def test_bad_flag_and_missing_gguf_fail_with_a_clear_message() -> None:
+    target = gguf_for(TARGET, "target")
+    with pytest.raises(ServerError, match="invalid argument: --no-such-flag"):
+        ManagedServer(ServerConfig(target, extra=("--no-such-flag",))).start()
+    with pytest.raises(ServerError, match="file not found"):
+        ManagedServer(ServerConfig(Path("/nonexistent/model.gguf"))).start()
+    with pytest.raises(ModelError, match="GGUF"):
+        gguf_for("some/hub-model", "target")
+    cli = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "--engine", "llamacpp", "--target", "/nonexistent.gguf",
+         "--prompts", str(ROOT / "samples" / "code.jsonl"), "--json", os.devnull],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert cli.returncode == 2 and cli.stderr.strip() == "error: target file not found: /nonexistent.gguf"
+
+
+def test_a_server_killed_mid_session_fails_its_configuration_and_the_rest_survive() -> None:
+    spec = SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[2, 3], max_new_tokens=8, engine="llama.cpp",
+                       measure_verify_cost=False)  # fmt: skip
+    hooks = Recorder()
+
+    def kill_gamma_3(run: Any, record: StepRecord) -> None:
+        if hooks.keys[run]["gamma"] == 3 and record.prompt_index == 0:
+            victim = next(p for p in llama_servers() if "--spec-draft-n-max" in p.cmdline()
+                          and p.cmdline()[p.cmdline().index("--spec-draft-n-max") + 1] == "3")  # fmt: skip
+            victim.kill()
+
+    hooks.on_step = kill_gamma_3
+    report = run_llamacpp_sweep(spec, PROMPTS, hooks)
+    assert [(f["draft"], f["gamma"]) for f in report["failed"]] == [(DRAFT, 3)]
+    assert "did not answer" in report["failed"][0]["error"] or "exited" in report["failed"][0]["error"]
+    assert [(r["draft"], r["gamma"]) for r in report["runs"]] == [(DRAFT, 2)]
+    assert len(hooks.failed) == 1 and len(report["runs"][0]["outputs"]) == len(PROMPTS)
+
+
+def test_the_worker_stops_on_sigterm_marks_the_session_interrupted_and_stops_its_servers(tmp_path: Path) -> None:
+    env = {**os.environ, "SPECTUNE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    env.pop("SPECTUNE_DB_URL", None)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("".join(f"Write a haiku about the number {i}.\n" for i in range(30)))
+    submit = subprocess.run(
+        [sys.executable, "-m", "engine", "submit", "--engine", "llamacpp", "--target", TARGET, "--draft", DRAFT,
+         "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "24", "--no-regime"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert submit.returncode == 0, submit.stderr
+    log = (tmp_path / "worker.out").open("w")
+    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    try:
+        from store import open_store
+
+        store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # running, with servers up and some requests logged
+            mine = [p for p in llama_servers() if worker.pid in {a.pid for a in p.parents()}]
+            if mine and sum(store.run_progress(r["id"])["steps"] for r in store.list_runs(1)) >= 2:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the session never got going")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+        session = store.get_session(1)
+        assert session["status"] == "interrupted" and "requeue" in session["error"]
+        assert sum(store.run_progress(r["id"])["steps"] for r in store.list_runs(1)) >= 2  # what it measured stays
+        assert not [p for p in mine if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        requeue = subprocess.run([sys.executable, "-m", "engine", "requeue", "--session", "1"],
+                                 capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)  # fmt: skip
+        assert requeue.returncode == 0 and store.get_session(1)["status"] == "queued"
+        store.close()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        log.close()
