@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from app import common
+from app import common, data
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
 
@@ -114,7 +113,7 @@ def sessions_picker(
     applied = f"{key}_from_url"
     if raw is not None and st.session_state.get(applied) != str(raw):
         st.session_state[applied] = str(raw)
-        st.session_state[key] = [i for i in _ids(raw) if i in by_id]
+        st.session_state[key] = [i for i in data.parse_session_param(raw) if i in by_id]
     if key not in st.session_state:
         st.session_state[key] = [i for i in default if i in by_id]
     st.session_state[key] = [i for i in st.session_state[key] if i in by_id]
@@ -128,18 +127,6 @@ def sessions_picker(
         help=help,
     )
 
-
-def _ids(raw: Any) -> list[int]:
-    """'3' or '3,5' → [3] / [3, 5]; malformed items dropped, order kept, no repeats."""
-    ids: list[int] = []
-    for item in re.split(r"[,;\s]+", str(raw).strip()):
-        try:
-            value = int(item)
-        except ValueError:
-            continue
-        if value not in ids:
-            ids.append(value)
-    return ids
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -357,3 +357,18 @@ def utilisation_long(samples: Sequence[Mapping[str, Any]], percent_only: bool = 
             rows.append({"seconds": float(s["t"]) - t0, "metric": str(name), "value": float(value),
                          "source": s.get("source")})  # fmt: skip
     return pd.DataFrame(rows, columns=["seconds", "metric", "value", "source"])
+
+
+def parse_session_param(raw: Any) -> list[int]:
+    """'?session=3' or '?session=3,5' → [3] / [3, 5]; malformed items are dropped, order kept, no repeats."""
+    if raw is None:
+        return []
+    ids: list[int] = []
+    for item in (x for x in _SPLIT.split(str(raw).strip()) if x):
+        try:
+            value = int(item)
+        except ValueError:
+            continue
+        if value not in ids:
+            ids.append(value)
+    return ids

@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
+from app import data
 from engine.analysis.bounds import check_predicted_speedup
 from engine.analysis.recommend import (
     DraftMeasurement,
@@ -130,31 +130,15 @@ def export_caption(rec: Recommendation) -> str:
     )
 
 
-_SPLIT = re.compile(r"[,;\s]+")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # inputs
 
 
-def parse_session_param(raw: Any) -> list[int]:
-    """'?session=3' or '?session=3,5' → [3] / [3, 5]; malformed items are dropped, order kept, no repeats."""
-    if raw is None:
-        return []
-    ids: list[int] = []
-    for item in (x for x in _SPLIT.split(str(raw).strip()) if x):
-        try:
-            value = int(item)
-        except ValueError:
-            continue
-        if value not in ids:
-            ids.append(value)
-    return ids
-
-
 def preselection_problems(raw: Any, sessions: Sequence[Mapping[str, Any]]) -> list[str]:
     """One problem line per session id in ?session= that cannot be used (missing, or not done)."""
-    return split_preselection(parse_session_param(raw), sessions)[1]
+    return split_preselection(data.parse_session_param(raw), sessions)[1]
 
 
 def mixed_targets(sessions: Iterable[Mapping[str, Any]]) -> str | None:
