@@ -209,3 +209,38 @@ class Export(Base):
     filename: Mapped[str] = mapped_column(String(500))
     content: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EndpointRequest(Base):
+    """One request an endpoint session sent to a running deployment, as measured (0006).
+
+    `endpoint` names which server it went to ("speculative", or "baseline": the same model served without
+    speculation); `itl_s` holds the gaps between streamed chunks; `draft_n`/`draft_n_accepted` are what the
+    server reported for this request (llama.cpp timings, SGLang sglext), NULL when it reports nothing.
+    """
+
+    __tablename__ = "endpoint_requests"
+    __table_args__ = (Index(None, "session_id", "endpoint", "concurrency"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    endpoint: Mapped[str] = mapped_column(String(32))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    request_index: Mapped[int] = mapped_column(Integer)
+    prompt_index: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)  # unix seconds
+    ok: Mapped[bool] = mapped_column(Boolean)
+    ttft_s: Mapped[float | None] = mapped_column(Float)
+    itl_s: Mapped[JsonList]
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    tpot_s: Mapped[float | None] = mapped_column(Float)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    error_kind: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    draft_n: Mapped[int | None] = mapped_column(Integer)
+    draft_n_accepted: Mapped[int | None] = mapped_column(Integer)
+    verify_calls: Mapped[int | None] = mapped_column(Integer)

@@ -199,7 +199,8 @@ def test_foundation_imports_nothing_of_ours() -> None:
 # engine.prompts modules). This covers: core imports none of analysis, service, session; measure none of
 # analysis, service, session; analysis neither service nor session; session not service.
 ENGINE_RANK = {
-    "core": 0, "drafts": 1, "models": 1, "llamacpp": 1, "measure": 2, "analysis": 3, "session": 4, "service": 5,
+    "core": 0, "drafts": 1, "models": 1, "llamacpp": 1, "measure": 2, "endpoint": 2, "analysis": 3, "session": 4,
+    "service": 5,
 }  # fmt: skip
 ENGINE_SHARED = ("engine.errors", "engine.prompts")  # plain modules any engine package may use
 

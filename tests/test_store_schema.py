@@ -38,9 +38,10 @@ TABLES = {
     "utilisation_samples",
     "recommendations",
     "exports",
+    "endpoint_requests",
     "alembic_version",
 }
-HEAD = "0005"  # the newest migration in store/migrations/versions
+HEAD = "0006"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 

@@ -1,0 +1,190 @@
+"""The Endpoints page's logic: the endpoint-session form, the one-shot endpoint check, and the results as frames.
+
+A session's levels come from its summary once it has finished (with the server's counters); while it runs
+they are computed from the stored requests (engine.endpoint.report, the same figures without counters).
+Measured and predicted points are kept apart by a `kind` column the charts draw differently.
+The API key is never read or shown here: only the *name* of its environment variable travels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from engine.endpoint.report import compare, request_stats
+from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
+
+KIND_LABELS = {"auto": "detect", "vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp",
+               "openai": "other OpenAI-compatible"}  # fmt: skip
+KINDS = ENGINE_KINDS
+API_CHOICES = APIS
+MAX_LEVELS_HELP = f"Comma-separated, each 1 to {MAX_CONCURRENCY}, e.g. 1,2,4,8."
+LEVEL_NUMBERS = {
+    "tokens/s": "%.2f", "req/s": "%.3f", "TTFT p50 s": "%.3f", "TTFT p95 s": "%.3f", "ITL p50 s": "%.4f",
+    "ITL p95 s": "%.4f", "TPOT p50 s": "%.4f", "goodput req/s": "%.3f", "acceptance": "%.3f",
+    "mean acceptance length": "%.2f",
+}  # fmt: skip
+REQUEST_NUMBERS = {"TTFT s": "%.3f", "tokens/s": "%.2f", "TPOT s": "%.4f", "duration s": "%.3f"}
+CHARTS = [  # (level fields → series labels, y axis, title), drawn two per row
+    ({"tokens_per_s": "tokens/s"}, "tokens/s", "Throughput (output tokens/s, all requests)"),
+    ({"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95"}, "seconds", "Time to first token"),
+    ({"itl_p50_s": "ITL p50", "itl_p95_s": "ITL p95"}, "seconds", "Inter-token latency (between streamed chunks)"),
+    ({"goodput_rps": "goodput"}, "requests/s", "Goodput (requests/s within the latency target)"),
+]
+
+
+def endpoint_settings(
+    url: str, model: str, api_key_env: str, kind: str, api: str, baseline_url: str, levels: str,
+    max_requests: int, max_duration_s: float, request_timeout_s: float, ignore_eos: bool, ttft_slo_s: float,
+    tpot_slo_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The form's values as the session's endpoint options (validated later by the engine, one clear line)."""
+    return {
+        "url": url.strip(), "model": model.strip(), "api_key_env": api_key_env.strip(), "kind": kind, "api": api,
+        "baseline_url": baseline_url.strip(), "concurrency": parse_levels(levels), "max_requests": int(max_requests),
+        "max_duration_s": float(max_duration_s), "request_timeout_s": float(request_timeout_s),
+        "ignore_eos": bool(ignore_eos), "ttft_slo_s": float(ttft_slo_s), "tpot_slo_s": float(tpot_slo_s),
+    }  # fmt: skip
+
+
+def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_prompts: int, max_new_tokens: int,
+           name: str) -> int:  # fmt: skip
+    from engine.errors import SettingsError
+    from engine.service.endpoint_cli import submit_endpoint_session
+
+    if prompt_set_id is None:
+        raise SettingsError("choose a prompt set first (import one on the Prompts page)")
+    return submit_endpoint_session(store, endpoint, prompt_set_id, n_prompts, max_new_tokens, 0.0, name)
+
+
+def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
+    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks."""
+    from engine.endpoint.detect import detect
+    from engine.endpoint.metrics import scrape
+    from engine.endpoint.settings import Endpoint, api_key
+    from engine.endpoint.transport import Connection, EndpointError
+
+    endpoint = Endpoint(url, "", api_key_env, kind)
+    conn = Connection(endpoint.url, api_key(endpoint.api_key_env), 5.0)
+    try:
+        info = detect(conn, endpoint.kind)
+        try:
+            counters = scrape(conn, info.model or "")
+            metrics = "speculation counters found" if counters.speculates else "no speculation counters (yet)"
+        except EndpointError as exc:
+            metrics = str(exc)
+    finally:
+        conn.close()
+    return {"engine": info.engine, "version": info.version, "model": info.model, "metrics": metrics,
+            "detected from": info.detected_from}  # fmt: skip
+
+
+def is_endpoint_session(session: Mapping[str, Any]) -> bool:
+    return (session.get("options") or {}).get("engine") == "endpoint"
+
+
+def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [s for s in sessions if is_endpoint_session(s)]
+
+
+def endpoint_options(session: Mapping[str, Any]) -> dict[str, Any]:
+    return dict((session.get("options") or {}).get("endpoint") or {})
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# results
+
+
+def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every (endpoint, concurrency) level: the summary's entries once finished, else computed from requests."""
+    report = (session.get("summary") or {}).get("endpoint") or {}
+    entries = [level for e in report.get("endpoints") or [] for level in e.get("levels") or []]
+    if entries:
+        return entries
+    options = endpoint_options(session)
+    slo = float(options.get("ttft_slo_s") or 0.0), float(options.get("tpot_slo_s") or 0.0)
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for row in requests:
+        groups.setdefault((str(row["endpoint"]), int(row["concurrency"])), []).append(row)
+    return [
+        {"endpoint": ep, "concurrency": c, **request_stats(rows, None, *slo), "draft_acceptance_rate": None,
+         "mean_acceptance_length": None, "acceptance_source": None}  # fmt: skip
+        for (ep, c), rows in sorted(groups.items())
+    ]
+
+
+def comparison(session: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    report = (session.get("summary") or {}).get("endpoint") or {}
+    if report.get("comparison"):
+        return report["comparison"]
+    spec = [e for e in entries if e["endpoint"] == "speculative"]
+    base = [e for e in entries if e["endpoint"] == "baseline"]
+    return compare(spec, base) if spec and base else None
+
+
+def levels_frame(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = [
+        {
+            "endpoint": e["endpoint"], "concurrency": e["concurrency"], "requests": e.get("requests"),
+            "errors": e.get("errors"), "tokens/s": e.get("tokens_per_s"), "req/s": e.get("requests_per_s"),
+            "TTFT p50 s": e.get("ttft_p50_s"), "TTFT p95 s": e.get("ttft_p95_s"), "ITL p50 s": e.get("itl_p50_s"),
+            "ITL p95 s": e.get("itl_p95_s"), "TPOT p50 s": e.get("tpot_p50_s"), "goodput req/s": e.get("goodput_rps"),
+            "acceptance": e.get("draft_acceptance_rate"), "mean acceptance length": e.get("mean_acceptance_length"),
+            "from": e.get("acceptance_source") or "—",
+        }  # fmt: skip
+        for e in entries
+    ]
+    return pd.DataFrame(rows)
+
+
+def metric_long(entries: Sequence[Mapping[str, Any]], fields: Mapping[str, str]) -> pd.DataFrame:
+    """Long frame for a metric-vs-concurrency chart: one row per (endpoint, field) point, all measured."""
+    rows = [
+        {"concurrency": e["concurrency"], "series": f"{e['endpoint']} {label}", "value": e.get(key), "kind": "measured"}
+        for e in entries
+        for key, label in fields.items()
+        if e.get(key) is not None
+    ]
+    return pd.DataFrame(rows, columns=["concurrency", "series", "value", "kind"])
+
+
+def speedup_long(comp: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Measured speedup per level and Theorem 3.8's prediction (memory-bound, c fitted at the lowest level)."""
+    rows: list[dict[str, Any]] = []
+    for p in (comp or {}).get("points") or []:
+        rows.append({"concurrency": p["concurrency"], "series": "measured speedup", "value": p["speedup"],
+                     "kind": "measured"})  # fmt: skip
+        if p.get("predicted_speedup") is not None:
+            rows.append({"concurrency": p["concurrency"], "series": "predicted (memory-bound theory)",
+                         "value": p["predicted_speedup"], "kind": "predicted"})  # fmt: skip
+    return pd.DataFrame(rows, columns=["concurrency", "series", "value", "kind"])
+
+
+def requests_frame(requests: Sequence[Mapping[str, Any]], limit: int = 500) -> pd.DataFrame:
+    rows = [
+        {
+            "endpoint": r["endpoint"], "concurrency": r["concurrency"], "#": r["request_index"] + 1,
+            "prompt": r["prompt_index"] + 1, "ok": "yes" if r.get("ok") else "no", "TTFT s": r.get("ttft_s"),
+            "tokens": r.get("output_tokens"), "tokens/s": r.get("tokens_per_s"), "TPOT s": r.get("tpot_s"),
+            "duration s": r.get("duration_s"), "retries": r.get("retries"), "drafted": r.get("draft_n"),
+            "accepted": r.get("draft_n_accepted"), "error": r.get("error") or "",
+        }  # fmt: skip
+        for r in list(requests)[-limit:]
+    ]
+    return pd.DataFrame(rows)
+
+
+def warnings_of(session: Mapping[str, Any]) -> list[str]:
+    report = (session.get("summary") or {}).get("endpoint") or {}
+    return [f"{e['label']}: {w}" for e in report.get("endpoints") or [] for w in e.get("warnings") or []]
+
+
+def servers_of(session: Mapping[str, Any]) -> list[dict[str, Any]]:
+    report = (session.get("summary") or {}).get("endpoint") or {}
+    return [
+        {"endpoint": e["label"], "url": e["url"], "model": e.get("model"), "engine": e.get("engine"),
+         "version": e.get("server_version"), "API": e.get("api")}  # fmt: skip
+        for e in report.get("endpoints") or []
+    ]

@@ -1,0 +1,170 @@
+"""A server's speculation counters from its /metrics page (parsed by prometheus_client, never by hand).
+
+Families read (counters are exposed with a `_total` suffix; `_created` samples are ignored):
+
+- vLLM 0.33 (`vllm/v1/spec_decode/metrics.py`, class SpecDecodingProm; labels model_name, engine):
+  `vllm:spec_decode_num_drafts`, `vllm:spec_decode_num_draft_tokens`, `vllm:spec_decode_num_accepted_tokens`,
+  `vllm:spec_decode_num_accepted_tokens_per_pos` (label position).
+- llama.cpp (llama-server --metrics): the same four names under `llamacpp:`.
+- SGLang 0.5.23 (`sglang/srt/observability/metrics_collector.py`): the counter `sglang:spec_verify_calls`
+  and the gauges `sglang:spec_accept_length` and `sglang:spec_accept_rate` (over SGLang's last decode-log
+  interval, not a counter: read after a level, not differenced).
+
+A counter summed over its label sets (several engines or data-parallel ranks); when samples carry a
+`model_name` label and one of them is the model under test, only that model's samples count.
+Derived, as vLLM's SpecDecodingProm docstring defines them: acceptance rate = accepted ÷ draft tokens;
+mean acceptance length = 1 + accepted ÷ drafts (the bonus token included); per position p the conditional
+acceptance accepted[p] ÷ accepted[p-1] (÷ drafts at p = 0), spectune's `per_position_acceptance`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine.endpoint.transport import Connection, EndpointError
+
+COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+    "llamacpp:spec_decode_num_drafts": "drafts",
+    "llamacpp:spec_decode_num_draft_tokens": "draft_tokens",
+    "llamacpp:spec_decode_num_accepted_tokens": "accepted_tokens",
+    "sglang:spec_verify_calls": "verify_calls",
+}
+PER_POSITION = ("vllm:spec_decode_num_accepted_tokens_per_pos", "llamacpp:spec_decode_num_accepted_tokens_per_pos")
+GAUGES = {"sglang:spec_accept_length": "accept_length", "sglang:spec_accept_rate": "accept_rate"}
+PREFIXES = {"vllm:": "vllm", "sglang:": "sglang", "llamacpp:": "llama.cpp"}
+_NOT_PROMETHEUS = ("text/html", "application/json")
+
+
+@dataclass
+class ServerCounters:
+    """Cumulative speculation counters at one moment, or the difference of two (`after.minus(before)`)."""
+
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    verify_calls: float | None = None
+    accepted_per_position: dict[int, float] = field(default_factory=dict)
+    accept_length: float | None = None  # SGLang gauge (last interval)
+    accept_rate: float | None = None  # SGLang gauge (last interval)
+    engines: set[str] = field(default_factory=set)  # metric-name prefixes seen: which engine this is
+
+    def minus(self, before: ServerCounters) -> ServerCounters:
+        def diff(a: float | None, b: float | None) -> float | None:
+            return None if a is None else a - (b or 0.0)
+
+        positions = set(self.accepted_per_position)
+        return ServerCounters(
+            drafts=diff(self.drafts, before.drafts),
+            draft_tokens=diff(self.draft_tokens, before.draft_tokens),
+            accepted_tokens=diff(self.accepted_tokens, before.accepted_tokens),
+            verify_calls=diff(self.verify_calls, before.verify_calls),
+            accepted_per_position={
+                p: self.accepted_per_position[p] - before.accepted_per_position.get(p, 0.0) for p in positions
+            },
+            accept_length=self.accept_length,
+            accept_rate=self.accept_rate,
+            engines=set(self.engines),
+        )
+
+    @property
+    def speculates(self) -> bool:
+        return any(v is not None for v in (self.drafts, self.draft_tokens, self.accept_length))
+
+    def draft_acceptance_rate(self) -> float | None:
+        if self.draft_tokens:
+            return (self.accepted_tokens or 0.0) / self.draft_tokens
+        return self.accept_rate
+
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens per verify step, the bonus token included: 1 + accepted ÷ drafts."""
+        if self.drafts:
+            return 1.0 + (self.accepted_tokens or 0.0) / self.drafts
+        return self.accept_length
+
+    def per_position_acceptance(self) -> list[float] | None:
+        """Conditional acceptance per draft position (None when the server does not count positions)."""
+        if not self.accepted_per_position or not self.drafts:
+            return None
+        rates: list[float] = []
+        reached = self.drafts
+        for p in sorted(self.accepted_per_position):
+            if reached <= 0:
+                break
+            accepted = self.accepted_per_position[p]
+            rates.append(accepted / reached)
+            reached = accepted
+        return rates
+
+    def source(self) -> str | None:
+        """Where the acceptance figures come from: 'counters', 'gauges' (SGLang) or None."""
+        if self.drafts or self.draft_tokens:
+            return "counters"
+        if self.accept_length is not None or self.accept_rate is not None:
+            return "gauges"
+        return None
+
+
+def parse_metrics(text: str, model: str = "", where: str = "/metrics") -> ServerCounters:
+    """ServerCounters from Prometheus exposition text; EndpointError(kind='metrics_malformed') if it is not."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        raise EndpointError("metrics_malformed", f"{where} is not Prometheus text ({exc})") from exc
+    samples = [
+        s
+        for family in families
+        for s in family.samples
+        if not s.name.endswith("_created")
+    ]
+    models = {s.labels.get("model_name") for s in samples if "model_name" in s.labels}
+    only = model if model and model in models else None
+    counters = ServerCounters()
+    gauges: dict[str, list[float]] = {}
+    for family in families:
+        for prefix, engine in PREFIXES.items():
+            if family.name.startswith(prefix):
+                counters.engines.add(engine)
+    for sample in samples:
+        if only is not None and sample.labels.get("model_name", only) != only:
+            continue
+        base = sample.name.removesuffix("_total")
+        value = float(sample.value)
+        if base in COUNTERS:
+            name = COUNTERS[base]
+            setattr(counters, name, (getattr(counters, name) or 0.0) + value)
+        elif base in PER_POSITION and "position" in sample.labels:
+            try:
+                position = int(sample.labels["position"])
+            except ValueError:
+                continue
+            counters.accepted_per_position[position] = counters.accepted_per_position.get(position, 0.0) + value
+        elif sample.name in GAUGES:
+            gauges.setdefault(GAUGES[sample.name], []).append(value)
+    for name, values in gauges.items():  # one value per rank: the mean
+        setattr(counters, name, sum(values) / len(values))
+    return counters
+
+
+def scrape(conn: Connection, model: str = "", timeout_s: float = 10.0) -> ServerCounters:
+    """GET /metrics and parse it; a missing page or one that is not Prometheus text is one EndpointError."""
+    url = conn.url("/metrics")
+    status, content_type, body = conn.get("/metrics", timeout_s)
+    if status in (404, 501):
+        raise EndpointError(
+            "metrics_missing",
+            f"{url} answered {status}: the server exports no metrics (vLLM: on by default; SGLang: "
+            "--enable-metrics; llama.cpp: --metrics)",
+            status,
+        )
+    if status in (401, 403):
+        raise EndpointError("unauthorized", f"{url} answered {status}: /metrics needs other credentials", status)
+    if status != 200:
+        raise EndpointError("metrics_missing", f"{url} answered {status}", status)
+    if content_type.split(";")[0].strip() in _NOT_PROMETHEUS:
+        raise EndpointError("metrics_malformed", f"{url} is not Prometheus text (Content-Type {content_type})")
+    return parse_metrics(body.decode("utf-8", errors="replace"), model, url)
