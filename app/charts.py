@@ -65,17 +65,42 @@ def speedup_grouped(frame: pd.DataFrame, group: str = "which") -> alt.LayerChart
     """Grouped horizontal bars: one row per configuration, bars offset and coloured by ``group``
     (measured/predicted, session, category); a dashed rule at 1× (the target alone). Horizontal so that
     long configuration names stay readable; the height grows with the rows (a step per bar); no chart
-    title (the page labels it above the chart)."""
+    title (the page labels it above the chart). Rows with ``lo``/``hi`` columns (the min and max of the
+    per-prompt speedups) get an error bar from lo to hi over their bar."""
     base = alt.Chart(frame)
+    y = alt.Y("config:N", title=None, sort=None, axis=alt.Axis(labelLimit=320))
+    spread = {"lo", "hi"} <= set(frame.columns) and frame["lo"].notna().any()
+    tooltip = ["config", group, alt.Tooltip("speedup:Q", format=".2f")]
+    if spread:
+        tooltip += [alt.Tooltip("lo:Q", format=".2f", title="lowest prompt"),
+                    alt.Tooltip("hi:Q", format=".2f", title="highest prompt")]  # fmt: skip
     bars = base.mark_bar().encode(
-        y=alt.Y("config:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
+        y=y,
         yOffset=alt.YOffset(f"{group}:N"),
         x=alt.X("speedup:Q", title="speedup vs target alone (×)"),
         color=alt.Color(f"{group}:N", title=group),
-        tooltip=["config", group, alt.Tooltip("speedup:Q", format=".2f")],
+        tooltip=tooltip,
     )
     one = base.mark_rule(strokeDash=[4, 4], color="gray").encode(x=alt.datum(1.0))
-    return alt.layer(bars, one).properties(height=alt.Step(12))
+    layers: list[alt.Chart] = [bars, one]
+    if spread:
+        layers.append(
+            base.transform_filter("isValid(datum.lo) && isValid(datum.hi)")
+            .mark_errorbar(ticks=True, color="black")
+            .encode(y=y, yOffset=alt.YOffset(f"{group}:N"), x=alt.X("lo:Q", title="speedup vs target alone (×)"),
+                    x2="hi:Q", tooltip=tooltip)  # fmt: skip
+        )
+    return alt.layer(*layers).properties(height=alt.Step(12))
+
+
+def vega_spec(chart: alt.TopLevelMixin) -> dict:
+    """The chart as the Vega-Lite spec st.altair_chart would send (data as Arrow), built once so that a live
+    view can send it again with st.vega_lite_chart(spec=copy.deepcopy(spec)) without converting it again."""
+    try:  # Streamlit's own conversion: the same spec and data transport as st.altair_chart
+        from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+    except ImportError:  # a Streamlit without it: plain Altair (data inline)
+        return chart.to_dict()
+    return _convert_altair_to_vega_lite_spec(chart)
 
 
 def theory_curves(curve: pd.DataFrame, crossover: int | None, gamma: int) -> alt.LayerChart:
@@ -186,3 +211,30 @@ def recommend_curve(
             continue
         layers += labelled_rule("γ", gamma, text.format(gamma), colour, label_y=y)
     return alt.layer(*layers)
+
+
+def versus_concurrency(
+    frame: pd.DataFrame, y_title: str, title: str = "", rule_at: float | None = None, flip: int | None = None
+) -> alt.LayerChart:
+    """Endpoint metrics against concurrency (log₂ axis). Measured points are filled on solid lines, predicted
+    ones hollow on dashed lines; `rule_at` draws a dashed level (1× for a speedup), `flip` a red rule at the
+    concurrency where speculation stopped paying (measured)."""
+    base = alt.Chart(frame, height=HEIGHT)
+    x = alt.X("concurrency:Q", title="concurrency (requests in flight)", scale=alt.Scale(type="log", base=2))
+    tooltip = ["series:N", "kind:N", "concurrency:Q", alt.Tooltip("value:Q", format=".4g")]
+    measured = base.transform_filter(alt.datum.kind == "measured").mark_line(
+        point=alt.OverlayMarkDef(filled=True, size=60)
+    )
+    predicted = base.transform_filter(alt.datum.kind == "predicted").mark_line(
+        strokeDash=[5, 4], point=alt.OverlayMarkDef(filled=False, size=70)
+    )
+    encode = {"x": x, "y": alt.Y("value:Q", title=y_title), "color": alt.Color("series:N", title=None),
+              "tooltip": tooltip}  # fmt: skip
+    layers: list[alt.Chart] = [measured.encode(**encode), predicted.encode(**encode)]
+    if rule_at is not None:
+        layers.append(
+            alt.Chart(pd.DataFrame({"value": [rule_at]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="value:Q")
+        )
+    if flip is not None:
+        layers += labelled_rule("concurrency", flip, f"stops paying at {flip} (measured)")
+    return alt.layer(*layers).properties(title=title)

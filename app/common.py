@@ -29,6 +29,8 @@ PAGES = {
     "Sessions": "pages/3_Sessions.py",
     "Theory": "pages/4_Theory.py",
     "Recommend": "pages/5_Recommend.py",
+    "Endpoints": "pages/6_Endpoints.py",
+    "Policies": "pages/7_Policies.py",
 }
 ACTIVE_STATUSES = ("queued", "running")
 STATUS_ICONS = {"queued": "⏳", "running": "▶️", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
@@ -228,6 +230,10 @@ def show_output(target: str, output: dict[str, Any]) -> None:
 
     token_ids = tuple(int(t) for t in output.get("token_ids") or [])
     from_draft = output.get("from_draft") or []
+    if token_ids and not from_draft:  # an engine that does not say which tokens came from the draft (llama.cpp)
+        st.caption("This engine does not report which tokens came from the draft; the text is shown plain.")
+        st.html(render.plain_text_box(output.get("text") or ""))
+        return
     strings = token_strings_cached(target, token_ids) if token_ids else None
     if strings is not None:
         st.html(render.legend() + render.highlight_tokens(strings, from_draft))

@@ -307,7 +307,9 @@ def category_frame(
     for r in runs:
         if r.get("kind") == "baseline":
             continue
-        groups: dict[str, dict[str, float]] = defaultdict(lambda: {"tokens": 0, "seconds": 0.0, "drafted": 0, "n": 0})
+        groups: dict[str, dict[str, float]] = defaultdict(
+            lambda: {"tokens": 0, "seconds": 0.0, "drafted": 0, "n": 0, "unknown": 0}
+        )
         for o in outputs_by_run.get(r["id"], []):
             cat = cat_of(o)
             if not cat:
@@ -315,7 +317,9 @@ def category_frame(
             g = groups[cat]
             g["tokens"] += len(o.get("token_ids") or [])
             g["seconds"] += float(o.get("wall_time_s") or 0.0)
-            g["drafted"] += sum(bool(x) for x in o.get("from_draft") or [])
+            known = o.get("from_draft") or []  # empty: the engine (llama.cpp) does not say which came from the draft
+            g["drafted"] += sum(bool(x) for x in known)
+            g["unknown"] += 0 if known or not o.get("token_ids") else 1
             g["n"] += 1
         for cat, g in sorted(groups.items()):
             tps = g["tokens"] / g["seconds"] if g["seconds"] > 0 else None
@@ -326,7 +330,7 @@ def category_frame(
                     "prompts": int(g["n"]),
                     "tokens/s": tps,
                     "speedup": tps / base_tps[cat] if tps and base_tps.get(cat) else None,
-                    "draft share": g["drafted"] / g["tokens"] if g["tokens"] else None,
+                    "draft share": g["drafted"] / g["tokens"] if g["tokens"] and not g["unknown"] else None,
                 }
             )
     return pd.DataFrame(rows, columns=["run", "category", "prompts", "tokens/s", "speedup", "draft share"])

@@ -9,6 +9,7 @@ from typing import Any
 
 from app import data
 from engine.errors import SettingsError
+from engine.llamacpp.binaries import llama_status
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.session.spec import SessionSpec
 
@@ -60,8 +61,23 @@ def quantisation(target: str) -> str | None:
     return found.group(1) if found else None
 
 
-def target_note(target: str, dtype: str) -> str | None:
+ENGINE_LABELS = {"spectune": "spectune (PyTorch loop)", "llama.cpp": "llama.cpp (llama-server)"}
+
+
+def engine_note(engine: str) -> tuple[bool, str]:
+    """(usable, one line) for the engine choice: the llama-server build, or why llama.cpp cannot run here."""
+    if engine != "llama.cpp":
+        return True, "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
+    build, line = llama_status()
+    if build is None:
+        return False, f"llama.cpp is not available: {line}"
+    return True, f"{line}: c, v(k) and speed as llama.cpp measures them; β per position is not reported."
+
+
+def target_note(target: str, dtype: str, engine: str = "spectune") -> str | None:
     """What the engine does with a GGUF target's weights; None for anything that is not a GGUF."""
+    if engine == "llama.cpp":
+        return f"{target}: served by llama-server from its GGUF as it is (quantised, no dequantisation)"
     if target in BUNDLED:
         quant = quantisation(target)
         return f"{target}: GGUF {quant + ', ' if quant else ''}dequantised to {dtype} for this engine"
@@ -99,6 +115,8 @@ class RunForm:
     measure_verify_cost: bool = True
     detect_regime: bool = True
     serving_batch: int = 1
+    stratified: bool = False  # the prompts: a sample stratified by category, or the first n in file order
+    engine: str = "spectune"
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -140,6 +158,8 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         measure_verify_cost=bool(form.measure_verify_cost),
         detect_regime=bool(form.detect_regime),
         serving_batch=int(form.serving_batch),
+        prompt_sample="stratified" if form.stratified else "first",
+        engine=form.engine,
     )
     return spec, int(form.prompt_set_id), int(form.n_prompts)
 
@@ -197,3 +217,364 @@ def output_title(run: Mapping[str, Any], output: Mapping[str, Any]) -> str:
     index = output.get("prompt_index")
     number = int(index) + 1 if isinstance(index, int) else "?"
     return f"{data.run_label(run)}, prompt {number}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The live view: poll a cheap version, re-read only what changed, rebuild charts only when new data arrived
+
+POLL_S = 1.0  # while prompts decode: the page follows the store within about a second
+LONG_PHASE_POLL_S = 3.0  # loading models, v(k), warm-up, agreement pass, batch sweep, queued: nothing to chart
+CHART_EVERY_S = 3.0  # charts are rebuilt at most this often, and only when new steps or samples arrived
+UTIL_POINTS = 300  # utilisation samples kept per metric for the chart
+
+
+NO_CHART = (
+    "Per-position acceptance appears once a speculative run logs steps.",
+    "Utilisation appears once the worker samples the device.",
+)
+
+
+def skip_gc_after_each_run() -> None:
+    """Turn off Streamlit's full gc.collect() after every script run (runner.postScriptGC), fragment reruns
+    included. In the dashboard's process, which has torch and transformers imported (the hardware banner, the
+    token view), one full collection costs about 250 ms of CPU: three quarters of a live view's refresh.
+    Python's own generational collector still runs. Process-wide, set once."""
+    from streamlit import config
+
+    if config.get_option("runner.postScriptGC"):
+        config.set_option("runner.postScriptGC", False)
+
+
+def progress_bar(session: Mapping[str, Any]) -> tuple[float, str]:
+    """The session's overall progress bar: (fraction, 'Progress: 3 / 12 prompt decodes (25%) — running')."""
+    done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
+    fraction = min(1.0, done / total) if total else 0.0
+    return fraction, f"Progress: {done} / {total} prompt decodes ({fraction:.0%}) — {session.get('status')}"
+
+
+def is_decoding(phase: Mapping[str, Any] | None) -> bool:
+    return bool(phase) and str(phase.get("name", "")).startswith("decoding")
+
+
+def poll_interval(status: str | None, phase: Mapping[str, Any] | None) -> float:
+    """How often the live fragment reruns: every second while prompts decode, every few seconds in a long
+    phase that logs no steps (or while the session waits for a worker)."""
+    return POLL_S if status == "running" and (phase is None or is_decoding(phase)) else LONG_PHASE_POLL_S
+
+
+def fmt_eta(seconds: float | None) -> str | None:
+    """'about 40 s', 'about 3 min', 'about 1 h 5 min'; None when unknown."""
+    if seconds is None:
+        return None
+    seconds = max(0.0, float(seconds))
+    if seconds < 5:
+        return "a few seconds"
+    if seconds < 90:
+        return f"about {seconds:.0f} s"
+    if seconds < 3600:
+        return f"about {seconds / 60:.0f} min"
+    return f"about {int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def phase_text(phase: Mapping[str, Any] | None, status: str | None = None) -> str | None:
+    """'Phase: decoding prompt 3 of 8 — 17 / 40 (42%), about 1 min left', or None when there is no phase."""
+    if not phase or not phase.get("name"):
+        return None
+    name = str(phase["name"])
+    done, total = int(phase.get("done") or 0), int(phase.get("total") or 0)
+    parts = [f"Phase: {name}"]
+    if total > 1 and name != "done":
+        parts.append(f"{done} / {total} ({min(1.0, done / total):.0%})")
+    eta = fmt_eta(phase.get("eta_s")) if status in (None, "running") and name != "done" else None
+    text = " — ".join(parts)
+    return f"{text}, {eta} left" if eta else text
+
+
+def phase_fraction(phase: Mapping[str, Any] | None) -> float:
+    if not phase:
+        return 0.0
+    done, total = int(phase.get("done") or 0), int(phase.get("total") or 0)
+    return 1.0 if phase.get("name") == "done" else (min(1.0, done / total) if total else 0.0)
+
+
+def _totals_numbers(totals: Mapping[str, Any] | None) -> dict[str, Any]:
+    """run_progress-style rates from summed step columns."""
+    if not totals:
+        return {"steps": 0}
+    busy = totals["draft_time_s"] + totals["verify_time_s"]
+    return {
+        "steps": totals["steps"],
+        "tokens_per_s": totals["emitted"] / busy if busy > 0 else None,
+        "draft_acceptance_rate": totals["accepted"] / totals["proposed"] if totals["proposed"] else None,
+        "mean_acceptance_length": totals["emitted"] / totals["target_calls"] if totals["target_calls"] else None,
+    }
+
+
+@dataclass
+class LiveFrame:
+    """What one refresh of the live view draws; ``charts_rebuilt`` says whether the charts are new."""
+
+    session: Mapping[str, Any] | None
+    runs: list[Mapping[str, Any]]
+    current: Mapping[str, Any] | None
+    baseline: Mapping[str, Any] | None
+    now: dict[str, Any]
+    base: dict[str, Any]
+    positions_spec: dict[str, Any] | None
+    util_spec: dict[str, Any] | None
+    latest: tuple[Mapping[str, Any], Mapping[str, Any]] | None
+    other_cpu_pct: float | None
+    charts_rebuilt: bool
+
+
+class LiveCache:
+    """A session's live view state kept between refreshes (one per browser tab, in st.session_state).
+
+    Each refresh reads ``store.live_version`` (a few small queries). Only what changed is read again: the
+    session row when its state changed, the runs when one started or finished, the steps logged since the
+    last refresh (summed per run, so old steps are never re-read), the newest output when there is a new one,
+    utilisation samples since the last one. Charts are rebuilt, as ready-to-send Vega-Lite specs, only when
+    new steps or samples arrived and at most every ``chart_every_s``; otherwise the cached specs are sent again.
+    """
+
+    def __init__(self, session_id: int, chart_every_s: float = CHART_EVERY_S) -> None:
+        self.session_id = session_id
+        self.chart_every_s = chart_every_s
+        self.version: Any = None
+        self.session: dict[str, Any] | None = None
+        self._state_key: Any = None
+        self.runs: list[dict[str, Any]] = []
+        self._runs_key: Any = None
+        self.after_step_id: int | None = None  # the newest of this session's steps summed so far
+        self._newest_seen: int | None = None
+        self.totals: dict[int, dict[str, Any]] = {}
+        self.histogram: dict[int, dict[tuple[int, int], int]] = {}
+        self.last_run_id: int | None = None
+        self._outputs_seen = -1
+        self.latest_output: dict[str, Any] | None = None
+        self.samples: list[dict[str, Any]] = []
+        self._samples_t: float | None = None
+        self._charts_at: float | None = None
+        self._steps_key = 0  # steps summed so far: the charts change when it does
+        self._charted: Any = None
+        self.positions_spec: dict[str, Any] | None = None
+        self.util_spec: dict[str, Any] | None = None
+        self.chart_builds = 0  # how many times the charts were rebuilt (the tests count it)
+
+    def refresh(self, store: Any, now: float) -> LiveFrame:
+        version = store.live_version(self.session_id, count_steps=False)  # steps are summed here, not counted
+        self.version = version["version"]
+        state_key = version["version"][1]
+        if state_key != self._state_key or self.session is None:
+            self.session = store.get_session(self.session_id)
+            self._state_key = state_key
+        runs_key = (version["runs"], version["runs_done"])
+        if runs_key != self._runs_key:
+            self.runs = store.list_runs(self.session_id)
+            self._runs_key = runs_key
+        newest = version["newest_step_id"]  # moves when any session logs a step: then read what is ours
+        if newest is not None and newest != self._newest_seen:
+            self._add_steps(store.step_totals_since(self.session_id, self.after_step_id))
+            self._newest_seen = newest
+        if version["outputs"] != self._outputs_seen:
+            self.latest_output = store.latest_output(self.session_id) if version["outputs"] else None
+            self._outputs_seen = version["outputs"]
+        rebuilt = self._maybe_rebuild_charts(store, now, version["data_version"])
+        return self._frame(rebuilt)
+
+    def _add_steps(self, new: Mapping[str, Any]) -> None:
+        for run_id, totals in new["runs"].items():
+            mine = self.totals.setdefault(run_id, dict.fromkeys(totals, 0))
+            for key, value in totals.items():
+                mine[key] += value
+        for run_id, rows in new["histogram"].items():
+            counts = self.histogram.setdefault(run_id, {})
+            for gamma, accepted, n in rows:
+                counts[(gamma, accepted)] = counts.get((gamma, accepted), 0) + n
+        if new["last_run_id"] is not None:
+            self.last_run_id = new["last_run_id"]
+        self.after_step_id = new["max_step_id"]
+        self._steps_key = sum(t["steps"] for t in self.totals.values())
+
+    def _maybe_rebuild_charts(self, store: Any, now: float, data_version: Any) -> bool:
+        if self._charts_at is not None and now - self._charts_at < self.chart_every_s:
+            return False
+        new_samples = store.utilisation_series(self.session_id, since_t=self._samples_t, max_points=UTIL_POINTS)
+        if new_samples:
+            self.samples = _thin([*self.samples, *new_samples], UTIL_POINTS)
+            self._samples_t = float(new_samples[-1]["t"])
+        key = (self._steps_key, data_version[3:], self._samples_t, self.current_run_id())
+        if key == self._charted:
+            self._charts_at = now  # nothing new: look again after chart_every_s
+            return False
+        from app import charts
+
+        current = self.current_run()
+        positions = None
+        if current is not None and current.get("kind") == "speculative":
+            counts = self.histogram.get(current["id"], {})
+            rows = store.positions_from_histogram([(g, a, n) for (g, a), n in counts.items()])
+            positions = data.positions_frame(rows)
+        self.positions_spec = (
+            charts.vega_spec(charts.acceptance_by_position(positions))
+            if positions is not None and not positions.empty
+            else None
+        )
+        util = data.utilisation_long(self.samples)
+        self.util_spec = charts.vega_spec(charts.utilisation(util)) if not util.empty else None
+        self._charted, self._charts_at = key, now
+        self.chart_builds += 1
+        return True
+
+    def current_run_id(self) -> int | None:
+        current = self.current_run()
+        return current["id"] if current is not None else None
+
+    def current_run(self) -> Mapping[str, Any] | None:
+        """The run that logged the newest step while the session runs (every run is open at once in an
+        interleaved sweep), else the last run."""
+        if not self.runs:
+            return None
+        by_id = {r["id"]: r for r in self.runs}
+        if self.last_run_id in by_id and by_id[self.last_run_id].get("status") == "running":
+            return by_id[self.last_run_id]
+        return current_run(self.runs)
+
+    def _frame(self, rebuilt: bool) -> LiveFrame:
+        current = self.current_run()
+        baseline = next((r for r in self.runs if r.get("kind") == "baseline"), None)
+
+        def numbers(run: Mapping[str, Any] | None) -> dict[str, Any]:
+            if run is None:
+                return {}
+            final = run.get("status") == "done" and current is not None and current.get("status") == "done"
+            return live_numbers(run, _totals_numbers(self.totals.get(run["id"])), final)
+
+        latest = None
+        if self.latest_output is not None:
+            run = next((r for r in self.runs if r["id"] == self.latest_output.get("run_id")), None)
+            latest = (run, self.latest_output) if run is not None else None
+        other = next(
+            (s["metrics"].get("other_cpu_pct") for s in reversed(self.samples) if "other_cpu_pct" in s["metrics"]),
+            None,
+        )
+        return LiveFrame(
+            session=self.session, runs=self.runs, current=current, baseline=baseline, now=numbers(current),
+            base=numbers(baseline), positions_spec=self.positions_spec, util_spec=self.util_spec, latest=latest,
+            other_cpu_pct=other, charts_rebuilt=rebuilt,
+        )  # fmt: skip
+
+
+def _thin(samples: list[dict[str, Any]], per_source: int) -> list[dict[str, Any]]:
+    """At most about ``per_source`` samples per source, evenly kept (every other one, as often as needed)."""
+    while True:
+        counts: dict[Any, int] = {}
+        for s in samples:
+            counts[s.get("source")] = counts.get(s.get("source"), 0) + 1
+        if not counts or max(counts.values()) <= per_source:
+            return samples
+        samples = samples[::2] if len(counts) == 1 else _halve_by_source(samples)
+
+
+def _halve_by_source(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[Any, int] = {}
+    kept = []
+    for s in samples:
+        n = seen.get(s.get("source"), 0)
+        seen[s.get("source")] = n + 1
+        if n % 2 == 0:
+            kept.append(s)
+    return kept
+
+
+def live_cache(state: Any, session_id: int) -> LiveCache:
+    """The tab's LiveCache for this session (a new one when the tab watches another session)."""
+    cache = state.get("run_live_cache")
+    if not isinstance(cache, LiveCache) or cache.session_id != session_id:
+        cache = LiveCache(session_id)
+        state["run_live_cache"] = cache
+    return cache
+
+
+def busy_note(session: Mapping[str, Any], other_cpu_pct: float | None = None) -> str | None:
+    """The busy-machine warning: the finished session's own note, or while it runs, the latest reading of
+    other processes' CPU share when it is above the busy threshold."""
+    from engine.measure.noise import BUSY_OTHER_CPU_PCT
+
+    note = (session.get("summary") or {}).get("machine_note")
+    if note:
+        return str(note)
+    if session.get("status") == "running" and other_cpu_pct is not None and other_cpu_pct >= BUSY_OTHER_CPU_PCT:
+        return (
+            f"The machine is busy: other processes are using {other_cpu_pct:.0f}% of its CPUs right now. Each "
+            "speedup is measured side by side, prompt by prompt, but expect a wider spread than on a quiet machine."
+        )
+    return None
+
+
+def measurement_costs(
+    sessions: Sequence[Mapping[str, Any]], target: str, dtype: str, max_gamma: int, serving_batch: int
+) -> dict[str, Any]:
+    """Seconds the optional measurements are likely to take on this machine: {"verify": s, "regime": s,
+    "source": text}. From the newest finished session with this target and dtype: its measured phase times,
+    else estimates from its baseline's step time; None where nothing is known yet."""
+    from engine.session.sweep import batch_sweep_eta_s, verify_cost_eta_s
+
+    for session in sessions:
+        summary = session.get("summary") or {}
+        if session.get("status") != "done" or session.get("target") != target or session.get("dtype") != dtype:
+            continue
+        times = summary.get("phase_times_s") or {}
+        tps = summary.get("baseline_tokens_per_s")
+        step = 1.0 / tps if tps else None
+        verify = times.get("measuring v(k)")
+        regime = times.get("batch sweep")
+        if verify is None and regime is None and step is None:
+            continue
+        return {
+            "verify": verify if verify is not None else verify_cost_eta_s(step, max_gamma),
+            "regime": regime if regime is not None else batch_sweep_eta_s(step, serving_batch),
+            "source": f"session #{session.get('id')}",
+        }
+    return {"verify": None, "regime": None, "source": None}
+
+
+def cost_caption(seconds: float | None, source: str | None) -> str:
+    """'about 2 min on this machine (from session #4)', or what is known when nothing was measured yet."""
+    if seconds is None:
+        return "cost unknown until a session with this target has run here"
+    return f"{fmt_eta(seconds)} on this machine (from {source})"
+
+
+def default_sample(categories: Mapping[str, int] | None) -> bool:
+    """Stratify by category by default when the set names two or more categories."""
+    return len([c for c in (categories or {}) if c]) >= 2
+
+
+def sample_option(categories: Mapping[str, int] | None) -> dict[str, Any]:
+    """The "stratified by category" checkbox's value, whether it can be changed, and its help."""
+    named = [c for c in categories or {} if c]
+    if len(named) < 2:
+        return {"value": False, "disabled": True, "help": "The chosen set has fewer than two categories."}
+    return {
+        "value": True,
+        "disabled": False,
+        "help": f"Every category ({', '.join(named)}) gets prompts, in proportion to its size; off: the first "
+        "prompts in file order, which may leave whole categories out.",
+    }
+
+
+def cost_captions(
+    sessions: Sequence[Mapping[str, Any]], target: str, dtype: str, state: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The costs stated next to the v(k) and regime switches, for the γ values and serving batch in the form."""
+    typed = (state.get("gammas_text") or "").strip()
+    try:
+        gammas = data.parse_int_list(typed, "γ") if typed else list(state.get("gammas_choice") or [])
+    except SettingsError:
+        gammas = []
+    costs = measurement_costs(sessions, target, dtype, max(gammas or [4]), int(state.get("serving_batch") or 1))
+    return (
+        f"v(k): {cost_caption(costs['verify'], costs['source'])}",
+        f"batch sweep: {cost_caption(costs['regime'], costs['source'])}",
+    )

@@ -31,13 +31,16 @@ VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"
 def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the line under a session's title; missing values are "—"."""
     temps = ", ".join(f"{float(t):g}" for t in session.get("temperatures") or [])
+    engine = str((session.get("options") or {}).get("engine") or "spectune")
+    weights = "GGUF as it is (quantised)" if engine == "llama.cpp" else str(session.get("dtype") or "—")
     return [
+        ("engine", engine),
         ("Target", str(session.get("target") or "—")),
         ("drafts", ", ".join(map(str, session.get("drafts") or [])) or "—"),
         ("γ", ", ".join(map(str, session.get("gammas") or [])) or "—"),
         ("T", temps or "—"),
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
-        ("dtype", str(session.get("dtype") or "—")),
+        ("weights" if engine == "llama.cpp" else "dtype", weights),
         ("prompts", f"{_or_dash(session.get('n_prompts'))} (set #{_or_dash(session.get('prompt_set_id'))})"),
     ]
 
@@ -66,9 +69,62 @@ def regime_details(regime: Any) -> tuple[str, list[str], dict[str, Any]] | None:
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The runs table; the status column only while some run is not done."""
+    """The runs table; the status column only while some run is not done. Speculative runs measured side by
+    side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say."""
     table = data.runs_frame(runs)
+    spreads = [_spread(r) for r in runs]
+    if any(spreads):
+        at = list(table.columns).index("speedup measured") + 1
+        table.insert(at, "per-prompt spread", [f"{s['min']:.2f}–{s['max']:.2f}×" if s else None for s in spreads])
+        table.insert(at + 1, "verdict", [_verdict(s) if s else None for s in spreads])
     return table.drop(columns=["status"]) if (table["status"] == "done").all() else table
+
+
+def _spread(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    spread = (run.get("summary") or {}).get("speedup_spread")
+    ok = isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in ("min", "max", "median"))
+    return dict(spread) if ok else None
+
+
+def _verdict(spread: Mapping[str, Any]) -> str:
+    """The noise verdict, with the wide-spread flag engine.measure.noise.is_noisy raises."""
+    from engine.measure.noise import Spread, is_noisy
+
+    verdict = str(spread.get("verdict") or "")
+    try:
+        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
+    except (KeyError, TypeError, ZeroDivisionError):
+        return verdict
+    return f"{verdict} (noisy)" if noisy and verdict in ("faster", "slower") else verdict
+
+
+def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """data.speedup_long with lo/hi (lowest and highest per-prompt speedup) on the measured rows, for error bars."""
+    frame = data.speedup_long(runs).copy()
+    if frame.empty:
+        return frame
+    bounds = {data.run_label(r): _spread(r) for r in runs if r.get("kind") != "baseline"}
+    rows = list(zip(frame["config"], frame["which"] == "measured", strict=True))
+    frame["lo"] = [bounds[c]["min"] if m and bounds.get(c) else None for c, m in rows]
+    frame["hi"] = [bounds[c]["max"] if m and bounds.get(c) else None for c, m in rows]
+    return frame
+
+
+def machine_note(session: Mapping[str, Any]) -> str | None:
+    """The session-level warning when it was measured on a busy machine (from its summary), else None."""
+    note = (session.get("summary") or {}).get("machine_note")
+    return str(note) if note else None
+
+
+def noisy_note(session: Mapping[str, Any]) -> str | None:
+    """Which runs' speedups are too noisy to calibrate to, from the session's summary."""
+    noisy = (session.get("summary") or {}).get("noisy_runs") or []
+    if not noisy:
+        return None
+    return (
+        f"Too noisy to calibrate to: {', '.join(map(str, noisy))} — the per-prompt speedups straddle 1× or spread "
+        "wider than 1.5× between prompts; the recommender does not fit to these measurements."
+    )
 
 
 def fidelity_message(counts: Mapping[str, int]) -> tuple[str, str] | None:

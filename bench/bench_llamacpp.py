@@ -8,7 +8,7 @@
    measured speed is compared with llama.cpp's default draft configuration (γ = 3) per category.
 3. Measured ÷ predicted speedup in llama.cpp for every γ run.
 
-Usage: python bench/bench_llamacpp.py [--new-tokens 32] [--prompts-per-category 1]
+Usage: python bench/bench_llamacpp.py [--new-tokens 32] [--prompts-per-category 1] [--categories 13]
 Writes bench/results/llamacpp.json and prints Markdown tables (copied into bench/README.md).
 """
 
@@ -31,14 +31,15 @@ SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 
 
-def spec_bench(per_category: int, max_chars: int = 600) -> list[tuple[str, str]]:
+def spec_bench(per_category: int, categories: int = 13, max_chars: int = 600) -> list[tuple[str, str]]:
     from engine.prompts import load_prompt_file
 
     by_category: dict[str, list[str]] = defaultdict(list)
     for prompt in load_prompt_file(SPEC_BENCH).prompts:
         if len(prompt.text) <= max_chars and len(by_category[prompt.category]) < per_category:
             by_category[prompt.category].append(prompt.text)
-    return [(category, text) for category, texts in sorted(by_category.items()) for text in texts]
+    chosen = sorted(by_category.items())[:categories]
+    return [(category, text) for category, texts in chosen for text in texts]
 
 
 def baseline_ratio(prompts: list[tuple[str, str]], new_tokens: int) -> dict:
@@ -102,11 +103,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--prompts-per-category", type=int, default=1)
+    ap.add_argument("--categories", type=int, default=13, help="the first N Spec-Bench categories (of 13)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "llamacpp.json"))
     args = ap.parse_args()
     from engine.llamacpp.binaries import find_llama
 
-    prompts = spec_bench(args.prompts_per_category)
+    prompts = spec_bench(args.prompts_per_category, args.categories)
     started = time.time()
     result: dict = {"machine": platform.processor() or platform.machine(), "llama_cpp": find_llama().describe(),
                     "prompts": len(prompts), "new_tokens": args.new_tokens}  # fmt: skip

@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Float, Integer, Select, and_, case, cast, func, literal_column, select, true
+from sqlalchemy import ColumnElement, Float, Integer, Select, and_, cast, func, literal_column, select, true
 
 from store.base import StoreBase, row_dict
 from store.models import Output, Prompt, Run, Step, TuningSession, UtilisationSample
@@ -220,35 +220,43 @@ class ReadersMixin(StoreBase):
             rows = session.execute(query.order_by(UtilisationSample.t, UtilisationSample.id)).all()
         return [dict(row._mapping) for row in rows]
 
-    def live_version(self, session_id: int) -> dict[str, Any]:
-        """What a live view polls to learn whether anything changed, in two small queries: the session's
-        logged steps (count and max id), outputs and finished runs, and its own state (status, progress,
-        phase, error, cancel flag). ``version`` is all of it as one comparable tuple; ``data_version`` leaves
-        out the session's own state (it changes when there is something new to chart)."""
+    def live_version(self, session_id: int, *, count_steps: bool = True) -> dict[str, Any]:
+        """What a live view polls to learn whether anything changed, in one small query.
+
+        ``newest_step_id``: the newest step in the whole database (a primary-key lookup: it moves whenever any
+        step is logged). ``steps`` and ``max_step_id``: this session's logged steps and its newest step id
+        (index-only, but proportional to the session's steps; None with count_steps=False). Then the
+        session's outputs and finished runs, and its own state (status, progress, phase, error, cancel flag).
+        ``version`` is all of it as one comparable tuple; ``data_version`` leaves out the session's own state
+        (it changes when there may be something new to chart)."""
         mine = Run.session_id == session_id
-        steps = select(func.count(Step.id), func.max(Step.id)).join(Run, Run.id == Step.run_id).where(mine)
-        outputs = select(func.count(Output.id)).join(Run, Run.id == Output.run_id).where(mine)
+        step_run = Run.id == Step.run_id
+        counted = (
+            select(func.count(Step.id)).join(Run, step_run).where(mine).scalar_subquery(),
+            select(func.max(Step.id)).join(Run, step_run).where(mine).scalar_subquery(),
+        ) if count_steps else (literal_column("NULL"), literal_column("NULL"))  # fmt: skip
+        query = select(
+            select(func.max(Step.id)).scalar_subquery(),
+            *counted,
+            select(func.count(Output.id)).join(Run, Run.id == Output.run_id).where(mine).scalar_subquery(),
+            select(func.count(Run.id)).where(mine).scalar_subquery(),
+            select(func.count(Run.id)).where(mine, Run.status != "running").scalar_subquery(),
+            TuningSession.status, TuningSession.progress_done, TuningSession.progress_total,
+            TuningSession.phase, TuningSession.error, TuningSession.cancel_requested,
+        ).where(TuningSession.id == session_id)  # fmt: skip
         with self._read() as session:
-            n_steps, max_step = session.execute(steps).one()
-            n_outputs = session.execute(outputs).scalar_one()
-            runs, runs_done = session.execute(
-                select(func.count(Run.id), func.coalesce(func.sum(case((Run.status != "running", 1), else_=0)), 0))
-                .where(mine)
-            ).one()
-            state = session.execute(
-                select(
-                    TuningSession.status, TuningSession.progress_done, TuningSession.progress_total,
-                    TuningSession.phase, TuningSession.error, TuningSession.cancel_requested,
-                ).where(TuningSession.id == session_id)
-            ).one_or_none()  # fmt: skip
-        own = tuple(state) if state is not None else None
-        data = (int(n_steps), max_step, int(n_outputs), int(runs), int(runs_done))
+            row = session.execute(query).one_or_none()
+        if row is None:
+            data, own = (None, None, None, 0, 0, 0), None
+        else:
+            data, own = tuple(int(v) if v is not None else None for v in row[:6]), tuple(row[6:])
         return {
-            "steps": int(n_steps),
-            "max_step_id": max_step,
-            "outputs": int(n_outputs),
-            "runs": int(runs),
-            "runs_done": int(runs_done),
+            "newest_step_id": data[0],
+            "steps": data[1] if count_steps else None,
+            "max_step_id": data[2],
+            "outputs": data[3] or 0,
+            "runs": data[4] or 0,
+            "runs_done": data[5] or 0,
             "status": own[0] if own else None,
             "phase": own[3] if own else None,
             "data_version": data,
@@ -262,8 +270,11 @@ class ReadersMixin(StoreBase):
         verify_time_s}}, "histogram": {run_id: [(γ, accepted, count), …]}} (per-position acceptance comes
         from the histogram: positions_from_histogram)."""
         where = [Run.session_id == session_id]
+        join = Run.id == Step.run_id
         if after_step_id is not None:
             where.append(Step.id > after_step_id)
+            # "+ 0" keeps SQLite off the (run_id, step_index) index, so only the new rows are read, by primary key
+            join = Run.id == Step.run_id + 0
         sums = (
             select(
                 Step.run_id, Step.gamma, Step.accepted, func.count(Step.id).label("steps"),
@@ -271,7 +282,7 @@ class ReadersMixin(StoreBase):
                 func.sum(Step.draft_time_s).label("draft_time_s"), func.sum(Step.verify_time_s).label("verify_time_s"),
                 func.max(Step.id).label("max_id"),
             )
-            .join(Run, Run.id == Step.run_id)
+            .join(Run, join)
             .where(*where)
             .group_by(Step.run_id, Step.gamma, Step.accepted)
         )  # fmt: skip

@@ -60,7 +60,8 @@ def test_run_writes_the_contract(tmp_path, prompt_files):
         assert report["c"] > 0
         assert report["verify_cost"]["1"] == 1.0 and "4" in report["verify_cost"]
         assert report["tokens_per_s"] > 0 and report["baseline_tokens_per_s"] > 0
-        assert report["speedup_measured"] == pytest.approx(report["tokens_per_s"] / report["baseline_tokens_per_s"])
+        spread = report["speedup_measured_spread"]  # per-prompt ratios of neighbouring measurements
+        assert spread["n"] == 2 and spread["min"] <= report["speedup_measured"] <= spread["max"]
         assert len(report["outputs"]) == 2
         for o, d in zip(report["outputs"], report["divergences"], strict=True):
             assert {"prompt_id", "text", "token_ids"} <= o.keys() and len(o["token_ids"]) <= 16

@@ -107,7 +107,8 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
 
         def counting(rec: StepRecord) -> None:
             on_step(rec)
-            delivered["steps"] += 1
+            if kwargs.get("prompt_id", ""):  # the unlogged warm-up decodes pass no prompt id
+                delivered["steps"] += 1
             if boom["armed"] and cfg.gamma == 2 and rec.step_index == 5:
                 boom["armed"] = False
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -122,7 +123,8 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     failed = store.get_session(doomed)
     assert failed["status"] == "failed" and failed["error"].startswith("out of memory"), failed["error"]
     assert step_count(store, doomed) == delivered["steps"] - step_count(store, fine) > 0
-    assert [r["status"] for r in store.list_runs(doomed)] == ["done", "done", "failed"]
+    # interleaved: every run is open when the error hits, so each is failed with what it logged kept
+    assert [r["status"] for r in store.list_runs(doomed)] == ["failed", "failed", "failed"]
     assert store.get_session(fine)["status"] == "done"
 
 
@@ -255,14 +257,11 @@ def test_disk_full_while_logging_fails_the_session_cleanly(home: Path, store: St
         with reopened.engine.connect() as conn:
             assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
         assert reopened.get_session(sid)["status"] == "failed"
-        baseline = runs[0]
-        assert baseline["status"] == "done" and len(reopened.get_outputs(baseline["id"])) == 6
-        assert reopened.run_progress(baseline["id"])["steps"] == baseline["summary"]["steps"]
-        # the failed run keeps whatever batches were committed before the cap was hit; whether any fit
-        # depends on page boundaries (outputs are stored as each prompt finishes), so it may have kept none
-        failed_steps = reopened.run_progress(runs[-1]["id"])["steps"]
-        assert step_count(reopened, sid) == baseline["summary"]["steps"] + failed_steps
-        assert reopened.step_series(runs[-1]["id"]) or failed_steps == 0
+        # interleaved runs are all open when the disk fills: each is failed, keeping the batches committed
+        # before the cap was hit (whether any fit depends on page boundaries, so a run may have kept none)
+        assert all(r["status"] == "failed" for r in runs)
+        assert step_count(reopened, sid) == sum(reopened.run_progress(r["id"])["steps"] for r in runs)
+        assert all(len(reopened.get_outputs(r["id"])) < 6 for r in runs)
         nxt = queue(reopened, prompts=2)  # with room again, the next session runs
         serve(reopened, once=True)
         assert reopened.get_session(nxt)["status"] == "done"

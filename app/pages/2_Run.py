@@ -1,18 +1,21 @@
 """Run: queue a tuning session (target × drafts × γ × temperatures on a prompt set) and watch it live.
 
-This page never loads a model: "Start session" validates and queues (engine.service.jobs.submit_session)
-and makes sure the background worker is running; the live view is a fragment that re-reads the
-store about once a second without rerunning the page. The watched session id lives in the URL
-(?session=N), so a refresh picks up where it was and several tabs can watch different sessions.
+Never loads a model: "Start session" validates and queues (engine.service.jobs.submit_session) and starts the
+worker; the live view polls a cheap version of the session and re-reads only what changed (run_view.LiveCache),
+about once a second while prompts decode. The watched session lives in the URL (?session=N).
 """
+
+import copy
+import time
 
 import streamlit as st
 
-from app import charts, common, components, data
+from app import common, components, data
 from app import run_view as rv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
 
 common.page_setup("Run")
+rv.skip_gc_after_each_run()  # the live view reruns every second: a full GC after each run would cost most of it
 st.title("▶️ Run a tuning session")
 common.hardware_banner()
 store = common.get_store()
@@ -20,6 +23,7 @@ WATCH = "run_watch_session"
 
 prompt_sets = common.attempt(store.list_prompt_sets, action="list the prompt sets") or []
 sets_by_id = {s["id"]: s for s in prompt_sets}
+history = common.attempt(store.list_sessions, limit=100, action="read the sessions") or []
 
 st.subheader("New session")
 if not sets_by_id:
@@ -43,10 +47,14 @@ with st.container(border=True):
     )  # fmt: skip
     prompt_set_id = col_p.selectbox(
         "Prompt set", list(sets_by_id), format_func=lambda i: data.prompt_set_label(sets_by_id[i]), key="prompt_set",
-        on_change=lambda: st.session_state.pop("n_prompts", None),
+        on_change=lambda: [st.session_state.pop(k, None) for k in ("n_prompts", "stratified")],
     )  # fmt: skip
+    categories = common.attempt(store.prompt_categories, prompt_set_id) if prompt_set_id is not None else None
+    engine = st.radio("Engine", list(rv.ENGINE_LABELS), format_func=rv.ENGINE_LABELS.get, horizontal=True, key="engine")
+    usable, engine_line = rv.engine_note(engine)
+    (st.caption if usable else st.error)(md_escape(engine_line))
     target = rv.effective_target(target_choice, target_text)
-    note = rv.target_note(target, dtype)
+    note = rv.target_note(target, dtype, engine)
     with st.container():  # always there, so the form below keeps its place when the note comes and goes
         if note:
             st.caption(f"Target {md_escape(note)}.")
@@ -72,6 +80,7 @@ with st.container(border=True):
             "How many prompts", min_value=1, max_value=largest, value=default_count, key="n_prompts",
             help=f"At most the {largest} prompt(s) of the chosen set.",
         )  # fmt: skip
+        col_n.checkbox("stratified by category", key="stratified", **rv.sample_option(categories))
         name = col_e.text_input("Session name (optional)", key="session_name", max_chars=200)
         with st.expander("Advanced"):
             a1, a2, a3, a4 = st.columns(4)
@@ -81,8 +90,11 @@ with st.container(border=True):
             a4.selectbox("device", ["auto", "cpu", "cuda"], key="device")
             b1, b2, b3, b4 = st.columns(4)
             b1.checkbox("chat template", value=True, key="chat_template")
+            verify_cost, regime_cost = rv.cost_captions(history, target, dtype, st.session_state)
             b2.checkbox("measure verify cost v(k)", value=True, key="measure_verify")
+            b2.caption(md_escape(verify_cost))
             b3.checkbox("detect regime afterwards", value=True, key="detect_regime")
+            b3.caption(md_escape(regime_cost))
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
 
@@ -101,14 +113,16 @@ if submitted:
         st.session_state[WATCH] = session_id
 
 
-def render_session(session_id: int, live: bool, started_as: str | None = None) -> None:
-    session = store.get_session(session_id)
+def render_session(session_id: int, live: bool, started_as: str | None = None, interval: float = 0.0) -> None:
+    """One refresh; ``live``: in the polling fragment, which reruns the page when state or pace change."""
+    frame = rv.live_cache(st.session_state, session_id).refresh(store, time.monotonic())
+    session = frame.session
     if session is None:
         st.warning(f"Session #{session_id} no longer exists.")
         return
     status = session["status"]
-    if live and status != started_as:
-        st.rerun()  # a new state redraws the page; a final one statically, which also stops the polling
+    if live and (status != started_as or rv.poll_interval(status, session.get("phase")) != interval):
+        st.rerun()  # a new state redraws the page (a final one statically, which stops the polling)
 
     icon = common.STATUS_ICONS.get(status, "")
     st.markdown(
@@ -116,10 +130,12 @@ def render_session(session_id: int, live: bool, started_as: str | None = None) -
         f"target {md_escape(session['target'])} · drafts {md_escape(', '.join(session.get('drafts') or []))} · "
         f"γ {md_escape(', '.join(map(str, session.get('gammas') or [])))}"
     )
-    done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
-    fraction = min(1.0, done / total) if total else 0.0
-    st.progress(fraction, text=f"Progress: {done} / {total} prompt decodes ({fraction:.0%}) — {status}")
+    st.progress(*rv.progress_bar(session))
+    if (phase_line := rv.phase_text(session.get("phase"), status)) and status != "queued":
+        st.progress(rv.phase_fraction(session.get("phase")), text=md_escape(phase_line))
     components.status_banner(session, here="Run")
+    if busy := rv.busy_note(session, frame.other_cpu_pct):
+        st.warning(md_escape(busy), icon="⚠️")
     if status in ACTIVE_STATUSES and st.button("Cancel session", key=f"cancel_{session_id}"):
         with common.guard("cancel the session"):
             if store.request_cancel(session_id):
@@ -127,20 +143,17 @@ def render_session(session_id: int, live: bool, started_as: str | None = None) -
             else:
                 st.info("The session had already finished.")
 
-    runs = store.list_runs(session_id)
-    if not runs:
+    current, baseline = frame.current, frame.baseline
+    if current is None:
         if status == "running":
-            st.caption("Loading models and measuring the verify cost…")
+            st.caption(f"{md_escape((session.get('phase') or {}).get('name') or 'loading models').capitalize()}…")
         return
-    baseline = next((r for r in runs if r.get("kind") == "baseline"), None)
-    current = rv.current_run(runs)
     final = current.get("status") == "done"
-    now, base = rv.run_numbers(store, current, final), rv.run_numbers(store, baseline, final)
-
     which = "Current run" if status in ACTIVE_STATUSES else "Last run"
     basis = "measured end to end" if final else "live, over decode-step time"
     st.caption(f"{which}: **{md_escape(data.run_label(current))}** ({current.get('status')}; tokens/s {basis})")
     m = st.columns(5)
+    now, base = frame.now, frame.base
     tps, base_tps = now.get("tokens_per_s"), base.get("tokens_per_s")
     m[0].metric("Tokens/s", fmt_num(tps, 1), delta=rv.speed_delta(tps, base_tps) if current is not baseline else None)
     m[1].metric("Baseline tokens/s", fmt_num(base_tps, 1))
@@ -149,30 +162,22 @@ def render_session(session_id: int, live: bool, started_as: str | None = None) -
     m[3].metric("Mean acceptance length", fmt_num(now.get("mean_acceptance_length"), 2) if is_spec else "—")
     m[4].metric("Steps logged", now.get("steps") or 0)
 
-    left, right = st.columns(2)
-    positions = data.positions_frame(store.per_position_acceptance(current["id"])) if is_spec else None
-    if positions is not None and not positions.empty:
-        left.altair_chart(charts.acceptance_by_position(positions), width="stretch")
-    else:
-        left.caption("Per-position acceptance appears once a speculative run logs steps.")
-    util = data.utilisation_long(store.utilisation_series(session_id, max_points=300))
-    if not util.empty:
-        right.altair_chart(charts.utilisation(util), width="stretch")
-    else:
-        right.caption("Utilisation appears once the worker samples the device.")
+    for col, spec, empty in zip(st.columns(2), (frame.positions_spec, frame.util_spec), rv.NO_CHART, strict=True):
+        if spec is not None:  # cached specs: sent again as they are when nothing new arrived
+            col.vega_lite_chart(spec=copy.deepcopy(spec), width="stretch")
+        else:
+            col.caption(empty)
 
-    latest = rv.latest_output(store, runs)
-    if latest is not None:
-        run, output = latest
+    if frame.latest is not None:
+        run, output = frame.latest
         st.markdown(f"**Latest output** — {md_escape(rv.output_title(run, output))}")
         common.show_output(session["target"], output)
 
 
-@st.fragment(run_every=1.0)
-def live_view(session_id: int, started_as: str) -> None:
-    """Re-reads the store about once a second; only this fragment reruns, not the page."""
+def live_view(session_id: int, started_as: str, interval: float) -> None:
+    """Polls the store every ``interval`` seconds; only this fragment reruns, not the page."""
     with common.guard("refresh the live view"):
-        render_session(session_id, live=True, started_as=started_as)
+        render_session(session_id, live=True, started_as=started_as, interval=interval)
 
 
 st.divider()
@@ -189,6 +194,7 @@ with common.guard("read the sessions"):
             "Session to watch", sessions, WATCH, default=rv.session_to_watch(sessions), lookup=store.get_session
         )
         if watched is not None and watched["status"] in ACTIVE_STATUSES:
-            live_view(watched["id"], watched["status"])
+            every = rv.poll_interval(watched["status"], watched.get("phase"))
+            st.fragment(live_view, run_every=every)(watched["id"], watched["status"], every)
         elif watched is not None:
             render_session(watched["id"], live=False)

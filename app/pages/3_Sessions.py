@@ -12,6 +12,7 @@ import streamlit as st
 from app import charts, common, components, data
 from app import sessions_view as sv
 from app.common import ACTIVE_STATUSES, md_escape
+from engine.session.sampling import session_prompts
 
 common.page_setup("Sessions")
 st.title("📊 Sessions")
@@ -93,6 +94,9 @@ def show_session(session: dict[str, Any]) -> None:
     icon = common.STATUS_ICONS.get(status, "")
     st.markdown(f"### #{sid} {md_escape(common.one_line(session.get('name'), 100))} — {icon} {status}")
     components.status_banner(session, here="Sessions")
+    for note in (sv.machine_note(session), sv.noisy_note(session)):
+        if note:
+            st.warning(md_escape(note), icon="⚠️")
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
     created = common.fmt_time(session.get("created_at"))
     st.caption(f"Hardware: {md_escape(sv.hardware_label(session))} · created {created}")
@@ -111,14 +115,17 @@ def show_session(session: dict[str, Any]) -> None:
     else:
         st.markdown("#### Runs")
         components.table(sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS)
-        speed = data.speedup_long(runs)
+        speed = sv.speedup_frame(runs)
         if not speed.empty:
-            st.markdown("**Speedup: measured, and predicted from the measured α, c and verify cost**")
+            st.markdown(
+                "**Speedup: measured (median over prompts; the bar spans the lowest to the highest prompt), and "
+                "predicted from the measured α, c and verify cost**"
+            )
             st.altair_chart(charts.speedup_grouped(speed, "which"), width="stretch")
 
         outputs_by_run = {r["id"]: store.get_outputs(r["id"]) for r in runs}
         set_id = session.get("prompt_set_id")
-        prompts = store.get_prompts(set_id, limit=session.get("n_prompts")) if set_id else []
+        prompts = session_prompts(store.get_prompts, session) if set_id else []
         st.markdown("#### Fidelity: is the speculative output the target's?")
         fidelity = data.fidelity_frame(runs, outputs_by_run, prompts)
         if fidelity.empty:

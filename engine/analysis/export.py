@@ -42,12 +42,22 @@ import json
 import math
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
+from engine.core.policy import (
+    AdaptiveEMA,
+    BatchSchedule,
+    ConfidenceStop,
+    FixedGamma,
+    HeuristicSchedule,
+    SpeculationPolicy,
+    describe,
+    parse_policy,
+)
 from engine.models.bundled import BUNDLED, DEFAULT_TARGET
 from engine.models.loading import converted_dir
 from foundation.paths import model_cache_dir
@@ -657,3 +667,248 @@ def recommendation_payload(
         "notes": list(rec.notes),
         "record": record,
     }
+
+
+# ---------------------------------------------------------------------------------------------- policies
+
+
+@dataclass
+class PolicyExport:
+    """One engine's file for a speculation policy: `exact` when the engine runs the policy itself, else the
+    closest thing it can run, with `lost` saying what that gives up."""
+
+    fmt: str
+    filename: str
+    text: str
+    exact: bool
+    runs: str  # what the engine will run, in words
+    lost: list[str] = field(default_factory=list)
+
+
+POLICY_SUPPORT = {  # what each engine can express, for the page and the README
+    "llamacpp": "fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min",
+    "transformers": "fixed γ; the confidence stop (assistant_confidence_threshold, the unsure token kept); the "
+    "heuristic schedule",
+    "vllm": "fixed γ; γ by batch size (num_speculative_tokens_per_batch_size)",
+    "sglang": "fixed γ (adaptive steps exist for EAGLE/EAGLE3 drafts only)",
+    "spectune": "every policy",
+}
+
+
+def _policy_line(policy: SpeculationPolicy, predicted: Mapping[str, Any] | None) -> str:
+    text = f"spectune policy {policy.spec()} ({describe(policy)})"
+    if predicted:
+        parts = []
+        if predicted.get("tokens_per_call") is not None:
+            parts.append(f"{predicted['tokens_per_call']:.2f} tokens per target call")
+        if predicted.get("speedup") is not None:
+            parts.append(f"{predicted['speedup']:.2f}× predicted")
+        if predicted.get("gain") is not None and predicted.get("best_fixed_gamma") is not None:
+            parts.append(f"{predicted['gain'] * 100:+.1f}% over the best fixed γ={predicted['best_fixed_gamma']}")
+        if predicted.get("basis"):
+            parts.append(f"replayed, {predicted['basis']}")
+        text += ": " + ", ".join(parts) if parts else ""
+    return text
+
+
+def _closest(policy: SpeculationPolicy, closest_gamma: int | None, rec: Recommendation) -> int:
+    if isinstance(policy, FixedGamma):
+        return policy.gamma
+    if isinstance(policy, BatchSchedule):
+        return policy.gamma_at(policy.serving_batch)
+    return int(closest_gamma or rec.gamma or 1)
+
+
+def _edit_flags(text: str, values: Mapping[str, str], drop_comment: str, head: list[str]) -> str:
+    """A flags file with some flag values replaced, one stale comment removed and `head` comments added."""
+    lines = text.splitlines()
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("#"):
+            if drop_comment and drop_comment in line:
+                continue
+            if head and line.startswith("# spectune: "):
+                out.extend(f"# {c}" for c in head)
+                continue
+            out.append(line)
+            continue
+        flags = shlex.split(line)
+        for i, flag in enumerate(flags[:-1]):
+            if flag in values:
+                flags[i + 1] = values[flag]
+        out.append(shlex.join(flags))
+    return "\n".join(out) + "\n"
+
+
+def _policy_llamacpp(
+    rec: Recommendation, policy: SpeculationPolicy, gamma: int, build: int | None, target: str | None
+) -> tuple[str, bool, str, list[str], list[str]]:
+    """(flags text, exact, what it runs, what is lost, other notes) for llama-server."""
+    build_n = LLAMACPP_BUILD if build is None else int(build)
+    n_max, n_min, p_min, exact = gamma, 0, 0.0, True
+    lost: list[str] = []
+    notes: list[str] = []
+    if rec.method == "ngram":
+        if not isinstance(policy, FixedGamma | BatchSchedule):
+            exact = False
+            lost.append(f"ngram-simple drafts a fixed m = γ = {gamma}: the {policy.kind} policy is not applied")
+    elif isinstance(policy, ConfidenceStop):
+        n_max, n_min, p_min = policy.n_max, policy.n_min, policy.p_min
+        notes.append(
+            "llama.cpp compares p-min with its draft sampler's probability over the top 10 candidates (≥ the full "
+            "softmax spectune uses), so it stops a little later; spectune's llama.cpp figures replay that probability"
+        )
+        if policy.keep_last:
+            exact = False
+            lost.append("llama.cpp drops the unsure token instead of keeping it (transformers' rule): one token less")
+    elif isinstance(policy, HeuristicSchedule):
+        exact, p_min = False, policy.p_min
+        lost.append(
+            f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of heuristic from "
+            f"{policy.start_tokens}" + (" (and the unsure token is dropped, not kept)" if policy.p_min else "")
+        )
+    elif isinstance(policy, AdaptiveEMA):
+        exact = False
+        lost.append(f"llama.cpp has no acceptance-driven γ: a fixed n-max {gamma} instead of SGLang's EMA rule")
+    elif isinstance(policy, BatchSchedule) and len({g for _, g in policy.schedule}) > 1:
+        exact = False
+        lost.append(f"llama-server has no per-batch γ: n-max {gamma} (the serving batch {policy.serving_batch})")
+    base = export_llamacpp(replace(rec, gamma=n_max, schedule=None), None, build=build_n, target=target)
+    flag = {"min": "--draft-min", "p": "--draft-p-min"} if _llamacpp_legacy(build_n) else {
+        "min": "--spec-draft-n-min", "p": "--spec-draft-p-min"}  # fmt: skip
+    text = _edit_flags(base, {flag["min"]: str(n_min), flag["p"]: f"{p_min:g}"}, "draft p-min 0 always drafts", [])
+    runs = f"ngram-simple m = {n_max}" if rec.method == "ngram" else f"n-max {n_max}, n-min {n_min}, p-min {p_min:g}"
+    return text, exact, runs, lost, notes
+
+
+def export_policy(
+    rec: Recommendation,
+    policy: SpeculationPolicy | str,
+    fmt: str,
+    *,
+    closest_gamma: int | None = None,
+    predicted: Mapping[str, Any] | None = None,
+    target: str | None = None,
+    llamacpp_build: int | None = None,
+) -> PolicyExport:
+    """A speculation policy (engine.core.policy) for one engine, for the draft `rec` recommends.
+
+    Where the engine can express the policy it gets the policy's own flags or fields (llama.cpp: p-min, n-min
+    and n-max; transformers: the assistant's num_assistant_tokens, its schedule and confidence threshold; vLLM:
+    γ by batch size); where it cannot, it gets the closest thing it runs, a fixed γ = `closest_gamma` (the best
+    fixed γ of the replay; default rec.gamma), and `lost` says what that gives up. `predicted` (tokens_per_call,
+    speedup, gain, best_fixed_gamma, basis) goes into the summary line. The existing exporters write the files;
+    this only changes the policy's values in them, so what they were checked against still holds."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if isinstance(policy, str):
+        policy = parse_policy(policy)
+    if rec.off:
+        filename, text = export(rec, fmt, target=target, llamacpp_build=llamacpp_build)
+        return PolicyExport(fmt, filename, text, True, "speculation off", [])
+    gamma = _closest(policy, closest_gamma, rec)
+    head = [_policy_line(policy, predicted)]
+    notes = list(rec.notes)
+    if fmt == "llamacpp":
+        base, exact, runs, lost, extra = _policy_llamacpp(rec, policy, gamma, llamacpp_build, target)
+        head += [f"runs: {runs}", *(f"lost: {x}" for x in lost), *extra]
+        text = _edit_flags(base, {}, "", head)
+        return PolicyExport(fmt, FILENAMES[fmt], _with_note_comments(text, notes), exact, runs, lost)
+    if fmt == "transformers":
+        return _policy_transformers(rec, policy, gamma, head, notes, target)
+    if fmt == "vllm":
+        exact = isinstance(policy, FixedGamma | BatchSchedule)
+        schedule = dict(policy.schedule) if isinstance(policy, BatchSchedule) else None
+        lost = [] if exact else [
+            f"vLLM {VLLM_VERSION}'s {rec.method} method drafts a fixed K per step (or K by batch size): the "
+            f"{policy.kind} policy becomes a fixed K = {gamma}"
+        ]  # fmt: skip
+        doc = json.loads(export_vllm(replace(rec, gamma=gamma, schedule=None), _varying(schedule, gamma), target))
+        doc["spectune"] = head[0]
+        doc["policy"] = {"spec": policy.spec(), "exact": exact, "runs": f"K = {gamma}" if not schedule else
+                         f"K by batch size {vllm_schedule(schedule)}", "lost": lost}  # fmt: skip
+        text = _with_notes_key(_dumps(doc), notes)
+        return PolicyExport(fmt, FILENAMES[fmt], text, exact, doc["policy"]["runs"], lost)
+    if fmt == "sglang":
+        exact = isinstance(policy, FixedGamma)
+        lost = [] if exact else [
+            f"SGLang {SGLANG_VERSION} adapts steps only for EAGLE/EAGLE3 drafts (--speculative-adaptive; "
+            f"STANDALONE and NGRAM fall back to static steps): the {policy.kind} policy becomes γ = {gamma}"
+        ]  # fmt: skip
+        if isinstance(policy, BatchSchedule) and len({g for _, g in policy.schedule}) > 1:
+            lost = [f"SGLang has no per-batch γ flag: γ = {gamma} (serving batch {policy.serving_batch})"]
+            exact = False
+        base = export_sglang(replace(rec, gamma=gamma, schedule=None), None, target=target)
+        head += [f"runs: γ = {gamma}", *(f"lost: {x}" for x in lost)]
+        text = _edit_flags(base, {}, "", head)
+        return PolicyExport(fmt, FILENAMES[fmt], _with_note_comments(text, notes), exact, f"γ = {gamma}", lost)
+    _, text = export(replace(rec, gamma=gamma), "spectune", target=target)
+    doc = json.loads(text)
+    doc["policy"] = {"spec": policy.spec(), "setting": describe(policy), "kind": policy.kind,
+                     "predicted": dict(predicted or {}), "closest_fixed_gamma": gamma}  # fmt: skip
+    return PolicyExport(fmt, FILENAMES[fmt], _dumps(doc), True, policy.spec(), [])
+
+
+def _policy_transformers(
+    rec: Recommendation,
+    policy: SpeculationPolicy,
+    gamma: int,
+    head: list[str],
+    notes: list[str],
+    target: str | None,
+) -> PolicyExport:
+    doc = json.loads(export_transformers(replace(rec, gamma=gamma), target=target))
+    lost: list[str] = []
+    remarks: list[str] = []
+    exact = True
+    if rec.method == "ngram":
+        exact = isinstance(policy, FixedGamma | BatchSchedule)
+        if not exact:
+            lost.append(f"prompt lookup drafts a fixed {gamma} tokens: the {policy.kind} policy is not applied")
+        runs = f"prompt_lookup_num_tokens {gamma}"
+    else:
+        config = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
+                  "assistant_confidence_threshold": 0.0}  # fmt: skip
+        if isinstance(policy, ConfidenceStop):
+            config |= {"num_assistant_tokens": policy.n_max, "assistant_confidence_threshold": policy.p_min}
+            if not policy.keep_last:
+                exact = False
+                lost.append("transformers keeps the unsure token (llama.cpp's rule drops it): one more token drafted")
+            if policy.n_min:
+                exact = False
+                lost.append(f"transformers has no n-min: drafts shorter than {policy.n_min} are verified anyway")
+        elif isinstance(policy, HeuristicSchedule):
+            config |= {"num_assistant_tokens": policy.start_tokens, "num_assistant_tokens_schedule": "heuristic",
+                       "assistant_confidence_threshold": policy.p_min}  # fmt: skip
+            remarks.append(
+                "'heuristic' carries num_assistant_tokens over generate() calls, as spectune's run carries it over "
+                "prompts; 'heuristic_transient' would restart it per call"
+            )
+        elif isinstance(policy, AdaptiveEMA):
+            exact = False
+            lost.append(f"transformers has no acceptance-EMA rule: a constant {gamma} tokens instead")
+        elif isinstance(policy, BatchSchedule) and len({g for _, g in policy.schedule}) > 1:
+            exact = False
+            lost.append(f"generate() decodes one batch: the γ of serving batch {policy.serving_batch} ({gamma})")
+        if config["assistant_confidence_threshold"]:
+            remarks.append(
+                "with scikit-learn installed transformers re-fits the threshold during generation "
+                "(update_candidate_strategy, ROC cost fpr + 3·fnr); without it the threshold stays as set"
+            )
+        doc["assistant_generation_config"] = config
+        runs = ", ".join(f"{k} {v}" for k, v in config.items())
+    doc["spectune"] = head[0]
+    doc["policy"] = {"spec": policy.spec(), "exact": exact, "runs": runs, "lost": lost, "notes": remarks}
+    if rec.method != "ngram":
+        doc["note"] = (
+            "Load each generate_kwargs entry named in 'load' with <class>.from_pretrained(<ref>) and pass the object; "
+            "set every assistant_generation_config entry on the assistant model's generation_config: transformers "
+            "reads γ, its schedule and the confidence threshold only from there (a threshold left unset becomes 0.4)."
+        )
+    text = _with_notes_key(_dumps(doc), notes)
+    return PolicyExport("transformers", FILENAMES["transformers"], text, exact, runs, lost)
+
+
+def export_policy_all(rec: Recommendation, policy: SpeculationPolicy | str, **kwargs: Any) -> dict[str, PolicyExport]:
+    """export_policy for every format."""
+    return {fmt: export_policy(rec, policy, fmt, **kwargs) for fmt in FORMATS}

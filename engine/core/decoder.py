@@ -3,7 +3,9 @@
 Invariant: the target's KV cache holds every token of the sequence except the last one. A step
 feeds [last token, d1..dγ] in one forward, reads γ+1 next-token distributions, keeps the longest
 accepted prefix plus one corrected or bonus token, and crops the cache back to the new invariant.
-γ = 0 (NoDraft) is plain autoregressive decoding through the very same code: the baseline."""
+γ = 0 (NoDraft) is plain autoregressive decoding through the very same code: the baseline.
+How many tokens a step drafts is its speculation policy's call (engine.core.policy: how many, an early stop on the
+draft's confidence, what was accepted); a DecodeConfig without one drafts `gamma` every step, as it always has."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 
 from engine.core.kvcache import crop_to, forward_step, new_cache, sync
 from engine.core.model import LoadedModel
+from engine.core.policy import FixedGamma, PolicyRun, SpeculationPolicy
 from engine.core.proposal import DraftSource, NoDraft
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
@@ -29,6 +32,11 @@ class DecodeConfig:
     seed: int = 0
     record_top_logits: int = 0  # k > 0: keep the target's top-k logits at every emitted position
     stop_on_eos: bool = True
+    # how many tokens to draft each step (engine.core.policy); None: `gamma` every step (fixed:gamma)
+    policy: SpeculationPolicy | None = None
+
+    def speculation_policy(self) -> SpeculationPolicy:
+        return self.policy if self.policy is not None else FixedGamma(self.gamma)
 
 
 def _eos_ids(model: LoadedModel) -> set[int]:
@@ -54,15 +62,21 @@ def decode_prompt(
     prompt_id: str = "",
     on_step: Callable[[StepRecord], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    policy_run: PolicyRun | None = None,
 ) -> tuple[PromptOutput, list[StepRecord]]:
-    """Decode one prompt; returns its output and one StepRecord per target forward."""
+    """Decode one prompt; returns its output and one StepRecord per target forward.
+
+    `policy_run` carries an adaptive policy's state over a run's prompts; None starts cfg's policy afresh."""
     if not prompt_ids:
         raise ValueError("empty prompt")
     draft = draft or NoDraft()
     gen = torch.Generator().manual_seed(cfg.seed)
     eos = _eos_ids(target) if cfg.stop_on_eos else set()
     device = target.device
-    gamma = cfg.gamma if draft.method != "none" else 0
+    run = policy_run if policy_run is not None else PolicyRun(cfg.speculation_policy())
+    speculating = draft.method != "none"
+    # the confidence stop needs a draft that reports its confidence (a draft model); others draft the full length
+    stopper = run.stopper if getattr(draft, "reports_confidence", False) else None
 
     tokens = list(prompt_ids)
     n_prompt = len(tokens)
@@ -86,8 +100,14 @@ def decode_prompt(
         remaining = cfg.max_new_tokens - (len(tokens) - n_prompt)
         sync(device)
         t0 = time.perf_counter()
-        proposal = draft.propose(tokens, min(gamma, remaining - 1), cfg.sampling, gen)
+        want = min(run.length(), remaining - 1) if speculating else 0
+        if stopper is not None and want > 0:
+            proposal = draft.propose(tokens, want, cfg.sampling, gen, stop=stopper)
+        else:
+            proposal = draft.propose(tokens, want, cfg.sampling, gen)
         drafted = proposal.tokens[: max(0, remaining - 1)]
+        if 0 < len(drafted) < run.policy.min_draft:  # too short to be worth a verify (llama.cpp's n-min)
+            drafted = []
         sync(device)
         t1 = time.perf_counter()
         logits = forward_step(target, tokens[cached:] + drafted, cache, len(drafted) + 1)
@@ -102,6 +122,9 @@ def decode_prompt(
             if token in eos:
                 emitted, flags, finished = emitted[: j + 1], flags[: j + 1], True
                 break
+        if speculating:  # a step that ends the output counts only up to its end (what a replay can know)
+            end = len(emitted) if finished else len(drafted) + 1
+            run.observe(min(len(drafted), end), min(verdict.accepted, end))
         if cfg.record_top_logits:
             top = torch.topk(logits[: len(emitted)].float(), cfg.record_top_logits, dim=-1)
             top_values.append(top.values.cpu())

@@ -1,19 +1,38 @@
-"""Agreement runs: the whole γ curve from one measurement.
+"""Agreement runs: the whole γ curve from one measurement; and the draft's trace every policy replays from.
 
 At temperature 0 a draft proposing from position t of the target's output keeps agreeing exactly
 as long as its teacher-forced argmax matches the target's tokens (its context is then identical).
 So one teacher-forced draft forward over prompt + target output gives, at every position, the
 number of consecutive draft tokens that would be accepted, for every γ at once.
+
+`draft_trace` records, from the same pass, what a speculation policy (engine.core.policy) also needs:
+the draft's confidence at every position (its largest probability, and llama.cpp's version of it over
+the top 10 candidates), and past each first mismatch the draft's own continuation (its confidence in the
+tokens it would draft after its wrong token), so the replay knows how many draft calls a confidence stop
+spends. Optionally β per position at temperatures > 0 (the target's teacher-forced distribution against
+the draft's). engine.analysis.policy_replay reads the trace; its layout is TRACE_VERSION below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
-from engine.core.kvcache import forward_step, new_cache
+from engine.core.kvcache import crop_to, forward_step, new_cache
+from engine.core.model import LoadedModel
+from engine.core.policy import MAX_DRAFT
 from engine.core.proposal import DraftSource
+from engine.core.sampling import SamplingConfig, probabilities
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
+
+TRACE_VERSION = 1
+LLAMACPP_TOP_K = 10  # llama.cpp's draft sampler keeps the top 10 candidates; its p-min compares their softmax
+CONTINUATION_CAP = 8  # draft tokens kept past a mismatch: draft calls exact for n-max ≤ 9, and n-min ≤ 9
+CONFIDENCE_FLOOR = 0.1  # a continuation ends at a token this unsure (every p-min ≥ 0.1 stops there)
+_DIGITS = 6
 
 
 def runs_from_matches(matches: list[bool], cap: int) -> list[int]:
@@ -23,6 +42,26 @@ def runs_from_matches(matches: list[bool], cap: int) -> list[int]:
     for t in range(len(matches) - 1, -1, -1):
         following = following + 1 if matches[t] else 0
         runs[t] = min(following, cap)
+    return runs
+
+
+def _ngram_proposals(draft: NgramDraft, prompt_ids: list[int], output_ids: list[int], cap: int) -> list[list[int]]:
+    proposals, context = [], list(prompt_ids)
+    for token in output_ids:
+        proposals.append(draft.lookup(context, cap))
+        context.append(token)
+    return proposals
+
+
+def _ngram_runs(proposals: list[list[int]], output_ids: list[int]) -> list[int]:
+    runs = []
+    for t, proposal in enumerate(proposals):
+        run = 0
+        for p, o in zip(proposal, output_ids[t:], strict=False):
+            if p != o:
+                break
+            run += 1
+        runs.append(run)
     return runs
 
 
@@ -37,16 +76,94 @@ def agreement_runs(draft: DraftSource, prompt_ids: list[int], output_ids: list[i
         predicted = logits.argmax(-1).tolist()
         return runs_from_matches([p == o for p, o in zip(predicted, output_ids, strict=True)], cap)
     if isinstance(draft, NgramDraft):
-        runs = []
-        context = list(prompt_ids)
-        for t, _token in enumerate(output_ids):
-            proposal = draft.lookup(context, cap)
-            run = 0
-            for p, o in zip(proposal, output_ids[t:], strict=False):
-                if p != o:
-                    break
-                run += 1
-            runs.append(run)
-            context.append(output_ids[t])
-        return runs
+        return _ngram_runs(_ngram_proposals(draft, prompt_ids, output_ids, cap), output_ids)
     return []
+
+
+def _confidences(logits: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per row: the largest softmax probability, and the largest over the top-10 logits (llama.cpp's p)."""
+    logits = logits.float()
+    full = torch.softmax(logits, -1).max(-1).values
+    top = torch.topk(logits, min(LLAMACPP_TOP_K, logits.shape[-1]), dim=-1).values
+    top10 = torch.softmax(top, -1)[..., 0]
+    return [round(float(x), _DIGITS) for x in full], [round(float(x), _DIGITS) for x in top10]
+
+
+def _beta(target_logits: torch.Tensor, draft_logits: torch.Tensor, cfg: SamplingConfig, vocab: int) -> list[float]:
+    p = probabilities(target_logits, cfg)
+    q = probabilities(draft_logits, cfg)
+    v = min(p.shape[-1], q.shape[-1], vocab)
+    return [round(float(x), _DIGITS) for x in torch.minimum(p[:, :v], q[:, :v]).sum(-1)]
+
+
+@torch.inference_mode()
+def draft_trace(
+    draft: DraftSource,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    max_new_tokens: int | None = None,
+    cap: int = MAX_DRAFT,
+    continuation: int = CONTINUATION_CAP,
+    floor: float = CONFIDENCE_FLOOR,
+    target: LoadedModel | None = None,
+    samplings: Sequence[SamplingConfig] = (),
+) -> dict[str, Any]:
+    """One prompt's trace for the policy replay (JSON-ready; keys described in the module docstring).
+
+    A draft model: `runs`, `confidence` and `confidence_top10` per output position (teacher-forced: the draft
+    sees the target's tokens); `continuation[m]` / `continuation_top10[m]` for each position m where the draft's
+    token is wrong: its confidence in each token it would draft next from its own wrong token, until one is
+    below `floor` (recorded, then stop) or `continuation` tokens, whichever first (only as far as a step could
+    draft before max_new_tokens). With `target` and sampling configs at temperature > 0: `beta[str(T)]`, the
+    acceptance probability Σ min(p, q) per position. N-gram lookup: `runs` and `proposable` (how many tokens
+    the lookup has at each position; a step drafts min(γ, proposable)). Other drafts: an empty trace."""
+    output_ids = list(output_ids)
+    n_out = len(output_ids)
+    max_new = int(max_new_tokens) if max_new_tokens is not None else n_out
+    trace: dict[str, Any] = {"version": TRACE_VERSION, "tokens": n_out, "max_new_tokens": max_new, "runs": []}
+    if not output_ids:
+        return trace
+    if isinstance(draft, NgramDraft):
+        proposals = _ngram_proposals(draft, list(prompt_ids), output_ids, cap)
+        trace |= {"method": "ngram", "runs": _ngram_runs(proposals, output_ids),
+                  "proposable": [len(p) for p in proposals]}  # fmt: skip
+        return trace
+    if not isinstance(draft, ModelDraft):
+        trace["method"] = "unsupported"
+        return trace
+    model = draft.draft
+    context = list(prompt_ids) + output_ids
+    n_prompt = len(prompt_ids)
+    cache = new_cache(model.model.config)
+    logits = forward_step(model, context[:-1], cache, n_out)
+    predicted = logits.argmax(-1).tolist()
+    matches = [p == o for p, o in zip(predicted, output_ids, strict=True)]
+    conf, conf10 = _confidences(logits)
+    trace |= {
+        "method": "draft_model", "runs": runs_from_matches(matches, cap), "confidence": conf,
+        "confidence_top10": conf10, "continuation_cap": continuation, "floor": floor,
+    }  # fmt: skip
+    cont: dict[str, list[float]] = {}
+    cont10: dict[str, list[float]] = {}
+    # descending, so the cache is only ever cropped back: prompt + output[:m], then the draft's own tokens
+    for m in range(n_out - 1, -1, -1):
+        room = min(continuation, max_new - m - 2)  # tokens after the wrong one a step starting ≤ m may still draft
+        if matches[m] or room <= 0:
+            continue
+        crop_to(cache, n_prompt + m)
+        token, values, values10 = predicted[m], [], []
+        for _ in range(room):
+            step = forward_step(model, [token], cache, 1)
+            full, top = _confidences(step)
+            values.append(full[0])
+            values10.append(top[0])
+            if top[0] < floor:  # top-10 p ≥ full p: both definitions stop here for any p-min ≥ floor
+                break
+            token = int(step[0].argmax())
+        cont[str(m)], cont10[str(m)] = values, values10
+    trace["continuation"], trace["continuation_top10"] = cont, cont10
+    hot = [cfg for cfg in samplings if not cfg.greedy]
+    if target is not None and hot:
+        target_logits = forward_step(target, context[:-1], new_cache(target.model.config), n_out)
+        trace["beta"] = {f"{cfg.temperature:g}": _beta(target_logits, logits, cfg, target.vocab_size) for cfg in hot}
+    return trace

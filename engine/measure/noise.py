@@ -4,13 +4,18 @@ A machine's load changes minute to minute, so a speedup is only formed from a ba
 measured next to each other (the same prompt, one right after the other). Each prompt gives one ratio;
 the run's speedup is their median, reported with min and max. When that spread is wider than the effect
 ("is it faster at all?"), the verdict says so instead of offering a bare number.
+
+The machine's own noise is summarised here too: other processes' CPU share (and GPU use) read around each
+decode (engine.measure.telemetry.LoadMeter) become a run's and a session's ``machine_load``, and a busy
+machine gets a note that the dashboard shows next to the results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from statistics import median
+from typing import Any
 
 # the spread (max/min of per-prompt ratios) beyond which one prompt's ratio says little about another's
 WIDE_SPREAD = 1.5
@@ -56,3 +61,53 @@ def is_noisy(spread: Spread | None) -> bool:
     if spread is None or spread.n < 2:
         return spread is None
     return spread.verdict == "too noisy to tell" or spread.max / spread.min > WIDE_SPREAD
+
+
+# The machine counts as busy when other processes took this share of all its cores (median over the
+# decodes), or when another process kept the GPU this busy: both change a decode's speed minute to minute.
+BUSY_OTHER_CPU_PCT = 25.0
+BUSY_OTHER_GPU_PCT = 10.0
+
+
+def load_summary(readings: Sequence[Mapping[str, float]]) -> dict[str, float | int] | None:
+    """Median and max of each load metric over readings taken around decodes (LoadMeter.read()):
+    other_cpu_pct_median/max and, where NVML reported it, other_gpu_util_pct_median/max; n readings."""
+    out: dict[str, float | int] = {}
+    for key in ("other_cpu_pct", "other_gpu_util_pct"):
+        values = [float(r[key]) for r in readings if r.get(key) is not None]
+        if values:
+            out[f"{key}_median"] = round(median(values), 1)
+            out[f"{key}_max"] = round(max(values), 1)
+    if not out:
+        return None
+    out["n"] = len(readings)
+    return out
+
+
+def is_busy(load: Mapping[str, Any] | None) -> bool:
+    """Whether a load summary says the machine was busy with other work while it was measured."""
+    if not load:
+        return False
+    cpu = load.get("other_cpu_pct_median")
+    gpu = load.get("other_gpu_util_pct_median")
+    return (cpu is not None and cpu >= BUSY_OTHER_CPU_PCT) or (gpu is not None and gpu >= BUSY_OTHER_GPU_PCT)
+
+
+def busy_note(load: Mapping[str, Any] | None) -> str | None:
+    """The session-level warning for a busy machine, or None when it was quiet (or load is unknown)."""
+    if not is_busy(load):
+        return None
+    assert load is not None
+    parts = []
+    if load.get("other_cpu_pct_median") is not None:
+        parts.append(
+            f"other processes used a median {load['other_cpu_pct_median']:.0f}% of the CPUs "
+            f"(up to {load['other_cpu_pct_max']:.0f}%)"
+        )
+    if load.get("other_gpu_util_pct_median") is not None and load["other_gpu_util_pct_median"] > 0:
+        parts.append(f"other processes kept the GPU a median {load['other_gpu_util_pct_median']:.0f}% busy")
+    return (
+        "Measured on a busy machine: " + " and ".join(parts) + " while this session decoded. Each speedup is a "
+        "median of per-prompt ratios measured side by side, which cancels slow drift, but a wide spread or a "
+        "'too noisy to tell' verdict is the machine's noise, not the draft's: repeat on a quiet machine."
+    )

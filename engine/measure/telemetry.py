@@ -11,8 +11,12 @@ Sources, chosen once when the sampler is created:
 * ``"nvml"`` — NVIDIA's management library via ``pynvml`` (package nvidia-ml-py): GPU and
   memory-controller utilisation, memory used, SM clock, power, and on Hopper or newer (GPM)
   DRAM bandwidth utilisation, SM occupancy and tensor-core activity.
-* ``"cpu"`` — psutil: system and process CPU, process RSS and system memory, used when there
-  is no NVIDIA GPU or driver (NVML failing to initialise is normal on such machines).
+* ``"cpu"`` — psutil: system and process CPU, other processes' CPU share, process RSS and system
+  memory, used when there is no NVIDIA GPU or driver (NVML failing to initialise is normal on such machines).
+
+``LoadMeter`` measures the machine's own noise between two readings: other processes' share of the CPUs
+(system CPU minus this process and its children) and, on a GPU where NVML reports per-process
+utilisation, the GPU utilisation of other processes. The sweep reads it around every decode.
 
 Nothing here raises during sampling: a metric whose NVML call fails is logged once and then
 left out of later samples, so one unsupported counter (power on some boards, GPM on
@@ -63,7 +67,7 @@ GPM_METRICS: dict[str, str] = {
     "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
     "tensor_util_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
 }
-CPU_METRICS = ("cpu_util_pct", "process_cpu_pct", "process_rss_gb", "sys_mem_used_pct")
+CPU_METRICS = ("cpu_util_pct", "process_cpu_pct", "other_cpu_pct", "process_rss_gb", "sys_mem_used_pct")
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -94,6 +98,65 @@ class Sample:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def _busy_total() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine, summed over its CPUs."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    # Linux counts guest time inside user time already.
+    total -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return total - idle, total
+
+
+class OtherCpu:
+    """Other processes' share of the CPUs between two readings, in % of all cores (0-100).
+
+    System busy time minus ours: this process, its finished children and its live ones (a llama-server
+    the worker started is ours, not noise). The list of live children is refreshed at most every
+    ``children_every_s`` (scanning /proc costs milliseconds)."""
+
+    def __init__(self, children_every_s: float = 5.0) -> None:
+        self._proc = psutil.Process()
+        self._children_every_s = children_every_s
+        self._children: list[psutil.Process] = []
+        self._children_at = -float("inf")
+        self._last = self._totals()
+
+    def _own_seconds(self) -> float:
+        t = self._proc.cpu_times()
+        own = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        now = time.monotonic()
+        if now - self._children_at >= self._children_every_s:
+            self._children_at = now
+            with contextlib.suppress(*CPU_ERRORS):
+                self._children = self._proc.children(recursive=True)
+        for child in self._children:
+            with contextlib.suppress(*CPU_ERRORS):
+                c = child.cpu_times()
+                own += c.user + c.system
+        return own
+
+    def _totals(self) -> tuple[float, float, float]:
+        busy, total = _busy_total()
+        return busy, total, self._own_seconds()
+
+    def mark(self) -> None:
+        """Start a new interval now."""
+        self._last = self._totals()
+
+    def read(self) -> dict[str, float]:
+        """System, own and other CPU % over the interval since the last mark()/read(); starts the next one."""
+        busy, total, own = self._totals()
+        last_busy, last_total, last_own = self._last
+        self._last = (busy, total, own)
+        d_total = total - last_total
+        if d_total <= 0:
+            return {"cpu_util_pct": 0.0, "own_cpu_pct": 0.0, "other_cpu_pct": 0.0}
+        system = max(0.0, min(100.0, 100.0 * (busy - last_busy) / d_total))
+        mine = max(0.0, min(100.0, 100.0 * (own - last_own) / d_total))
+        return {"cpu_util_pct": system, "own_cpu_pct": mine, "other_cpu_pct": max(0.0, system - mine)}
+
+
 class _CpuBackend:
     """psutil readings; CPU busy time is computed from our own deltas of cpu_times().
 
@@ -109,18 +172,10 @@ class _CpuBackend:
         self._proc = psutil.Process()
         self._ncpu = psutil.cpu_count() or 1
         self._warned: set[str] = set()
-        self._last_times = self._busy_total()
+        self._last_times = _busy_total()
+        self._other = OtherCpu()
         with contextlib.suppress(psutil.Error):
             self._proc.cpu_percent(None)  # primes the per-process counter
-
-    @staticmethod
-    def _busy_total() -> tuple[float, float]:
-        t = psutil.cpu_times()
-        total = sum(t)
-        # Linux counts guest time inside user time already.
-        total -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
-        idle = t.idle + getattr(t, "iowait", 0.0)
-        return total - idle, total
 
     def _metric(self, name: str, read: Callable[[], float], out: dict[str, float]) -> None:
         if name in self._warned:
@@ -132,7 +187,7 @@ class _CpuBackend:
             log.warning("telemetry: disabling %s after error: %s", name, exc)
 
     def _cpu_util(self) -> float:
-        busy, total = self._busy_total()
+        busy, total = _busy_total()
         last_busy, last_total = self._last_times
         self._last_times = (busy, total)
         d_total = total - last_total
@@ -143,6 +198,7 @@ class _CpuBackend:
         self._metric("cpu_util_pct", self._cpu_util, out)
         # Normalised to all cores so it sits on the same 0-100 scale as cpu_util_pct.
         self._metric("process_cpu_pct", lambda: min(100.0, self._proc.cpu_percent(None) / self._ncpu), out)
+        self._metric("other_cpu_pct", lambda: self._other.read()["other_cpu_pct"], out)
         self._metric("process_rss_gb", lambda: self._proc.memory_info().rss / GIB, out)
         self._metric("sys_mem_used_pct", lambda: psutil.virtual_memory().percent, out)
         return out
@@ -501,3 +557,77 @@ def nvml_snapshot(device_index: int = 0, gpm_window_s: float = 0.0) -> dict[str,
         return None
     finally:
         backend.close()
+
+
+class LoadMeter:
+    """The machine's own noise around a measurement: other processes' CPU share, and on a GPU the
+    utilisation other processes put on it where NVML reports per-process utilisation.
+
+    ``mark()`` starts an interval, ``read()`` ends it and returns {"other_cpu_pct": …} plus
+    "other_gpu_util_pct" (the sum of other processes' SM utilisation, NVML's per-process samples since
+    the mark) when NVML is on and the driver shares those samples (it often does not inside a container:
+    the key is then left out). Never raises: a failing reading is left out from then on.
+    """
+
+    def __init__(self, gpu: bool = False, device_index: int = 0) -> None:
+        self._cpu: OtherCpu | None = None
+        with contextlib.suppress(*CPU_ERRORS):
+            self._cpu = OtherCpu()
+        self._nvml: _NvmlBackend | None = None
+        self._handle: Any = None
+        self._since_us = 0
+        self._own_pids: set[int] = set()
+        if gpu and pynvml is not None:
+            try:
+                self._nvml = _NvmlBackend(device_index)
+                self._handle = self._nvml._handle
+            except TelemetryUnavailable as exc:
+                log.info("telemetry: no per-process GPU load: %s", exc.reason)
+        self.mark()
+
+    def mark(self) -> None:
+        if self._cpu is not None:
+            try:
+                self._cpu.mark()
+            except CPU_ERRORS as exc:
+                log.warning("telemetry: other processes' CPU share unavailable: %s", exc)
+                self._cpu = None
+        self._since_us = int(time.time() * 1e6)
+        if self._nvml is not None:
+            with contextlib.suppress(*CPU_ERRORS):
+                me = psutil.Process()
+                self._own_pids = {me.pid, *(c.pid for c in me.children(recursive=True))}
+
+    def read(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self._cpu is not None:
+            try:
+                out["other_cpu_pct"] = self._cpu.read()["other_cpu_pct"]
+            except CPU_ERRORS as exc:
+                log.warning("telemetry: other processes' CPU share unavailable: %s", exc)
+                self._cpu = None
+        if self._nvml is not None:
+            other = self._other_gpu()
+            if other is not None:
+                out["other_gpu_util_pct"] = other
+        return out
+
+    def _other_gpu(self) -> float | None:
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self._handle, self._since_us)
+        except NVML_ERRORS as exc:  # NotFound when no process ran a kernel since then; NotSupported elsewhere
+            if type(exc).__name__ == "NVMLError_NotFound":
+                return 0.0
+            log.info("telemetry: NVML per-process utilisation unavailable: %s", exc)
+            self.close()
+            return None
+        by_pid: dict[int, list[float]] = {}
+        for sample in samples or []:
+            if int(sample.pid) not in self._own_pids:
+                by_pid.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        return float(min(100.0, sum(sum(v) / len(v) for v in by_pid.values())))
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None

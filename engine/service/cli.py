@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SpectuneError
+from engine.service import endpoint_cli, policy_cli
 
 EXIT_USAGE = 2
 
@@ -48,6 +49,8 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
+    p.add_argument("--engine", choices=("spectune", "llamacpp"), default="spectune",
+                   help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="decode prompts with a target and a draft; write a JSON report")
     _add_run_options(run, multi=False)
     run.add_argument("--json", dest="json_out", required=True, help="where to write the report")
+    policy_cli.add_run_option(run)  # --policy fixed:G | confidence:P[:NMAX[:NMIN]] | heuristic:START | adaptive
 
     theory = sub.add_parser("theory", help="Theorem 3.8 speedup and Theorem 3.11 operations multiplier")
     theory.add_argument("--alpha", type=float, required=True)
@@ -75,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.service import queue_cli
 
     queue_cli.add_commands(sub, _add_run_options)
+    endpoint_cli.add_commands(sub)  # serve (a managed llama-server), probe (sweep a running endpoint)
+    policy_cli.add_commands(sub)  # policies (replay every speculation policy); recommend --policy-export
     return parser
 
 
@@ -95,14 +101,16 @@ def _load_prompts(path: str, limit: int | None) -> list[Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine.session.spec import SessionSpec, validate
+    from engine.session.spec import SessionSpec, engine_from_cli, validate
     from engine.session.sweep import run_sweep
 
     draft = args.draft
+    policy, gammas = policy_cli.run_policy(args) if draft != "none" else (None, [1])
     settings = SessionSpec(
         target=args.target,
         drafts=[draft],
-        gammas=[args.gamma] if draft != "none" else [1],
+        gammas=gammas,
+        policies=[policy] if policy else [],
         temperatures=[args.temperature],
         max_new_tokens=args.max_new_tokens,
         top_k=args.top_k,
@@ -113,17 +121,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         chat_template=not args.no_chat_template,
         measure_verify_cost=True,
         trust_remote_code=args.trust_remote_code,
+        engine=engine_from_cli(args.engine),
     )
     validate(settings)
     out_path = Path(args.json_out)
     if out_path.parent and not out_path.parent.exists():
         raise SpectuneError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
     prompts = _load_prompts(args.prompts, args.max_prompts)
-    report = run_sweep(settings, prompts)
-    flat = flatten_report(report, args.gamma)
+    if settings.engine == "llama.cpp":
+        from engine.session.llamacpp_sweep import run_llamacpp_sweep
+
+        report = run_llamacpp_sweep(settings, prompts)
+        if report["failed"]:
+            raise SpectuneError(report["failed"][0]["error"])
+    else:
+        report = run_sweep(settings, prompts)
+    flat = policy_cli.flatten_policy(flatten_report(report, gammas[0] if gammas else 0), report, policy)
     out_path.write_text(json.dumps(flat, indent=2))
     print(
-        f"{flat['draft']} γ={flat['gamma']} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
+        f"{flat['draft']} {policy or 'γ=' + str(flat['gamma'])} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
         f"mean acceptance length={_fmt(flat['mean_acceptance_length'])} c={_fmt(flat['c'])} "
         f"{flat['tokens_per_s']:.2f} tok/s vs {flat['baseline_tokens_per_s']:.2f} baseline "
         f"(speedup {_fmt(flat['speedup_measured'])}× measured, {_fmt(flat['speedup_predicted'])}× predicted)"
@@ -161,7 +177,12 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "tokens_per_s": src["tokens_per_s"],
         "baseline_tokens_per_s": base["tokens_per_s"],
         "speedup_measured": src.get("speedup_measured"),
+        # per-prompt speedups measured side by side: median (= speedup_measured), min, max, n and a verdict
+        "speedup_measured_spread": run.get("speedup_spread") if run else None,
+        "speedup_noisy": run.get("speedup_noisy") if run else None,
         "speedup_predicted": src.get("speedup_predicted"),
+        "machine_load": report.get("machine_load"),
+        "machine_note": report.get("machine_note"),
         "agreement_runs": src.get("agreement_runs", []),
         "outputs": [
             {"prompt_id": o["prompt_id"], "text": o["text"], "token_ids": o["token_ids"], "from_draft": o["from_draft"]}
@@ -169,6 +190,9 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         ],
         "divergences": divergences,
         "settings": report["settings"],
+        "engine": report.get("engine", "spectune"),
+        "llama_cpp": report.get("llama_cpp"),  # the llama-server build, for llama.cpp runs
+        "unavailable": report.get("unavailable", []),  # fields this engine cannot measure (null above)
     }
 
 
@@ -213,7 +237,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare}
+COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare,
+            **endpoint_cli.COMMANDS, **policy_cli.COMMANDS}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

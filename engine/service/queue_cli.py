@@ -13,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.errors import SpectuneError
+from engine.session.spec import SessionSpec, engine_from_cli
+
 FORMATS = ("vllm", "sglang", "transformers", "llamacpp", "spectune")
 
 
@@ -29,6 +32,14 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     submit.add_argument("--name", default=None)
     submit.add_argument("--serving-batch", type=int, default=1, help="batch size for regime detection")
     submit.add_argument("--no-regime", action="store_true", help="skip the batch sweep after the session")
+    submit.add_argument(
+        "--sample", choices=["first", "stratified"], default=None,
+        help="which --max-prompts prompts: the first in file order, or stratified by category "
+        "(default: stratified when the file names two or more categories)",
+    )  # fmt: skip
+
+    requeue = sub.add_parser("requeue", help="queue an interrupted session again (its runs so far are kept)")
+    requeue.add_argument("--session", type=int, required=True)
 
     sessions = sub.add_parser("sessions", help="list sessions")
     sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -42,6 +53,9 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
     rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
+    rec.add_argument("--engine", choices=("spectune", "llamacpp"), default=None,
+                     help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
+                          "include any, else spectune's loop)")
 
 
 def _defaults(values: list | None, default: Any) -> list:
@@ -58,7 +72,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     from engine.prompts import load_prompt_file
     from engine.service.jobs import open_app_store, submit_session, validate_submission
-    from engine.session.spec import SessionSpec
+    from engine.session.sampling import has_categories
 
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
@@ -67,11 +81,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
         target=args.target, drafts=drafts, gammas=gammas, temperatures=temps, max_new_tokens=args.max_new_tokens,
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype, device=args.device,
         chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
+        engine=engine_from_cli(args.engine),
         serving_batch=args.serving_batch, detect_regime=not args.no_regime,
     )
     parsed = load_prompt_file(Path(args.prompts))
     for issue in parsed.issues:
         print(f"warning: {args.prompts}: {issue}", file=sys.stderr)
+    settings.prompt_sample = args.sample or (
+        "stratified" if has_categories([p.category for p in parsed.prompts]) else "first"
+    )
     count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
     validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
@@ -81,6 +99,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     session_id = submit_session(store, settings, set_id, args.max_prompts, args.name)
     print(f"queued session {session_id} (prompt set {set_id}: {added} new prompts, {dupes} already stored)")
+    return 0
+
+
+def cmd_requeue(args: argparse.Namespace) -> int:
+    from engine.service.jobs import open_app_store
+
+    if not open_app_store().requeue_session(args.session):
+        raise SpectuneError(f"session {args.session} is not interrupted: only an interrupted session can be re-queued")
+    print(f"session {args.session} queued again")
     return 0
 
 
@@ -104,25 +131,27 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from engine.analysis.export import export
-    from engine.service.evidence import recommend_from_store
+    from engine.analysis.export import export, payload_inputs, recommendation_payload
+    from engine.service.evidence import choose_engine, recommend_from_store, store_recommendation
     from engine.service.jobs import open_app_store
 
     store = open_app_store()
+    engine = choose_engine(store, args.session, engine_from_cli(args.engine) if args.engine else None, args.export)
     rec, ev, report = recommend_from_store(
-        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime
+        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime, engine
     )
     if args.export:
-        filename, text = export(rec, args.export, regime=report)
-        rec_id = store.save_recommendation(args.session, args.objective, {"explanation": rec.explanation})
-        store.save_export(rec_id, args.export, filename, text)
+        filename, text = export(rec, args.export, regime=report, target=ev.target)
+        inputs = payload_inputs(args.session, args.objective, args.budget, args.batch_size, args.price, args.regime)
+        store_recommendation(store, recommendation_payload(rec, inputs, regime=report), {args.export: (filename, text)})
         if args.out:
-            Path(args.out).write_text(text)
+            Path(args.out).write_text(text, encoding="utf-8")
             print(f"wrote {args.out} ({args.export})")
         else:
-            print(text)
+            sys.stdout.write(text)  # byte for byte what the page shows and stores
         return 0
     print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}")
+    print(report.source)
     if rec.off:
         print("recommendation: speculation OFF")
     else:
@@ -147,4 +176,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "submit": cmd_submit,
     "sessions": cmd_sessions,
     "recommend": cmd_recommend,
+    "requeue": cmd_requeue,
 }

@@ -11,6 +11,7 @@ from engine.session.summary import RunSummary
 from engine.session.sweep import Hooks
 
 log = logging.getLogger("spectune.worker")
+TERMINATING = threading.Event()  # set by the worker's SIGTERM/SIGINT handler
 
 HEARTBEAT_S = 2.0
 
@@ -25,8 +26,11 @@ class StoreHooks(Hooks):
         self.store = store
         self.session_id = session_id
         self.worker_id = worker_id
-        self.writer: Any = None
-        self.run_id: int | None = None
+        # every run of an interleaved sweep is open at once: one StepWriter per open run, by run id
+        self.writers: dict[int, Any] = {}
+        self._unfinished: list[int] = []  # started, neither finished nor failed: the failure paths mark them
+        self.run_id: int | None = None  # the run started last
+        self._current: int | None = None  # the run that logged the last step: telemetry samples go there
         self._last_cancel_check = 0.0
         self._stop = False
         # True once a heartbeat finds the session is no longer ours (another worker failed it as orphaned);
@@ -39,47 +43,83 @@ class StoreHooks(Hooks):
         run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
         self.store.update_run(run_id, status="running")
         self.run_id = run_id
-        self.writer = self.store.step_writer(run_id)
+        self._unfinished.append(run_id)
+        self.writers[run_id] = self.store.step_writer(run_id)
         return run_id
 
+    @property
+    def open_runs(self) -> list[int]:
+        """The runs started and neither finished nor failed, in the order they started."""
+        return list(self._unfinished)
+
     def step(self, run: Any, record: Any) -> None:
-        self.writer.add(record)
+        self._current = run
+        self.writers[run].add(record)
 
     def sample(self, t: float, source: str, metrics: dict[str, float]) -> None:
-        """Telemetry callback (sampler thread): attach to the current run when one is being logged."""
-        writer = self.writer
+        """Telemetry callback (sampler thread): attach to the run decoding now when one is being logged."""
+        current = self._current
+        writer = self.writers.get(current) if current is not None else None
         if writer is not None:
             writer.add_sample(metrics, source, t=t)
         else:
             self.store.add_utilisation_samples(self.session_id, [{"t": t, "source": source, "metrics": metrics}])
 
     def output(self, run: Any, output: Any, divergence: dict | None) -> None:
+        # a prompt is done: its steps go out now, since this run may not log another step for a while
+        # (the other configurations decode this prompt first) and the live view should see them
+        writer = self.writers.get(run)
+        if writer is not None:
+            writer.flush()
         self.store.add_output(run, output, divergence)
 
     def run_finished(self, run: Any, summary: RunSummary) -> None:
-        self.close_writer()
+        self.close_writer(run)
+        self._forget(run)
         self.store.finish_run(run, summary.to_dict(), **summary.columns())
 
-    def close_writer(self) -> None:
-        writer, self.writer = self.writer, None  # detach first: a failed close must not leave it attached
-        if writer is not None:
-            writer.close()
+    def close_writer(self, run: int | None = None) -> None:
+        """Close one run's writer (every open one when ``run`` is None), flushing what it buffered."""
+        for run_id in [run] if run is not None else list(self.writers):
+            writer = self.writers.pop(run_id, None)  # detach first: a failed close must not leave it attached
+            if writer is not None:
+                writer.close()
 
-    def discard_writer(self) -> None:
-        """Close the writer on an error path without raising: when the cause was the database itself (disk
-        full, locked) the final flush fails too; its rows are logged as dropped and the session is failed."""
-        writer, self.writer = self.writer, None
-        if writer is None:
-            return
-        try:
-            writer.close()
-        except Exception as exc:
-            log.warning("session %s: %d buffered rows could not be written: %s", self.session_id, writer.pending, exc)
+    def discard_writer(self, run: int | None = None) -> None:
+        """Close every open writer (or ``run``'s) on an error path without raising: when the cause was the
+        database itself (disk full, locked) the final flush fails too; its rows are logged as dropped and
+        the session is failed."""
+        for run_id in [run] if run is not None else list(self.writers):
+            writer = self.writers.pop(run_id, None)
+            if writer is None:
+                continue
+            try:
+                writer.close()
+            except Exception as exc:
+                log.warning(
+                    "session %s run %s: %d buffered rows could not be written: %s",
+                    self.session_id, run_id, writer.pending, exc,
+                )  # fmt: skip
+
+    def run_failed(self, run: Any, message: str) -> None:
+        self.discard_writer(run)
+        self._forget(run)
+        self.store.update_run(run, status="failed", summary={"error": message})
+
+    def _forget(self, run: Any) -> None:
+        if run in self._unfinished:
+            self._unfinished.remove(run)
+
+    def phase(self, name: str, done: int, total: int, eta_s: float | None) -> None:
+        eta = None if eta_s is None else round(float(eta_s), 1)
+        self.store.set_phase(self.session_id, {"name": name, "done": done, "total": total, "eta_s": eta})
 
     def progress(self, done: int, total: int) -> None:
         self.store.set_progress(self.session_id, done, total)
 
     def should_stop(self) -> bool:
+        if TERMINATING.is_set():  # the worker was told to exit: stop within this step
+            return True
         now = time.monotonic()
         if self.lost:
             self._stop = True  # someone else owns the session now (it was failed as orphaned)

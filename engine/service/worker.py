@@ -16,13 +16,16 @@ import traceback
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from engine.core.decoder import Cancelled
+from engine.core.records import Cancelled
 from engine.errors import SpectuneError
+from engine.llamacpp.server import stop_all
 from engine.models.pool import ModelPool
-from engine.service.store_hooks import StoreHooks
+from engine.service.store_hooks import TERMINATING, StoreHooks
 from engine.service.worker_control import ensure_worker, worker_alive, worker_log_path, worker_pid_path
+from engine.session.llamacpp_sweep import run_llamacpp_sweep
+from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
-from engine.session.sweep import PromptText, run_sweep
+from engine.session.sweep import PromptText, batch_sweep_eta_s, run_sweep
 
 log = logging.getLogger("spectune.worker")
 
@@ -61,37 +64,47 @@ def _roofline_for(target: Any, serving_batch: int, step_time_s: float, context_l
 
 
 def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, serving_batch: int) -> dict[str, Any]:
-    """Regime evidence for the session: measured v(k), a batch sweep, a roofline, and NVML counters on a GPU."""
-    from engine.analysis.regime import classify_batch_sweep, classify_verify_curve, regime_report
+    """Regime evidence for the session: measured v(k), a batch sweep, a roofline, and NVML counters on a GPU.
+
+    The measurements are stored raw and judged by engine.analysis.regime.judge_regime — the same
+    judgement the CLI and the dashboard make later from the stored record.
+    """
+    from engine.analysis.regime import judge_regime
+    from engine.analysis.theory import measured_verify_points
     from engine.measure.microbench import batch_sweep
     from engine.measure.telemetry import nvml_available, nvml_snapshot
 
-    verify = {int(k): float(v) for k, v in report.get("verify_cost", {}).items()}
-    verify_cls = classify_verify_curve(verify) if len(verify) > 1 else None
+    verify = measured_verify_points(report.get("verify_cost"))
     target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
     # up to the serving batch and beyond, until step time grows about linearly (batch_sweep stops there)
     sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
     sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
-    sweep_cls = classify_batch_sweep(list(sweep.batch_sizes), list(sweep.step_times_s), serving_batch)
     times = dict(zip(sweep.batch_sizes, sweep.step_times_s, strict=True))
     at_batch = min(times, key=lambda b: abs(b - serving_batch))
     roof = _roofline_for(target, at_batch, times[at_batch], 32)
-    verdict = regime_report(sweep=sweep_cls, verify=verify_cls, roof=roof)
+    record: dict[str, Any] = {
+        "serving_batch": serving_batch,
+        "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
+        "verify_cost": {str(k): v for k, v in sorted(verify.items())},
+        "roofline": _jsonable(roof),
+    }
+    verdict = judge_regime(record, serving_batch, verify_cost=verify)
     nvml = nvml_snapshot(gpm_window_s=0.5) if nvml_available() else None
     evidence = list(verdict.evidence)
     if nvml:
         shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(nvml.items()) if k.endswith("_pct"))
         evidence.append(f"NVML cross-check (GPU utilisation alone says nothing about the regime): {shown}")
     return _jsonable(
-        {
+        record
+        | {
             "label": verdict.label,
-            "serving_batch": serving_batch,
             "evidence": evidence,
             "votes": verdict.votes,
-            "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
-            "batch_classification": sweep_cls,
-            "verify_classification": verify_cls,
-            "roofline": roof,
+            "agree": verdict.agree,
+            "flags": verdict.flags,
+            "batch_classification": verdict.sweep,
+            "verify_classification": verdict.verify,
+            "roofline": verdict.roof,
             "nvml": nvml,
         }
     )
@@ -112,28 +125,41 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         store.set_hardware(session_id, hardware.get("label", "unknown hardware"))
         prompts = [
             PromptText(str(p.get("id", i)), p["text"], p.get("category"))
-            for i, p in enumerate(store.get_prompts(session["prompt_set_id"], limit=session.get("n_prompts")))
-        ] if session.get("prompt_set_id") else []
+            for i, p in enumerate(session_prompts(store.get_prompts, session, settings.prompt_sample))
+        ]
+        if settings.engine == "endpoint":  # a running deployment: no local model, so no utilisation sampling
+            from engine.service.endpoint_cli import run_endpoint_session
+
+            return run_endpoint_session(store, session, settings, prompts, hooks)
         start_unix = time.time()
         sampler = UtilisationSampler(
             interval_s=0.5, on_sample=lambda t, source, m: hooks.sample(start_unix + t, source, m)
         )
         sampler.start()
-        report = run_sweep(settings, prompts, pool=pool, hooks=hooks)
+        if settings.engine == "llama.cpp":
+            report = run_llamacpp_sweep(settings, prompts, hooks=hooks)
+        else:
+            report = run_sweep(settings, prompts, pool=pool, hooks=hooks)
         sampler.stop()
         regime = None
-        if settings.detect_regime:
+        if settings.detect_regime and settings.engine == "spectune" and not TERMINATING.is_set():
+            base_tps = (report.get("baseline") or {}).get("tokens_per_s")
+            eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch)
+            hooks.phase(f"batch sweep up to batch {settings.serving_batch * 2}", 0, 1, eta)
+            started = time.perf_counter()
             try:
                 regime = detect_regime(pool, report, settings, settings.serving_batch)
                 store.set_regime(session_id, regime)
             except Exception as exc:  # evidence is a bonus; never fail a finished sweep over it
                 log.warning("regime detection failed: %s", exc)
+            report.setdefault("phase_times_s", {})["batch sweep"] = round(time.perf_counter() - started, 3)
         summary = {k: v for k, v in report.items() if k not in ("baseline", "runs")}
         summary["hardware"] = hardware
         summary["telemetry_source"] = sampler.describe()
         summary["runs"] = [
             {k: v for k, v in r.items() if k not in ("outputs", "agreement_runs")} for r in report["runs"]
         ]
+        hooks.phase("done", 1, 1, 0.0)
         store.finish_session(session_id, "done", summary=_jsonable(summary))
         return "done"
     except Cancelled:
@@ -141,6 +167,14 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         if hooks.lost:  # failed as orphaned by another worker: that status stands
             _mark_open_run(store, hooks, "failed")
             return "failed"
+        if TERMINATING.is_set():
+            _mark_open_run(store, hooks, "cancelled")
+            store.finish_session(
+                session_id, "interrupted",
+                error=f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
+                f"{session_id})",
+            )  # fmt: skip
+            return "interrupted"
         _mark_open_run(store, hooks, "cancelled")
         store.finish_session(session_id, "cancelled", error="cancelled by the user")
         return "cancelled"
@@ -174,10 +208,11 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
 
 
 def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
-    if hooks.run_id is not None:
-        run = store.get_run(hooks.run_id)
+    """Every run the sweep left open (an interleaved sweep has them all open at once) gets ``status``."""
+    for run_id in hooks.open_runs:
+        run = store.get_run(run_id)
         if run and run.get("status") == "running":
-            store.update_run(hooks.run_id, status=status)
+            store.update_run(run_id, status=status)
 
 
 def serve(
@@ -197,22 +232,22 @@ def serve(
     pool = ModelPool()
     ran = 0
     idle_since = time.monotonic()
-    stopping = False
+    TERMINATING.clear()
 
     def _stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
+        log.info("signal %s: finishing the current step, then exiting", signum)
+        TERMINATING.set()
 
-    # signal handlers can only be installed on the main thread; the previous one is put back on the way out
+    # signal handlers can only be installed on the main thread; the previous ones are put back on the way out
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _stop) if on_main_thread else None
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)} if on_main_thread else {}
     try:
-        while not stopping:
+        while not TERMINATING.is_set():
             session = store.claim_next_session(worker_id)
             if session is None:
                 if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
                     break
-                time.sleep(poll_s)
+                TERMINATING.wait(poll_s)
                 store.fail_orphaned_sessions(STALE_AFTER_S)
                 continue
             state = run_session(store, session, pool, worker_id)
@@ -222,8 +257,11 @@ def serve(
             if max_sessions is not None and ran >= max_sessions:
                 break
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        stopped = stop_all()  # no llama-server outlives the worker, whatever ended the loop
+        if stopped:
+            log.info("stopped %d llama-server process(es)", stopped)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return ran
 
 

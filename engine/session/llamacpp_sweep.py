@@ -30,6 +30,7 @@ from engine.llamacpp.binaries import LlamaBuild, find_llama
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure import noise
 from engine.measure.fidelity import classify
+from engine.measure.telemetry import LoadMeter
 from engine.models.bundled import BUNDLED, assembled_gguf
 from engine.session.spec import SessionSpec, validate
 from engine.session.summary import RunSummary
@@ -65,6 +66,7 @@ class _Config:
     outputs: list[PromptOutput] = field(default_factory=list)
     divergences: list[dict | None] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)  # tokens/s per prompt
+    loads: list[dict[str, float]] = field(default_factory=list)  # the machine's load around each request
     counters: client.SpecCounters = field(default_factory=client.SpecCounters)
 
     @property
@@ -151,8 +153,11 @@ def run_llamacpp_sweep(
     hooks.progress(0, total)
     for config in configs:
         config.run = hooks.run_started(config.key | {"engine": ENGINE})
+    meter = LoadMeter()
     try:
-        for config in [*configs, *drafts_alone.values()]:
+        servers = [*configs, *drafts_alone.values()]
+        for started, config in enumerate(servers):
+            hooks.phase(f"starting llama-server {started + 1} of {len(servers)}", started, len(servers), None)
             _start(config, build, hooks)
         prompt_texts: list[str] = []
         live = next((c for c in configs if c.failed is None and c.server is not None), None)
@@ -161,7 +166,10 @@ def run_llamacpp_sweep(
         for p in prompts:
             prompt_texts.append(client.chat_prompt(live.server.url, p.text) if spec.chat_template else p.text)
         baselines = {c.key["temperature"]: c for c in configs if c.key["kind"] == "baseline"}
+        t0 = time.monotonic()
         for index, (prompt, text) in enumerate(zip(prompts, prompt_texts, strict=True)):
+            eta = (time.monotonic() - t0) / index * (len(prompts) - index) if index else None
+            hooks.phase(f"decoding prompt {index + 1} of {len(prompts)}", index, len(prompts), eta)
             for config in [*configs, *drafts_alone.values()]:
                 if hooks.should_stop():
                     raise Cancelled()
@@ -170,13 +178,16 @@ def run_llamacpp_sweep(
                         done += 1
                         hooks.progress(done, total)
                     continue
+                meter.mark()
                 _measure(config, index, prompt, text, spec, baselines, hooks)
+                config.loads.append(meter.read())
                 if config.key["kind"] != "draft-alone":
                     done += 1
                     hooks.progress(done, total)
         verify_cost: dict[int, float] = {}
         notes: list[str] = []
         if spec.measure_verify_cost:
+            hooks.phase("measuring v(k) with llama-bench", 0, 1, None)
             try:
                 verify_cost = verify_cost_curve(build, target, max(spec.gammas) + 1, threads)
             except ServerError as exc:
@@ -247,6 +258,7 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
         "verify_cost": verify_cost,
         "engine": ENGINE,
         "method": None,
+        "machine_load": noise.load_summary(config.loads),
     }
     if config.key["kind"] == "baseline":
         return RunSummary(**common)
@@ -283,6 +295,8 @@ def _report(
         "target": spec.target, "engine": ENGINE, "llama_cpp": build.describe(), "dtype": "gguf", "device": "cpu",
         "settings": spec.to_dict(), "verify_cost": {str(k): v for k, v in verify_cost.items()},
         "unavailable": list(UNAVAILABLE), "notes": notes, "runs": [], "failed": [],
+        "machine_load": (load := noise.load_summary([r for c in configs for r in c.loads])),
+        "machine_note": noise.busy_note(load),
     }  # fmt: skip
     for config in configs:
         if config.failed is not None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
 
 MAX_GAMMA = 64
@@ -18,9 +19,10 @@ MAX_TEMPERATURE = 10.0
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample",
+    "prompt_sample", "endpoint", "policies",
 )  # fmt: skip
-ENGINES = ("spectune", "llama.cpp")  # the PyTorch loop, or a llama-server per configuration
+# the PyTorch loop, a llama-server per configuration, or a running OpenAI-compatible endpoint (engine/endpoint)
+ENGINES = ("spectune", "llama.cpp", "endpoint")
 
 
 def engine_from_cli(choice: str) -> str:
@@ -55,6 +57,8 @@ class SessionSpec:
     serving_batch: int = 1
     engine: str = "spectune"
     prompt_sample: str = "first"  # "first" n in file order, or "stratified" by category (engine.session.sampling)
+    endpoint: dict = field(default_factory=dict)  # engine "endpoint": EndpointSessionSettings as a dict (no secrets)
+    policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,11 +94,19 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     """Raise SettingsError naming the first bad field; return the settings when all is well."""
     if s.engine not in ENGINES:
         raise SettingsError(f"engine '{s.engine}': choose one of {', '.join(ENGINES)}")
+    if s.engine == "endpoint":  # no local model, draft or γ: the endpoint's own settings and caps instead
+        if s.max_new_tokens < 1:
+            raise SettingsError(f"max new tokens = {s.max_new_tokens}: must be at least 1")
+        EndpointSessionSettings.from_dict(s.endpoint).validate(s.max_new_tokens, (s.temperatures or [0.0])[0])
+        if n_prompts is not None and n_prompts < 1:
+            raise SettingsError("the prompt set is empty: upload or choose prompts first")
+        return s
     if not s.target or not s.target.strip():
         raise SettingsError("no target model given")
     if not s.drafts:
         raise SettingsError("no draft given: name a draft model, 'ngram', or 'none' for the target alone")
-    if not s.gammas:
+    _validate_policies(s)
+    if not s.gammas and not s.policies:
         raise SettingsError("no γ given")
     for g in s.gammas:
         if not isinstance(g, int) or isinstance(g, bool):
@@ -123,6 +135,21 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     return s
+
+
+def _validate_policies(s: SessionSpec) -> None:
+    """Each policy spec parses (engine.core.policy.parse_policy); policies run in spectune's loop only."""
+    from engine.core.policy import parse_policy
+
+    if s.policies and s.engine != "spectune":
+        raise SettingsError("speculation policies run in spectune's loop only: choose the spectune engine")
+    if not s.gammas and s.engine != "spectune":
+        raise SettingsError("no γ given")
+    for text in s.policies:
+        try:
+            parse_policy(text)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
 
 
 def check_context(prompt_tokens: int, max_new_tokens: int, max_context: int, prompt_label: str) -> None:

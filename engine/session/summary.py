@@ -41,6 +41,16 @@ class RunSummary:
     method: str | None = None
     wall_s: float | None = None
     agreement_runs: list[list[int]] | None = None
+    # speculation policies (engine.core.policy): every run's drafting, and a policy run's own figures
+    mean_drafted_per_step: float | None = None  # draft tokens sent to verification per target call
+    draft_calls: int | None = None  # draft forwards over the run
+    # a policy run (its runs-table γ is 0, its α and speedup columns empty, so the fixed-γ recommender
+    # never mistakes it for a γ): the policy's spec and what it measured (engine.session.sweep.policy_live)
+    policy: str | None = None
+    policy_live: dict[str, Any] | None = None
+    # per prompt, the draft's trace every policy replays from (engine.measure.agreement.draft_trace); kept on
+    # one run per draft
+    policy_trace: list[dict[str, Any]] | None = None
 
     def columns(self) -> dict[str, Any]:
         """The values the runs table keeps in columns."""

@@ -1,0 +1,468 @@
+"""Every speculation policy replayed from one recorded pass: tokens per target call, draft calls, speed, cost.
+
+Why: a policy (engine.core.policy) decides each step how many tokens to draft; trying each one live costs a
+decode per setting. The draft's trace (engine.measure.agreement.draft_trace: teacher-forced agreement runs,
+the draft's confidence at each position, and its own continuation past each first mismatch) is enough to
+replay what the decoding loop would do under any policy, with the very same policy methods the loop calls.
+
+What is exact and what is estimated:
+
+* temperature 0, a draft model or n-gram lookup: the tokens per target call are exact: the same drafts, the
+  same acceptances, the same steps as the loop (in float32; in bf16 a near-tie may flip). Draft calls per step
+  are exact too, unless a confidence stop would have drafted past the recorded continuation (`calls_exact`
+  False; the replay then assumes the draft stays sure);
+* temperature > 0: estimated. The expected tokens per call from β per position (Σ min(p, q), teacher-forced
+  along the target's greedy output, which the sampled output leaves), with the confidence stop read along the
+  same path; stateless policies by exact expectation, adaptive ones by averaging seeded simulations;
+* speed and cost are always predictions: each step costs c·(draft forwards) + v(drafted + 1) target-step units
+  (c measured, v(k) the measured verify cost through theory.fit_verify_cost), against 1 per token for the
+  target alone; the arithmetic (ops multiplier) is Σ(ĉ·forwards + drafted + 1) per token (Theorem 3.11's
+  count, step by step); cost per token is 1/speedup memory-bound, the ops multiplier compute-bound.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.analysis.theory import MEMORY_BOUND, VerifyFit, cost_per_token_multiplier, fit_verify_cost
+from engine.core.policy import (
+    DROP,
+    KEEP,
+    AdaptiveEMA,
+    BatchSchedule,
+    ConfidenceStop,
+    FixedGamma,
+    HeuristicSchedule,
+    SpeculationPolicy,
+    describe,
+)
+
+P_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+N_MAX_GRID = (4, 8, 16)
+N_MIN_GRID = (0, 2)
+HEURISTIC_STARTS = (1, 2, 4, 8, 20)
+ADAPTIVE_SETS = (((1, 3, 5, 7), 3), ((1, 2, 3, 4, 5, 6, 7, 8), 4), ((2, 4, 6, 8, 12, 16), 6))
+KIND_ORDER = ("fixed", "batch", "confidence", "heuristic", "adaptive")  # ties go to the simpler policy
+TOLERANCE = 0.01  # within 1% of the best counts as equal (below run-to-run noise): the simpler policy wins
+SIMULATIONS = 16  # seeded simulations per adaptive policy at temperature > 0
+TRANSFORMERS_DEFAULT = ConfidenceStop(0.4, 20, 0, keep_last=True)  # num_assistant_tokens 20, threshold 0.4
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """What a step costs: c per draft forward and v(k) per k-token verify, in units of one target step."""
+
+    c: float = 0.0
+    verify_cost: Mapping[int, float] | None = None  # k -> v(k); None or empty: verification free (v ≡ 1)
+    c_hat: float = 0.0  # draft arithmetic ÷ target arithmetic, for the ops multiplier
+    regime: str = MEMORY_BOUND
+
+    def fit(self) -> VerifyFit | None:
+        return fit_verify_cost(self.verify_cost) if self.verify_cost else None
+
+
+@dataclass
+class ReplayResult:
+    """One policy replayed over every recorded prompt."""
+
+    policy: str  # the spec string (engine.core.policy.parse_policy reads it back)
+    kind: str
+    setting: str
+    temperature: float
+    tokens: float
+    steps: float  # target calls
+    draft_calls: float  # draft forwards
+    drafted: float  # draft tokens sent to verification
+    tokens_per_call: float
+    draft_calls_per_step: float
+    drafted_per_step: float
+    predicted_speedup: float
+    ops_multiplier: float
+    cost_multiplier: float
+    exact: bool  # tokens per call exactly what the loop does
+    calls_exact: bool  # draft calls per step exactly what the loop does
+    confidence: str = "full"  # "full" (spectune, transformers) or "top10" (llama.cpp's p)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def basis(self) -> str:
+        return "exact" if self.exact else "estimated"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items()}
+        data["basis"] = self.basis
+        return data
+
+
+@dataclass
+class _Tally:
+    steps: float = 0.0
+    drafted: float = 0.0
+    forwards: float = 0.0
+    time: float = 0.0
+    ops: float = 0.0
+    tokens: float = 0.0
+    truncated: bool = False
+
+
+def _confidence_keys(which: str) -> tuple[str, str]:
+    if which == "top10":
+        return "confidence_top10", "continuation_top10"
+    if which != "full":
+        raise ValueError(f"confidence must be 'full' or 'top10', got {which!r}")
+    return "confidence", "continuation"
+
+
+def trace_usable(trace: Mapping[str, Any]) -> bool:
+    return trace.get("method") in ("draft_model", "ngram") and bool(trace.get("runs"))
+
+
+def _step_cost(tally: _Tally, weight: float, drafted: float, forwards: float, cost: CostModel, fit: VerifyFit | None):
+    v = 1.0 if drafted <= 0 or fit is None else fit.at(int(drafted) + 1)
+    tally.steps += weight
+    tally.drafted += weight * drafted
+    tally.forwards += weight * forwards
+    tally.time += weight * (cost.c * forwards + v)
+    tally.ops += weight * (cost.c_hat * forwards + drafted + 1)
+
+
+def _draft_length(
+    policy: SpeculationPolicy,
+    g: int,
+    run: int,
+    t: int,
+    conf: Sequence[float] | None,
+    cont: Mapping[str, Sequence[float]] | None,
+    along_path: bool = False,
+) -> tuple[int, int, bool]:
+    """(drafted, forwards, truncated) for a step at position t that may draft g tokens, of which the first
+    `run` match the target. With along_path, confidences are read along the target's path only (T > 0)."""
+    if g <= 0:
+        return 0, 0, False
+    if not policy.uses_confidence or conf is None:
+        return g, g, False
+    drafted = forwards = 0
+    truncated = False
+    n_out = len(conf)
+    for i in range(1, g + 1):
+        forwards += 1
+        pos = t + i - 1
+        if along_path or i - 1 <= run:  # every earlier draft token matched: the draft saw the true context
+            if pos < n_out:
+                sure = conf[pos]
+            else:  # past the end of the recorded output (it ended on EOS): assume sure
+                sure, truncated = 1.0, True
+        else:  # after the draft's own wrong token at t + run: its recorded continuation
+            seq = (cont or {}).get(str(t + run)) or []
+            k = i - run - 2
+            if k < len(seq):
+                sure = seq[k]
+            else:  # not recorded: the continuation ended on a token below every grid p, or at its cap
+                sure, truncated = 1.0, True
+        decision = policy.stop(i, sure)
+        if decision == DROP:
+            break
+        drafted = i
+        if decision == KEEP:
+            break
+    return drafted, forwards, truncated
+
+
+def _greedy(
+    traces: Sequence[Mapping[str, Any]], policy: SpeculationPolicy, which: str, cost: CostModel, prefill: bool = False
+) -> _Tally:
+    conf_key, cont_key = _confidence_keys(which)
+    fit = cost.fit()
+    tally = _Tally()
+    state = policy.start()
+    for trace in traces:
+        runs = trace["runs"]
+        n_out = len(runs)
+        max_new = int(trace.get("max_new_tokens") or n_out)
+        proposable = trace.get("proposable")
+        model = trace.get("method") == "draft_model"
+        conf, cont = (trace.get(conf_key), trace.get(cont_key)) if model else (None, None)
+        t = 0
+        if prefill and n_out:  # llama-server samples the first token from the prompt's own forward (a call)
+            t, tally.steps = 1, tally.steps + 1
+        while t < n_out:
+            g = max(0, min(policy.length(state), max_new - t - 1))
+            if proposable is not None:
+                g = min(g, int(proposable[t]))
+            run = int(runs[t])
+            drafted, forwards, truncated = _draft_length(policy, g, run, t, conf, cont)
+            tally.truncated |= truncated
+            if not model:
+                forwards = 0  # n-gram lookup costs no draft forward
+            if 0 < drafted < policy.min_draft:
+                drafted = 0
+            accepted = min(run, drafted)
+            _step_cost(tally, 1.0, drafted, forwards, cost, fit)
+            end = n_out - t  # the loop counts a step that ends the output only up to its end
+            state = policy.update(state, min(drafted, end), min(accepted, end))
+            t += min(accepted + 1, end)
+        tally.tokens += n_out
+    return tally
+
+
+def _stateless(policy: SpeculationPolicy) -> bool:
+    return isinstance(policy, FixedGamma | ConfidenceStop | BatchSchedule)
+
+
+def _sampled(
+    traces: Sequence[Mapping[str, Any]],
+    policy: SpeculationPolicy,
+    which: str,
+    cost: CostModel,
+    temperature: float,
+    simulations: int,
+    seed: int,
+) -> _Tally:
+    """Expected tallies at temperature > 0 from β per position: exact expectation for stateless policies
+    (probability mass over step starts), the mean of seeded simulations for adaptive ones."""
+    conf_key, _ = _confidence_keys(which)
+    key = f"{temperature:g}"
+    fit = cost.fit()
+    tally = _Tally()
+    if _stateless(policy):
+        state = policy.start()
+        for trace in traces:
+            beta = trace["beta"][key]
+            n_out = len(beta)
+            max_new = int(trace.get("max_new_tokens") or n_out)
+            conf = trace.get(conf_key)
+            mass = [0.0] * (n_out + 1)
+            mass[0] = 1.0
+            for t in range(n_out):
+                if mass[t] <= 0:
+                    continue
+                g = max(0, min(policy.length(state), max_new - t - 1))
+                drafted, forwards, truncated = _draft_length(policy, g, 0, t, conf, None, along_path=True)
+                tally.truncated |= truncated
+                if 0 < drafted < policy.min_draft:
+                    drafted = 0
+                _step_cost(tally, mass[t], drafted, forwards, cost, fit)
+                reach = 1.0  # P(the first a drafted tokens are all accepted)
+                for a in range(drafted + 1):
+                    if a == drafted or t + a >= n_out:  # every drafted token accepted (or the output ends)
+                        mass[min(t + a + 1, n_out)] += mass[t] * reach
+                        break
+                    mass[t + a + 1] += mass[t] * reach * (1.0 - beta[t + a])  # rejected at a: a + 1 tokens
+                    reach *= beta[t + a]
+            tally.tokens += n_out
+        return tally
+    rng = random.Random(seed)
+    for _ in range(simulations):
+        state = policy.start()
+        for trace in traces:
+            beta = trace["beta"][key]
+            n_out = len(beta)
+            max_new = int(trace.get("max_new_tokens") or n_out)
+            conf = trace.get(conf_key)
+            t = 0
+            while t < n_out:
+                g = max(0, min(policy.length(state), max_new - t - 1))
+                drafted, forwards, truncated = _draft_length(policy, g, 0, t, conf, None, along_path=True)
+                tally.truncated |= truncated
+                if 0 < drafted < policy.min_draft:
+                    drafted = 0
+                accepted = 0
+                while accepted < drafted and t + accepted < n_out and rng.random() < beta[t + accepted]:
+                    accepted += 1
+                _step_cost(tally, 1.0 / simulations, drafted, forwards, cost, fit)
+                end = n_out - t
+                state = policy.update(state, min(drafted, end), min(accepted, end))
+                t += min(accepted + 1, end)
+            tally.tokens += n_out / simulations
+    return tally
+
+
+def replay(
+    traces: Sequence[Mapping[str, Any]],
+    policy: SpeculationPolicy,
+    cost: CostModel | None = None,
+    temperature: float = 0.0,
+    confidence: str = "full",
+    simulations: int = SIMULATIONS,
+    seed: int = 0,
+    llamacpp: bool = False,
+) -> ReplayResult:
+    """What the loop would do under `policy` over these prompts, in order (adaptive state carried over them).
+
+    `traces`: one engine.measure.agreement.draft_trace per prompt (unusable ones are skipped); at
+    temperature > 0 each needs β at that temperature. `confidence` "top10" reads llama.cpp's p instead.
+    `llamacpp` replays llama-server's loop (temperature 0): its draft sampler's top-10 p, and the first token of
+    each output sampled from the prompt's forward (counted as a target call, as its n_decode counter does)."""
+    if llamacpp:
+        confidence = "top10"
+    cost = cost or CostModel()
+    usable = [t for t in traces if trace_usable(t)]
+    if not usable:
+        raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
+    notes: list[str] = []
+    if temperature > 0:
+        key = f"{temperature:g}"
+        usable = [t for t in usable if key in (t.get("beta") or {})]
+        if not usable:
+            raise ValueError(f"no β recorded at temperature {key}: the replay at temperature > 0 needs it")
+        tally = _sampled(usable, policy, confidence, cost, temperature, simulations, seed)
+        exact = calls_exact = False
+        notes.append(
+            f"temperature {key}: expected values from β per position along the target's greedy output (estimated)"
+        )
+    else:
+        tally = _greedy(usable, policy, confidence, cost, prefill=llamacpp)
+        exact, calls_exact = True, not tally.truncated
+        if tally.truncated:
+            notes.append("some drafts ran past the recorded continuation: draft calls assume the draft stayed sure")
+    if policy.uses_confidence and all(t.get("method") != "draft_model" for t in usable):
+        notes.append("n-gram lookup has no confidence: the confidence stop never fires")
+    steps = tally.steps or 1.0
+    speedup = tally.tokens / tally.time if tally.time > 0 else 0.0
+    ops = tally.ops / tally.tokens if tally.tokens else float("inf")
+    return ReplayResult(
+        policy=policy.spec(),
+        kind=policy.kind,
+        setting=describe(policy),
+        temperature=float(temperature),
+        tokens=tally.tokens,
+        steps=tally.steps,
+        draft_calls=tally.forwards,
+        drafted=tally.drafted,
+        tokens_per_call=tally.tokens / steps,
+        draft_calls_per_step=tally.forwards / steps,
+        drafted_per_step=tally.drafted / steps,
+        predicted_speedup=speedup,
+        ops_multiplier=ops,
+        cost_multiplier=cost_per_token_multiplier(speedup, ops, cost.regime) if speedup > 0 else float("inf"),
+        exact=exact,
+        calls_exact=calls_exact,
+        confidence=confidence,
+        notes=notes,
+    )
+
+
+def policy_grid(
+    max_gamma: int = 32,
+    confidence: bool = True,
+    schedule: Mapping[int, int] | None = None,
+    serving_batch: int = 1,
+) -> list[SpeculationPolicy]:
+    """Every policy and setting the comparison tries: fixed γ 1..max_gamma; the confidence stop at p-min
+    0.1..0.95 × n-max × n-min (llama.cpp's rule) and transformers' rule at its default n-max 20; the heuristic
+    schedule from several start values; SGLang's adaptive EMA on three candidate sets × two EMA weights × its
+    default and a fast re-decision; and γ by batch size when a schedule is given."""
+    grid: list[SpeculationPolicy] = [FixedGamma(g) for g in range(1, max_gamma + 1)]
+    if confidence:
+        grid += [ConfidenceStop(p, n, m) for p in P_GRID for n in N_MAX_GRID for m in N_MIN_GRID if m < n]
+        grid += [ConfidenceStop(p, 20, 0, keep_last=True) for p in P_GRID]
+        grid += [HeuristicSchedule(20, 0.4)]  # transformers' heuristic with its default threshold
+    grid += [HeuristicSchedule(start) for start in HEURISTIC_STARTS]
+    for cands, initial in ADAPTIVE_SETS:
+        for ema in (0.2, 0.5):
+            grid.append(AdaptiveEMA(cands, initial, ema))
+            grid.append(AdaptiveEMA(cands, initial, ema, interval=1, warmup=0))
+    if schedule:
+        grid.append(BatchSchedule(tuple(sorted(schedule.items())), serving_batch))
+    return grid
+
+
+def _score(result: ReplayResult, objective: str) -> float:
+    """Larger is better: speed for the latency objectives, cheapness for cost."""
+    return -result.cost_multiplier if objective == "cost" else result.predicted_speedup
+
+
+def _fits(result: ReplayResult, objective: str, budget: float | None) -> bool:
+    if objective == "latency_within_budget":
+        return result.cost_multiplier - 1.0 <= (budget or 0.0) + 1e-12
+    return True
+
+
+def ranked(
+    results: Iterable[ReplayResult], objective: str = "latency", budget: float | None = None
+) -> list[ReplayResult]:
+    """Best first under the objective (policies over the budget last); within TOLERANCE of a better one, the
+    simpler kind, then fewer draft calls, comes first."""
+    rows = list(results)
+    ordered = sorted(rows, key=lambda r: (not _fits(r, objective, budget), -_score(r, objective)))
+    out: list[ReplayResult] = []
+    pool = ordered
+    while pool:
+        head = pool[0]
+        top = _score(head, objective)
+        margin = TOLERANCE * abs(top)
+        near = [r for r in pool if _fits(r, objective, budget) == _fits(head, objective, budget)]
+        near = [r for r in near if _score(r, objective) >= top - margin]
+        pick = min(near, key=lambda r: (KIND_ORDER.index(r.kind), r.draft_calls_per_step, -_score(r, objective)))
+        out.append(pick)
+        pool = [r for r in pool if r is not pick]
+    return out
+
+
+@dataclass
+class PolicyComparison:
+    """The replayed grid, the best policy for the objective, the best fixed γ, and the gain between them."""
+
+    objective: str
+    temperature: float
+    results: list[ReplayResult]  # best first
+    best: ReplayResult
+    best_fixed: ReplayResult
+    gain: float  # best vs best fixed γ: speedup ratio − 1 (latency objectives) or cost saved (cost)
+    notes: list[str] = field(default_factory=list)
+
+    def top(self, n: int = 3) -> list[ReplayResult]:
+        """The best n policies of different kinds (the ones worth proving live)."""
+        seen: set[str] = set()
+        picks: list[ReplayResult] = []
+        for r in self.results:
+            if r.kind not in seen:
+                seen.add(r.kind)
+                picks.append(r)
+            if len(picks) == n:
+                break
+        return picks
+
+
+def gain_over(best: ReplayResult, reference: ReplayResult, objective: str) -> float:
+    if objective == "cost":
+        return 1.0 - best.cost_multiplier / reference.cost_multiplier if reference.cost_multiplier else 0.0
+    return best.predicted_speedup / reference.predicted_speedup - 1.0 if reference.predicted_speedup else 0.0
+
+
+def compare_policies(
+    traces: Sequence[Mapping[str, Any]],
+    cost: CostModel | None = None,
+    temperature: float = 0.0,
+    objective: str = "latency",
+    budget: float | None = None,
+    policies: Sequence[SpeculationPolicy] | None = None,
+    confidence: str = "full",
+    max_gamma: int = 32,
+) -> PolicyComparison:
+    """Replay every policy of the grid (or `policies`) and pick the best for the objective."""
+    usable = [t for t in traces if trace_usable(t)]
+    if not usable:
+        raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
+    has_confidence = any(t.get("method") == "draft_model" for t in usable)
+    grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=has_confidence)
+    if not any(isinstance(p, FixedGamma) for p in grid):
+        grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
+    results = ranked((replay(usable, p, cost, temperature, confidence) for p in grid), objective, budget)
+    best = results[0]
+    best_fixed = next(r for r in results if r.kind == "fixed")
+    notes = []
+    if best.kind == "fixed":
+        notes.append(f"a fixed γ is already as good: no policy beats γ={best.policy.split(':')[1]} by more than 1%")
+    return PolicyComparison(
+        objective=objective,
+        temperature=float(temperature),
+        results=results,
+        best=best,
+        best_fixed=best_fixed,
+        gain=gain_over(best, best_fixed, objective),
+        notes=notes,
+    )

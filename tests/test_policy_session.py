@@ -1,0 +1,182 @@
+"""Policies through a session and the CLI on tiny models: policy runs stored beside the fixed γs (and kept out of the
+fixed-γ recommender), the replay table with live figures beside it, `run --policy`, `policies`, `recommend
+--policy-export`, proving the best policies live, and the Policies page."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from engine.errors import SettingsError
+from engine.models.pool import ModelPool
+from engine.service import cli
+from engine.service.evidence import recommend_from_store
+from engine.service.jobs import submit_session
+from engine.service.policy_cli import export_best, prove, session_policies
+from engine.service.worker import run_session
+from engine.session.spec import SessionSpec, validate
+from foundation.paths import default_database_url
+from store import open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "tiny:1:48:2:64"
+DRAFT = "tiny:1:48:2:64~0.15"
+PROMPTS = ["hello world, this is", "the quick brown fox jumps", "abc abc abc abc ab"]
+POLICIES = ["heuristic:4", "confidence:0.3:8", "adaptive:1,2,3,4:2:0.5:1:0"]
+
+
+def spec(**kw) -> SessionSpec:
+    base = dict(target=TARGET, drafts=[DRAFT, "ngram"], gammas=[2, 4], max_new_tokens=30, dtype="float32",
+                device="cpu", chat_template=False, detect_regime=False, policies=list(POLICIES))  # fmt: skip
+    return SessionSpec(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """One finished session with fixed γs and policies, in a SPECTUNE_HOME of its own."""
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPECTUNE_HOME", str(home))
+    mp.delenv("SPECTUNE_DB_URL", raising=False)
+    store = open_store(default_database_url())
+    set_id, _, _ = store.add_prompt_set("p", None, [{"text": t} for t in PROMPTS])
+    sid = submit_session(store, spec(), set_id, len(PROMPTS))
+    assert run_session(store, store.claim_next_session("w1"), ModelPool(), "w1") == "done"
+    yield store, sid, home
+    store.close()
+    mp.undo()
+
+
+def test_spec_validates_policies():
+    validate(spec())
+    assert spec().from_row(spec().to_row()).policies == POLICIES
+    validate(spec(gammas=[]))  # policies alone are enough for spectune's loop
+    with pytest.raises(SettingsError, match="confidence"):
+        validate(spec(policies=["confidence:2"]))
+    with pytest.raises(SettingsError, match="spectune's loop"):
+        validate(spec(engine="llama.cpp"))
+    with pytest.raises(SettingsError, match="no γ"):
+        validate(spec(gammas=[], policies=[]))
+
+
+def test_policy_runs_are_stored_apart_from_fixed_gammas(session):
+    store, sid, _ = session
+    runs = [r for r in store.list_runs(sid) if r["kind"] == "speculative"]
+    policy_runs = [r for r in runs if (r.get("summary") or {}).get("policy")]
+    assert len(policy_runs) == 2 * len(POLICIES)
+    for run in policy_runs:
+        summary = run["summary"]
+        assert run["gamma"] == 0 and run["alpha"] is None and run["speedup_measured"] is None
+        live = summary["policy_live"]
+        assert live["policy"] == summary["policy"] and live["tokens_per_call"] == run["mean_acceptance_length"]
+        assert live["replayed"]["basis"] == "exact"
+        assert live["replayed"]["tokens_per_call"] == pytest.approx(live["tokens_per_call"], abs=1e-12)
+        assert live["replayed"]["draft_calls_per_step"] == pytest.approx(live["draft_calls_per_step"], abs=1e-12)
+    for run in runs:
+        assert run["summary"]["draft_calls"] is not None and run["summary"]["mean_drafted_per_step"] is not None
+    traced = [r for r in runs if r["summary"].get("policy_trace")]
+    assert sorted(r["draft"] for r in traced) == sorted([DRAFT, "ngram"])  # once per draft
+    assert "policy_trace" not in json.dumps(store.get_session(sid)["summary"])  # not copied into the session
+    _, ev, _ = recommend_from_store(store, [sid])
+    for m in ev.measurements:  # the fixed-γ recommender never sees a policy run as a γ
+        assert 0 not in m.measured_speedup and set(m.measured_speedup) <= {2, 4}
+
+
+def test_replay_table_puts_live_beside_replayed(session):
+    store, sid, _ = session
+    report = session_policies(store, sid)
+    assert {d.draft for d in report.drafts} == {DRAFT, "ngram"}
+    for d in report.drafts:
+        live_rows = [r for r in d.rows() if r["live"]]
+        assert {r["policy"] for r in live_rows} >= {"fixed:2", "fixed:4", "heuristic:4"}
+        for row in live_rows:  # tiny models in fp32, temperature 0: the replay is the loop
+            assert row["tokens_per_call"] == pytest.approx(row["live_tokens_per_call"], abs=1e-12), row["policy"]
+        assert sum(r["best_fixed"] for r in d.rows()) == 1
+    doc = report.to_dict()
+    json.dumps(doc)
+    assert doc["best"]["policy"] and doc["gain_over_best_fixed"] is not None and "exact" in doc["exact"]
+    for fmt in ("llamacpp", "transformers", "vllm", "sglang", "spectune"):
+        exported = export_best(report, fmt)
+        assert exported.text.endswith("\n")
+
+
+def test_policies_cli_and_recommend_export(session, capsys, tmp_path):
+    store, sid, home = session
+    out = tmp_path / "policies.json"
+    assert cli.main(["policies", "--session", str(sid), "--json", str(out), "--top", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "tok/call" in text and "←best fixed γ" in text and "heuristic:4" in text and "best for latency" in text
+    doc = json.loads(out.read_text())
+    assert {"policy", "setting", "tokens_per_call", "draft_calls_per_step", "predicted_speedup", "cost_multiplier",
+            "basis", "live_tokens_per_call"} <= set(doc["rows"][0])  # fmt: skip
+    assert cli.main(["recommend", "--session", str(sid), "--policy-export", "all", "--policy-out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "policy:" in text and "gain" in text
+    llama = (tmp_path / "policy-llama-server-flags.txt").read_text()
+    shlex.split(llama, comments=True)
+    json.loads((tmp_path / "policy-transformers-generate-kwargs.json").read_text())
+    assert cli.main(["policies", "--session", "999"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_prove_queues_the_best_policies(session):
+    store, sid, _ = session
+    report = session_policies(store, sid)
+    new_id, specs = prove(store, report, 2)
+    queued = SessionSpec.from_row(store.get_session(new_id))
+    assert queued.policies == specs[:-1] and len(queued.policies) <= 2 and queued.gammas == [int(specs[-1][6:])]
+    assert queued.drafts == [report.chosen.draft] and store.get_session(new_id)["status"] == "queued"
+    store.request_cancel(new_id)
+
+
+def test_run_policy_json(tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello world, this is\nabc abc abc abc ab\n")
+    out = tmp_path / "out.json"
+    args = ["run", "--target", TARGET, "--draft", DRAFT, "--prompts", str(prompts), "--max-new-tokens", "20",
+            "--dtype", "float32", "--no-chat-template", "--json", str(out)]  # fmt: skip
+    assert cli.main([*args, "--policy", "heuristic:3"]) == 0
+    flat = json.loads(out.read_text())
+    assert flat["policy"] == "heuristic:3" and flat["gamma"] is None and flat["draft_calls"] > 0
+    assert flat["mean_drafted_per_step"] > 0 and flat["replayed"]["basis"] == "exact"
+    assert flat["replayed"]["tokens_per_call"] == pytest.approx(flat["mean_acceptance_length"], abs=1e-12)
+    assert "heuristic:3" in capsys.readouterr().out
+    assert cli.main([*args, "--gamma", "3"]) == 0
+    flat = json.loads(out.read_text())
+    assert flat["policy"] == "fixed:3" and flat["gamma"] == 3 and flat["draft_calls"] > 0
+    assert cli.main([*args, "--policy", "confidence:7"]) == 2
+    assert "--policy confidence:7" in capsys.readouterr().err
+
+
+def test_policies_page(session, monkeypatch):
+    store, sid, home = session
+    import engine.service.worker_control
+
+    monkeypatch.setattr(engine.service.worker_control, "ensure_worker", lambda: "worker running (pid 4242)")
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+    at.query_params.update({"session": str(sid)})
+    at.switch_page("pages/7_Policies.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value.endswith("Speculation policies")
+    assert [m.label for m in at.metric] == ["Best policy", "Tokens per call", "Predicted speedup", "Gain over fixed γ"]
+    assert len(at.get("vega_lite_chart")) == 1
+    from app.policies_view import KIND_LABELS
+
+    labels = {label: kind for kind, label in KIND_LABELS.items()}
+    for label in at.radio(key="pol_kind").options:
+        kind = labels[label]
+        at.radio(key="pol_kind").set_value(kind).run()
+        assert not at.exception, kind
+    chart = at.get("vega_lite_chart")[0].proto.spec
+    assert '"diamond"' in chart and "strokeDash" in chart  # live points apart; the best fixed γ as a rule
+    at.button(key="pol_prove").click().run()
+    assert not at.exception and "queued" in " ".join(s.value for s in at.success)
+    lines = (ROOT / "app" / "pages" / "7_Policies.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= 200
