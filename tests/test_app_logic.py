@@ -202,3 +202,14 @@ def test_theory_source_is_named():
     assert theory_tables.SOURCE == (
         'Leviathan, Kalman and Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023'
     )
+
+
+def test_per_token_text_hides_special_tokens() -> None:
+    """Outputs are shown token by token; a chat model's end-of-turn marker must not appear as raw <|im_end|>."""
+    from engine.service.jobs import _tokenizer, token_strings
+
+    ref = "qwen2.5-coder-1.5b"
+    tok = _tokenizer(ref)
+    ids = tok.encode("def f():", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    strings = token_strings(ref, ids)
+    assert "".join(strings) == "def f():" and strings[-1] == ""

@@ -103,11 +103,11 @@ def show_session(session: dict[str, Any]) -> None:
 
     regime = sv.regime_details(session.get("regime"))
     if regime is not None:
-        label, evidence, rest = regime
+        label, evidence, _ = regime
         with st.expander(f"Regime: {md_escape(label)}", expanded=False):
             if evidence:
                 st.markdown("\n".join(f"- {md_escape(line)}" for line in evidence))
-            st.json(rest, expanded=False)
+            st.page_link(common.PAGES["Recommend"], label="Batch sweep, v(k) and roofline charts: Recommend")
 
     runs = store.list_runs(sid)
     if not runs:

@@ -136,4 +136,4 @@ def _tokenizer(ref: str) -> Any:
 def token_strings(target_ref: str, token_ids: list[int]) -> list[str]:
     """Per-token text for highlighting; loads only the tokenizer (cheap), never the weights."""
     tok = _tokenizer(target_ref)
-    return [tok.decode([t], skip_special_tokens=False) for t in token_ids]
+    return [tok.decode([t], skip_special_tokens=True) for t in token_ids]  # no raw <|im_end|> in the output
