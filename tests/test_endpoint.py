@@ -111,8 +111,8 @@ def free_port() -> int:
 # --- metric families --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(CHECK_ENV is None, reason=".venv-check (make check-env) holds the pinned engines' sources")
 def test_metric_names_are_the_pinned_engines_own() -> None:
+    assert CHECK_ENV is not None, ".venv-check (make check-env) holds the pinned engines' sources"
     vllm = (CHECK_ENV / "vllm" / "v1" / "spec_decode" / "metrics.py").read_text()
     for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"):  # fmt: skip
