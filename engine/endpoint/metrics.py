@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.core.acceptance import per_position_rates
 from engine.endpoint.transport import Connection, EndpointError
 
 COUNTERS = {
@@ -90,15 +91,7 @@ class ServerCounters:
         """Conditional acceptance per draft position (None when the server does not count positions)."""
         if not self.accepted_per_position or not self.drafts:
             return None
-        rates: list[float] = []
-        reached = self.drafts
-        for p in sorted(self.accepted_per_position):
-            if reached <= 0:
-                break
-            accepted = self.accepted_per_position[p]
-            rates.append(accepted / reached)
-            reached = accepted
-        return rates
+        return per_position_rates(self.drafts, self.accepted_per_position)
 
     def source(self) -> str | None:
         """Where the acceptance figures come from: 'counters', 'gauges' (SGLang) or None."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.core.acceptance import per_position_rates
 from engine.llamacpp.server import ServerError
 
 SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total) → our names
@@ -148,20 +149,8 @@ class SpecCounters:
         return self.tokens_predicted / self.target_calls if self.target_calls else None
 
     def per_position_acceptance(self) -> list[float]:
-        """Conditional acceptance at each draft position, from the per-position accepted counts and drafts.
-
-        llama.cpp counts, per position p, the drafts whose token p was accepted; a draft reaches p+1 only if p
-        was accepted, so the conditional rate at p is accepted[p] ÷ accepted[p-1] (÷ drafts at p = 0).
-        """
-        rates: list[float] = []
-        reached = self.drafts
-        for p in sorted(self.accepted_per_position):
-            if reached <= 0:
-                break
-            accepted = self.accepted_per_position[p]
-            rates.append(accepted / reached)
-            reached = accepted
-        return rates
+        """Conditional acceptance at each draft position, from the per-position accepted counts and drafts."""
+        return per_position_rates(self.drafts, self.accepted_per_position)
 
 
 def parse_metrics(text: str) -> SpecCounters:
