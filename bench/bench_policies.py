@@ -69,13 +69,32 @@ def hf_assisted(target, draft, ids: list[int], new_tokens: int) -> tuple[list[in
     return out[0, len(ids) :].tolist(), elapsed
 
 
+def measure_c(target, draft, ids: list[int], reps: int = 16) -> float:
+    """A draft forward's time ÷ a target step's, measured side by side: one-token forwards over each model's own KV
+    cache, alternating, so a change in the machine's load hits both alike; the ratio of the medians."""
+    from engine.core.kvcache import forward_step, new_cache, sync
+
+    caches = {id(m): new_cache(m.model.config) for m in (target, draft)}
+    for model in (target, draft):
+        forward_step(model, ids, caches[id(model)], 1)
+    times: dict[int, list[float]] = {id(target): [], id(draft): []}
+    with torch.inference_mode():
+        for i in range(reps):
+            for model in (target, draft):
+                sync(model.device)
+                t0 = time.perf_counter()
+                forward_step(model, [ids[i % len(ids)]], caches[id(model)], 1)
+                sync(model.device)
+                times[id(model)].append(time.perf_counter() - t0)
+    return median(times[id(draft)]) / median(times[id(target)])
+
+
 def main() -> int:
     from engine.analysis.policy_replay import CostModel, compare_policies, replay
     from engine.core.decoder import DecodeConfig, decode_prompt
     from engine.core.policy import PolicyRun, parse_policy
     from engine.core.sampling import SamplingConfig
     from engine.drafts.model import ModelDraft
-    from engine.measure import stats as metrics
     from engine.measure.agreement import draft_trace
     from engine.measure.verify_cost import verify_cost_curve
     from engine.models.pool import ModelPool
@@ -102,13 +121,11 @@ def main() -> int:
     # 1. calibration (the second prompt of each category)
     calibration = [ids[1] for ids in enc.values() if len(ids) > 1][::2][: args.calibration]
     decode_prompt(target, source, calibration[0], replace(greedy, gamma=4, max_new_tokens=4))  # warm-up
-    base_steps, traces = [], []
+    traces = []
     for ids in calibration:
-        out, steps = decode_prompt(target, None, ids, greedy)
-        base_steps += steps
+        out, _ = decode_prompt(target, None, ids, greedy)
         traces.append(draft_trace(source, ids, out.token_ids, n))
-    _, spec_steps = decode_prompt(target, source, calibration[0], replace(greedy, gamma=4))
-    c = metrics.draft_forward_time(spec_steps) / metrics.single_token_step_time(base_steps)
+    c = measure_c(target, draft, calibration[0])
     verify = verify_cost_curve(target, calibration[0], 9, reps=3)
     cost = CostModel(c=c, verify_cost=verify)
     comparison = compare_policies(traces, cost)

@@ -159,7 +159,8 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
             page.get_by_label("Session name (optional)", exact=True).fill("e2e session")
             page.get_by_role("button", name="Start session").click()
             expect(page.get_by_text(re.compile(r"Session #\d+ queued"))).to_be_visible()
-            assert re.search(r"[?&]session=\d+", page.url), page.url
+            # the URL carries the session (refresh-safe); the browser applies it just after the rerun's elements
+            expect(page).to_have_url(re.compile(r"[?&]session=\d+"))
 
             # Live view: the progress text changes while the worker decodes, then the session is done
             first = _progress_text(page)

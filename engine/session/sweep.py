@@ -171,7 +171,7 @@ def run_sweep(
     policy_combos = [(d, p, t) for d in drafts for p in policies for t in settings.temperatures]
     total = len(prompts) * (1 + len(combos) + len(policy_combos))
     hooks.progress(0, total)
-    max_gamma = max([*gammas, *(min(p.max_draft(), 32) for p in policies)]) if combos or policy_combos else 1
+    max_gamma = max([*gammas, *(min(p.max_draft(), 16) for p in policies)]) if combos or policy_combos else 1
     if settings.measure_verify_cost:
         clock.start("measuring v(k)", 0, 1)
         verify_cost = verify_cost_curve(target, encoded[0][1], max_gamma + 1)
