@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from app import common, data
+from app import policies_view as pv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
 
@@ -220,3 +221,16 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
             table(pd.DataFrame(evidence.engine_comparison(store, ids)), numbers=numbers)
     return engine
+
+
+def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
+    """The speculation policy recommended for the objective and its gain over the best fixed γ (a PolicyReport
+    from engine.service.policy_cli.session_policies); with ``session_ids``, a link to the whole comparison."""
+    text, wins = pv.best_banner(report, md_escape)
+    (st.success if wins else st.info)(text, icon="🧭" if wins else "📏")
+    for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):
+        col.metric(label, value, help=helptext)
+    st.caption(md_escape(report.to_dict()["exact"]))
+    if session_ids:
+        st.page_link(common.PAGES["Policies"], label="Compare every policy, prove them live, export the policy",
+                     icon="🧭", query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)})  # fmt: skip

@@ -52,6 +52,7 @@ FORMAT_LABELS = {
 }
 FORMAT_LANGUAGE = {"vllm": "json", "sglang": "bash", "transformers": "json", "llamacpp": "bash", "spectune": "json"}
 FORMAT_MIME = {"vllm": "application/json", "transformers": "application/json", "spectune": "application/json"}
+NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
 NVML_NOTE = (
     "GPU utilisation (NVML) is deliberately not evidence: it is the share of time *any* kernel was running, so a "
     "batch-1 decode that streams weights and leaves the tensor cores idle reads about 100%. It says nothing about "

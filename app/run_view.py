@@ -117,6 +117,7 @@ class RunForm:
     serving_batch: int = 1
     stratified: bool = False  # the prompts: a sample stratified by category, or the first n in file order
     engine: str = "spectune"
+    policies_text: str = ""  # speculation policies also run live, separated by spaces or ';'
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -160,8 +161,28 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         serving_batch=int(form.serving_batch),
         prompt_sample="stratified" if form.stratified else "first",
         engine=form.engine,
+        policies=policy_specs(form.policies_text),
     )
     return spec, int(form.prompt_set_id), int(form.n_prompts)
+
+
+POLICY_HELP = (
+    "Besides the fixed γs, run these drafting policies live, separated by spaces: confidence:P[:NMAX[:NMIN]] "
+    "(stop when the draft's confidence falls below P), heuristic:START (transformers' schedule), "
+    "adaptive[:C1,C2,..] (SGLang-style EMA). Every policy is replayed from the session anyway (Policies page); "
+    "running one live checks the replay. llama.cpp runs fixed γ and confidence:P:NMAX:NMIN only."
+)
+
+
+def policies_suffix(session: Mapping[str, Any]) -> str:
+    """' · policies a, b' for a stored session that runs drafting policies live besides its fixed γs, else ''."""
+    policies = (session.get("options") or {}).get("policies") or []
+    return f" · policies {', '.join(policies)}" if policies else ""
+
+
+def policy_specs(text: str | None) -> list[str]:
+    """The policies typed in the Run form: separated by spaces or ';' (commas belong to adaptive's candidates)."""
+    return [part for part in re.split(r"[\s;]+", text or "") if part]
 
 
 def session_to_watch(sessions: Sequence[Mapping[str, Any]]) -> int | None:

@@ -17,15 +17,24 @@ from typing import Any
 import psutil
 import pytest
 
+from engine.analysis.policy_replay import replay
+from engine.core.policy import parse_policy
 from engine.core.records import StepRecord
 from engine.errors import ModelError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import find_llama, parse_version
+from engine.llamacpp.policy_flags import llamacpp_fields
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.models.pool import ModelPool
+from engine.service.jobs import submit_session
+from engine.service.policy_cli import prove, session_policies
+from engine.service.worker import run_session
 from engine.session.llamacpp_sweep import gguf_for, run_llamacpp_sweep
 from engine.session.spec import SessionSpec
 from engine.session.summary import RunSummary
 from engine.session.sweep import Hooks, PromptText
+from foundation.paths import default_database_url
+from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT, OTHER_VOCAB = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"
@@ -91,6 +100,17 @@ def test_version_line_is_parsed_and_recorded() -> None:
     )  # fmt: skip
 
 
+def test_llama_bench_times_every_k_in_alternating_rounds() -> None:
+    from engine.llamacpp.bench import batch_times
+    from engine.measure.verify_cost import from_rounds
+
+    times = batch_times(find_llama(), gguf_for(DRAFT, "draft"), [1, 2, 4], rounds=2, threads=2, depth=16)
+    assert sorted(times) == [1, 2, 4] and all(len(t) == 2 and min(t) > 0 for t in times.values())
+    measured = from_rounds(times)
+    assert measured.rounds == 2 and measured.curve[1] == 1.0
+    assert all(1.0 <= low <= high for low, high in measured.spread.values())
+
+
 def test_a_server_with_a_draft_speculates_and_reports_draft_statistics() -> None:
     config = ServerConfig(gguf_for(TARGET, "target"), draft=gguf_for(DRAFT, "draft"), spec_type="draft-simple",
                           draft_n_max=3, draft_n_min=0, draft_p_min=0.0)  # fmt: skip
@@ -149,6 +169,46 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
     assert sum(r.accepted for r in rows) / sum(r.gamma for r in rows) == pytest.approx(
         model_run["draft_acceptance_rate"]
     )
+
+
+@pytest.mark.real_model  # the draft's trace is recorded in PyTorch (float32)
+def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(tmp_path: Path, monkeypatch) -> None:
+    """γ 4 and `confidence:0.6:8:0` (--spec-draft-p-min 0.6, n-max 8, n-min 0) in one llama.cpp session, through the
+    worker and the store: the policy run's live figures, its replayed ones (llama.cpp's own target-alone output,
+    replayed in its loop) within 10% where its outputs are the baseline's, and the replay table marking it live."""
+    policy = "confidence:0.6:8:0"
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    store = open_store(default_database_url())
+    set_id, _, _ = store.add_prompt_set("p", None, [{"id": p.prompt_id, "text": p.text} for p in PROMPTS])
+    spec = SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[4], policies=[policy], max_new_tokens=16,
+                       engine="llama.cpp", measure_verify_cost=False, detect_regime=False)  # fmt: skip
+    sid = submit_session(store, spec, set_id, len(PROMPTS))
+    assert run_session(store, store.claim_next_session("w1"), ModelPool(), "w1") == "done"
+    runs = {(r["kind"], (r["summary"] or {}).get("policy") or r["gamma"]): r for r in store.list_runs(sid)}
+    run = runs[("speculative", policy)]
+    live = run["summary"]["policy_live"]
+    assert run["gamma"] == 0 and run["speedup_measured"] is None and 1 <= live["tokens_per_call"] <= 9
+    assert live["draft_calls_per_step"] <= 8 and live["speedup_spread"]["n"] == len(PROMPTS)
+    assert live["replayed"] is not None and live["replayed"]["basis"] == "exact"
+    assert runs[("speculative", 4)]["summary"]["draft_calls"] > 0  # fixed γ runs carry the same figures
+    trace = next(r["summary"]["policy_trace"] for r in runs.values() if (r["summary"] or {}).get("policy_trace"))
+    baseline = store.get_outputs(runs[("baseline", 0)]["id"])
+    same = [(i, o) for i, o in enumerate(store.get_outputs(run["id"])) if o["token_ids"] == baseline[i]["token_ids"]]
+    assert same, "llama.cpp never reproduced its own target-alone output"
+    measured = sum(len(o["token_ids"]) for _, o in same) / sum(o["steps"] for _, o in same)
+    predicted = replay([trace[i] for i, _ in same], parse_policy(policy), llamacpp=True).tokens_per_call
+    assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
+    if len(same) == len(PROMPTS):
+        assert live["replayed"]["tokens_per_call"] == pytest.approx(predicted)
+    report = session_policies(store, sid)
+    rows = [row for d in report.drafts for row in d.rows() if row["policy"] == policy]
+    assert rows and rows[0]["live"] and rows[0]["live_tokens_per_call"] == pytest.approx(live["tokens_per_call"])
+    new_id, specs = prove(store, report, 2)  # proving a llama.cpp session queues only what llama-server runs
+    assert specs and all(llamacpp_fields(s) is not None for s in specs)
+    assert SessionSpec.from_row(store.get_session(new_id)).engine == "llama.cpp"
+    store.request_cancel(new_id)
+    store.close()
 
 
 def test_bad_flag_and_missing_gguf_fail_with_a_clear_message() -> None:

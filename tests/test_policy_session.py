@@ -180,3 +180,20 @@ def test_policies_page(session, monkeypatch):
     assert not at.exception and "queued" in " ".join(s.value for s in at.success)
     lines = (ROOT / "app" / "pages" / "7_Policies.py").read_text(encoding="utf-8").count("\n")
     assert lines <= 200
+
+
+def test_recommend_page_names_the_best_policy_and_links_to_the_comparison(session):
+    store, sid, home = session
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+    at.query_params.update({"session": str(sid)})
+    at.switch_page("pages/5_Recommend.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "Drafting policy: beyond a fixed γ" in [h.value for h in at.subheader]
+    labels = [m.label for m in at.metric]
+    assert labels[-4:] == ["Best policy", "Tokens per call", "Predicted speedup", "Gain over fixed γ"]
+    report = session_policies(store, [sid])
+    assert {m.label: m.value for m in at.metric}["Best policy"] == report.best.policy  # the CLI's answer
+    links = [e.proto for e in at.get("page_link")]
+    assert any(link.page == "Policies" and link.query_string == f"session={sid}" for link in links), links

@@ -389,3 +389,16 @@ def test_duplicate_names_are_kept_apart() -> None:
     assert len(rec.comparison) == 2
     with pytest.raises(ValueError):
         recommend([greedy], "latency", "memory-bound", gammas=[])
+
+
+def test_a_proposer_that_drafts_only_on_some_calls_is_predicted_from_those_calls() -> None:
+    # llama.cpp's n-gram lookup drafted on 6 of 57 target calls; its per-position acceptance ([1/3, 0]) counts
+    # only those 6, so without the drafting fraction the model predicted 1.33 tokens per call against 1.02 measured
+    ngram = DraftMeasurement(name="ngram", method="ngram", model_ref=None, alpha=0.02,
+                             per_position_acceptance=[1 / 3, 0.0], drafting_fraction=6 / 57,
+                             verify_cost={1: 1.0, 5: 1.0})  # fmt: skip
+    point = next(p for p in gamma_curve(ngram, [4]) if p.gamma == 4)
+    assert point.expected_tokens == pytest.approx(1 + 6 / 57 / 3)  # ≈ 1.035, the run measured 1.018
+    always = DraftMeasurement(name="ngram", method="ngram", model_ref=None, alpha=0.02,
+                              per_position_acceptance=[1 / 3, 0.0], verify_cost={1: 1.0, 5: 1.0})  # fmt: skip
+    assert next(p for p in gamma_curve(always, [4])).expected_tokens == pytest.approx(4 / 3)

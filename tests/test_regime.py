@@ -215,6 +215,49 @@ def test_judge_regime_override_unknown_and_stored_verdicts() -> None:
     assert judge_regime({"batch_classification": {"knee_batch": 16}}, 8, gamma=1).label == "compute-bound"
 
 
+def test_the_source_sentence_names_what_decided_the_label() -> None:
+    # seen on the Recommend page: a label judged from a measured v(k) alone under a caption saying "unknown"
+    billed = {1: 1.0, 2: 1.9, 4: 3.7, 8: 7.5}
+    judged = judge_regime(None, 1, gamma=4, verify_cost=billed)
+    assert judged.label == "compute-bound"
+    assert judged.source == "From the verify curve measured in the chosen sessions." and "unknown" not in judged.source
+    flagged = {"serving_batch": 1, "roofline": asdict(roofline(14e9, 1e9, 14e9, 0.010, peak_bw=3.35e12,
+                                                               peak_flops=1.4e12 / 5.15))}  # fmt: skip
+    undecided = judge_regime(flagged, 1)
+    assert undecided.label == "unknown" and "does not decide" in undecided.source and "assumed" in undecided.source
+
+
+def test_a_verify_cost_above_k_is_a_measurement_error_not_evidence() -> None:
+    # seen in a llama.cpp session on a busy machine: v(5) = 5.69 from llama-bench, judged "billed → compute-bound"
+    spiked = {1: 1.0, 2: 1.2, 4: 1.5, 5: 5.69}
+    curve = classify_verify_curve(spiked, k=5)
+    assert curve.label == "measurement error" and "v(5) = 5.69 is outside 1…5" in curve.evidence[0]
+    judged = judge_regime(None, 1, verify_cost=spiked)
+    assert judged.votes == {"verify curve": "measurement error"} and judged.label == "unknown"
+    assert classify_verify_curve({1: 1.0, 5: 5.4}, k=5).label == "billed"  # within 10%: a slow batched kernel
+
+
+def test_v_k_from_interleaved_rounds_is_not_moved_by_a_load_spike_on_one_side() -> None:
+    from engine.measure.verify_cost import from_rounds, verify_ks
+
+    # round 2: the machine got busy while the 1-token batch ran (3.2 s instead of 0.1 s)
+    measured = from_rounds({1: [0.10, 3.20, 0.11], 5: [0.50, 0.55, 0.52]})
+    assert measured.curve == {1: 1.0, 5: pytest.approx(5.0)} and measured.rounds == 3
+    assert measured.spread[5] == (pytest.approx(1.0), pytest.approx(5.0))
+    assert verify_ks(5) == [1, 2, 4, 5] and verify_ks(1) == [1]
+
+
+def test_pytorch_v_k_is_timed_in_alternating_rounds() -> None:
+    from engine.measure.verify_cost import forward_times, verify_cost_curve
+    from engine.models.tiny import load_tiny
+
+    model = load_tiny("tiny:1:48:2:64")
+    times = forward_times(model, [1, 2, 3, 4, 5, 6], [1, 2, 4], rounds=3)
+    assert sorted(times) == [1, 2, 4] and all(len(t) == 3 and min(t) > 0 for t in times.values())
+    curve = verify_cost_curve(model, [1, 2, 3, 4, 5, 6], 3, reps=2)
+    assert sorted(curve) == [1, 2, 3] and curve[1] == 1.0 and all(v >= 1.0 for v in curve.values())
+
+
 def test_impossible_roofline_is_a_measurement_error_not_evidence() -> None:
     # seen on a loaded machine: "515% of peak FLOP/s", "ridge 0.0785 FLOP/B" — the peak was measured under load
     r = roofline(14e9, 1e9, 14e9, 0.010, peak_bw=3.35e12, peak_flops=1.4e12 / 5.15)

@@ -13,6 +13,7 @@ import streamlit as st
 from app import common, components, data
 from app import run_view as rv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
+from engine.service.jobs import submit_session
 
 common.page_setup("Run")
 rv.skip_gc_after_each_run()  # the live view reruns every second: a full GC after each run would cost most of it
@@ -72,6 +73,8 @@ with st.container(border=True):
         )  # fmt: skip
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")
+        col_g.text_input("Drafting policies to run live (optional)", key="policies_text", help=rv.POLICY_HELP,
+                         placeholder="confidence:0.6:16:2 heuristic:4 adaptive")  # fmt: skip
         col_a, col_b, col_n, col_e = st.columns(4)
         col_a.text_input("Temperatures", value="0", key="temps_text", help="0 = greedy; several: 0, 0.7")
         col_b.number_input("Max new tokens", min_value=1, max_value=4096, value=64, step=8, key="max_new")
@@ -100,8 +103,6 @@ with st.container(border=True):
 
 if submitted:
     try:
-        from engine.service.jobs import submit_session
-
         spec, set_id, count = rv.session_spec(rv.RunForm.from_state(st.session_state))
         session_id = submit_session(store, spec, set_id, count, name or None)
     except Exception as exc:  # noqa: BLE001 - one line, nothing queued
@@ -128,7 +129,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     st.markdown(
         f"**#{session['id']} {md_escape(common.one_line(session.get('name'), 80))}** — {icon} **{status}** · "
         f"target {md_escape(session['target'])} · drafts {md_escape(', '.join(session.get('drafts') or []))} · "
-        f"γ {md_escape(', '.join(map(str, session.get('gammas') or [])))}"
+        f"γ {md_escape(', '.join(map(str, session.get('gammas') or [])))}{md_escape(rv.policies_suffix(session))}"
     )
     st.progress(*rv.progress_bar(session))
     if (phase_line := rv.phase_text(session.get("phase"), status)) and status != "queued":
@@ -152,9 +153,8 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     which = "Current run" if status in ACTIVE_STATUSES else "Last run"
     basis = "measured end to end" if final else "live, over decode-step time"
     st.caption(f"{which}: **{md_escape(data.run_label(current))}** ({current.get('status')}; tokens/s {basis})")
-    m = st.columns(5)
-    now, base = frame.now, frame.base
-    tps, base_tps = now.get("tokens_per_s"), base.get("tokens_per_s")
+    m, now = st.columns(5), frame.now
+    tps, base_tps = now.get("tokens_per_s"), frame.base.get("tokens_per_s")
     m[0].metric("Tokens/s", fmt_num(tps, 1), delta=rv.speed_delta(tps, base_tps) if current is not baseline else None)
     m[1].metric("Baseline tokens/s", fmt_num(base_tps, 1))
     is_spec = current.get("kind") == "speculative"

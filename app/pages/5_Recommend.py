@@ -14,6 +14,7 @@ from app.common import md_escape
 from engine.analysis.export import FORMATS, export, payload_inputs, recommendation_payload
 from engine.errors import SpectuneError
 from engine.service.evidence import recommend_from_store, store_recommendation
+from engine.service.policy_cli import session_policies
 
 common.page_setup("Recommend")
 st.title("🎯 Recommendation and export")
@@ -143,6 +144,15 @@ def show_drafts(rec: Any, ev: Any) -> None:
     right.caption("vLLM takes the schedule as num_speculative_tokens_per_batch_size; SGLang and llama.cpp cannot.")
 
 
+def show_policy() -> None:
+    st.subheader("Drafting policy: beyond a fixed γ")
+    report = session_policies(store, chosen_ids, objective, budget, int(batch_size), override)
+    if not report.drafts:
+        st.caption(md_escape("; ".join(report.notes) or rv.NO_POLICY_TRACE))
+        return
+    components.policy_headline(report, chosen_ids)
+
+
 def _save(formats: list[str], files: dict[str, tuple[str, str]], payload: dict[str, Any], key: str) -> None:
     """Callback of the download buttons and 'Save to history': one stored recommendation per result, its files once."""
     try:
@@ -208,6 +218,7 @@ if result is not None:
     for title, show, args in (
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
+        ("the drafting policy", show_policy, ()),
         ("export the recommendation", show_exports, (rec, ev, report)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):

@@ -52,11 +52,7 @@ if not report.drafts:
     st.stop()
 
 st.subheader("Recommended policy")
-text, wins = pv.best_banner(report, md_escape)
-(st.success if wins else st.info)(text, icon="🧭" if wins else "📏")
-for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):
-    col.metric(label, value, help=helptext)
-st.caption(md_escape(report.to_dict()["exact"]))
+components.policy_headline(report)
 st.divider()
 
 st.subheader("Policies against their setting")

@@ -12,7 +12,8 @@ The bounds (Leviathan et al. 2023, Theorem 3.8 and its reading):
 * a speculative step costs at least one target forward plus the drafting, so
   speedup ≤ tokens per call ÷ (1 + drafting cost share) — for a measured speedup, in practice
   ≤ the run's own mean acceptance length (tokens per target call); for a prediction ≤ γ+1;
-* no kernel runs faster than the measured peak: achieved ≤ peak (roofline).
+* no kernel runs faster than the measured peak: achieved ≤ peak (roofline);
+* verifying k tokens in one forward costs at most what k one-token forwards cost: v(k) ≤ k.
 
 Measured figures get MEASURED_SLACK of relative slack (timing noise); predictions get none.
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 MEASURED_SLACK = 0.05  # measured figures may exceed a bound by 5% before they are called impossible
 _EXACT = 1e-9
 
+VERIFY_SLACK = 0.10  # v(k) may exceed k by 10% (a batched kernel a little slower than k single ones)
 LOAD_CAUSE = "load changed between runs (the baseline and the speculative run were timed under different load)"
 PEAK_CAUSE = (
     "load changed between the peak micro-benchmark and the step timing (the peak was measured on a busy machine)"
@@ -116,3 +118,17 @@ def check_fraction_of_peak(achieved: float, peak: float, what: str) -> BoundFlag
         f"measurement error: achieved {what} is {fraction:.0%} of the measured peak — impossible; likely cause: "
         f"{PEAK_CAUSE}. Not used as evidence.",
     )
+
+
+def check_verify_cost(v_k: float, k: int) -> BoundFlag | None:
+    """v(k) ≤ k: a k-token forward does the work of k one-token forwards at most (and no less than one)."""
+    if _over(v_k, float(k), VERIFY_SLACK) or v_k < 1.0 - MEASURED_SLACK:
+        return BoundFlag(
+            "verify cost",
+            float(v_k),
+            float(k),
+            f"measurement error: v({k}) = {v_k:.2f} is outside 1…{k} (a {k}-token forward costing more than {k} "
+            f"one-token forwards); the machine's load changed while it was timed, or the engine's batched kernel "
+            f"is slower than its one-token one; not evidence",
+        )
+    return None

@@ -442,8 +442,10 @@ def compare_policies(
     policies: Sequence[SpeculationPolicy] | None = None,
     confidence: str = "full",
     max_gamma: int = 32,
+    llamacpp: bool = False,
 ) -> PolicyComparison:
-    """Replay every policy of the grid (or `policies`) and pick the best for the objective."""
+    """Replay every policy of the grid (or `policies`) and pick the best for the objective (in llama-server's loop
+    when `llamacpp`: see replay)."""
     usable = [t for t in traces if trace_usable(t)]
     if not usable:
         raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
@@ -451,7 +453,8 @@ def compare_policies(
     grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=has_confidence)
     if not any(isinstance(p, FixedGamma) for p in grid):
         grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
-    results = ranked((replay(usable, p, cost, temperature, confidence) for p in grid), objective, budget)
+    replayed = (replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid)
+    results = ranked(replayed, objective, budget)
     best = results[0]
     best_fixed = next(r for r in results if r.kind == "fixed")
     notes = []

@@ -38,6 +38,7 @@ from engine.analysis.theory import (
     verify_cost_at,
     walltime_improvement,
 )
+from engine.core.acceptance import per_call_rates
 
 METHODS = ("draft_model", "ngram", "none")
 OBJECTIVES = ("latency", "cost", "latency_within_budget")
@@ -70,6 +71,9 @@ class DraftMeasurement:
     ngram_min: int = 1
     measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's mean acceptance length
     c_hat_source: str = ""  # where ĉ came from ("parameter counts …", "measured c"), for the notes
+    # share of target calls that verified a draft at all: below 1 where the proposer drafts only sometimes
+    # (llama.cpp's n-gram lookup, when it finds a match); its per-position acceptance counts only those calls
+    drafting_fraction: float = 1.0
 
 
 @dataclass
@@ -169,7 +173,8 @@ def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: in
 
 
 def _acceptance(m: DraftMeasurement) -> list[float]:
-    return list(m.per_position_acceptance) or [m.alpha]
+    """Acceptance per draft position, per target call: a call without a draft accepts nothing at position 1."""
+    return per_call_rates(list(m.per_position_acceptance) or [m.alpha], m.drafting_fraction)
 
 
 def _runs_usable(m: DraftMeasurement) -> bool:

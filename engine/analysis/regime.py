@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.analysis.bounds import check_fraction_of_peak
+from engine.analysis.bounds import check_fraction_of_peak, check_verify_cost
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, REGIMES, measured_verify_points, verify_cost_at
 from engine.measure.microbench import LINEAR_FRACTION, growth_fractions
 
@@ -159,7 +159,7 @@ class VerifyCurveClassification:
     k: int
     v_k: float
     billed_fraction: float  # (v(k) − 1)/(k − 1): 0 = free, 1 = fully billed
-    label: str  # "free" | "partial" | "billed"
+    label: str  # "free" | "partial" | "billed" | "measurement error" (v(k) outside 1…k: not evidence)
     regime: str  # "memory-bound" | "compute-bound" | "mixed"
     evidence: list[str] = field(default_factory=list)
 
@@ -176,6 +176,10 @@ def classify_verify_curve(verify_cost: Mapping[int, float], k: int = 8) -> Verif
         raise ValueError("k must be >= 2")
     v_k = verify_cost_at(verify_cost, k)
     fraction = max((v_k - 1.0) / (k - 1.0), 0.0)
+    flag = check_verify_cost(v_k, k)
+    if flag is not None:
+        return VerifyCurveClassification(k=k, v_k=v_k, billed_fraction=fraction, label=MEASUREMENT_ERROR,
+                                         regime=MEASUREMENT_ERROR, evidence=[flag.message])  # fmt: skip
     if fraction <= VERIFY_FREE_FRACTION:
         label, regime = "free", MEMORY_BOUND
     elif fraction >= VERIFY_BILLED_FRACTION:
@@ -437,7 +441,9 @@ def stored_roofline(regime: Mapping[str, Any] | None) -> Roofline | None:
 _REJUDGED = ("batch sweep", "verify curve", "roofline", "sources disagree", "no decisive evidence")
 
 
-def _source_sentence(override: str | None, knee: int | None, batch: int, gamma: int, label: str, stored: bool) -> str:
+def _source_sentence(
+    override: str | None, knee: int | None, batch: int, gamma: int, label: str, stored: bool, votes: Mapping[str, str]
+) -> str:
     if override:
         return f"Set by hand to {override} (the measured evidence is shown below for reference)."
     if knee is not None:
@@ -449,8 +455,13 @@ def _source_sentence(override: str | None, knee: int | None, batch: int, gamma: 
             f"From the stored batch sweep: a verify step at serving batch {batch} with γ = {gamma} processes "
             f"{batch} × {gamma + 1} = {width} token rows, {side} the knee at batch {knee}."
         )
-    if label in _SIDES and stored:
+    if label in _SIDES:
+        sources = [source for source, side in votes.items() if side == label]
+        if sources:
+            return f"From the {' and the '.join(sources)} measured in the chosen sessions."
         return "From the stored regime evidence of the chosen sessions."
+    if votes:
+        return f"The evidence of these sessions does not decide the regime ({label}): memory-bound is assumed."
     return "No decisive regime evidence is stored for these sessions: the regime is unknown (assumed memory-bound)."
 
 
@@ -542,7 +553,7 @@ def judge_regime(
         batch_size=batch_size,
         gamma=gamma,
         knee_batch=knee,
-        source=_source_sentence(override, knee, batch_size, gamma, label, bool(record)),
+        source=_source_sentence(override, knee, batch_size, gamma, label, bool(record), votes),
         override=override,
         sweep=sweep_cls,
         verify=verify_cls,

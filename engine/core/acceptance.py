@@ -20,3 +20,14 @@ def per_position_rates(drafts: float, accepted_by_position: Mapping[int, float])
         rates.append(accepted / reached)
         reached = accepted
     return rates
+
+
+def per_call_rates(per_position: list[float], drafting_fraction: float = 1.0) -> list[float]:
+    """Per-position acceptance per target call: a call that verified no draft accepts nothing at position 1.
+
+    Servers count per-position acceptance over the calls that drafted; a proposer that drafts only sometimes
+    (llama.cpp's n-gram lookup, when it finds a match) yields fewer tokens per call than those rates alone say.
+    """
+    if not per_position:
+        return []
+    return [per_position[0] * min(max(drafting_fraction, 0.0), 1.0), *per_position[1:]]

@@ -7,6 +7,11 @@ from engine.errors import SettingsError
 NGRAM_DEFAULT = (1, 3)  # (min, max) n-gram length for "ngram" without a window
 
 
+def is_ngram(ref: str) -> bool:
+    """Whether a draft reference names n-gram lookup ("ngram" or "ngram:MIN-MAX")."""
+    return ref == "ngram" or ref.startswith("ngram:")
+
+
 def parse_ngram_spec(ref: str) -> tuple[int, int]:
     """(min, max) n-gram window from "ngram" or "ngram:MIN-MAX"; SettingsError when malformed."""
     if ref == "ngram":

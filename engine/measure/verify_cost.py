@@ -1,47 +1,89 @@
-"""Micro-measurements on the real device: the verify cost curve v(k) and a draft's cost ratio c.
+"""Micro-measurements on the real device: the verify cost curve v(k), a k-token forward ÷ a 1-token one.
 
 v(k) is the time of a k-token target forward over a warm KV cache divided by a 1-token one: near 1
 for small k means verifying γ+1 positions is nearly free (memory-bound), near k means it is billed.
+Measured in spectune's loop or in llama.cpp (engine/llamacpp/bench.py), both in interleaved rounds.
 """
 
 from __future__ import annotations
 
 import time
-from statistics import median
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from engine.core.kvcache import crop_to, forward_step, new_cache, sync
 from engine.core.model import LoadedModel
+from engine.llamacpp.bench import batch_times
+from engine.llamacpp.binaries import LlamaBuild
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """v(k) from interleaved rounds: `curve` k → v(k); `spread` k → (lowest, highest) ratio of one round."""
+
+    curve: dict[int, float]
+    spread: dict[int, tuple[float, float]]
+    rounds: int
+
+
+def verify_ks(max_k: int) -> list[int]:
+    """The k's measured: 1, 2, 4, … up to max_k, and max_k itself (the γ+1 actually verified)."""
+    return sorted({k for k in (1, 2, 4, 8, 16) if k <= max_k} | {1, max_k})
+
+
+def from_rounds(times: Mapping[int, Sequence[float]]) -> VerifyCost:
+    """v(k) from per-round timings measured in alternating order: each side's fastest round over the other's.
+
+    A busy machine only ever adds time, so the fastest of several interleaved rounds is the closest to the work
+    itself; the per-round ratios give the spread. A k-token forward does at least the work of a 1-token one:
+    ratios below 1 are timer noise and are clamped."""
+    base = min(times[1])
+    rounds = min(len(samples) for samples in times.values())
+    curve, spread = {}, {}
+    for k, samples in sorted(times.items()):
+        curve[k] = max(1.0, min(samples) / base)
+        ratios = [max(1.0, t / t1) for t, t1 in zip(samples, times[1], strict=False)]
+        spread[k] = (min(ratios), max(ratios))
+    return VerifyCost(curve, spread, rounds)
 
 
 @torch.inference_mode()
-def forward_times(model: LoadedModel, context_ids: list[int], ks: list[int], reps: int = 3) -> dict[int, float]:
-    """Median seconds of a k-token forward appended to a cache holding `context_ids`, for each k."""
+def forward_times(model: LoadedModel, context_ids: list[int], ks: list[int], rounds: int = 5) -> dict[int, list[float]]:
+    """Seconds of a k-token forward appended to a cache holding `context_ids`, one per round for each k, the
+    rounds in alternating order (1, 2, 4, … then … 4, 2, 1) after a warm-up of every shape."""
     cache = new_cache(model.model.config)
     forward_step(model, context_ids, cache, 1)
     base = len(context_ids)
     filler = (context_ids * (max(ks) // max(1, len(context_ids)) + 2))[: max(ks)]
-    times: dict[int, float] = {}
-    for k in ks:
-        forward_step(model, filler[:k], cache, k)  # warm-up for this shape
+
+    def timed(k: int) -> float:
+        sync(model.device)
+        t0 = time.perf_counter()
+        forward_step(model, filler[:k], cache, k)
+        sync(model.device)
+        elapsed = time.perf_counter() - t0
         crop_to(cache, base)
-        samples = []
-        for _ in range(reps):
-            sync(model.device)
-            t0 = time.perf_counter()
-            forward_step(model, filler[:k], cache, k)
-            sync(model.device)
-            samples.append(time.perf_counter() - t0)
-            crop_to(cache, base)
-        times[k] = median(samples)
+        return elapsed
+
+    for k in ks:
+        timed(k)  # warm-up for this shape
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for index in range(rounds):
+        for k in sorted(ks, reverse=index % 2 == 1):
+            times[k].append(timed(k))
     return times
 
 
 def verify_cost_curve(model: LoadedModel, context_ids: list[int], max_k: int, reps: int = 5) -> dict[int, float]:
-    """v(k) = t(k)/t(1) for k = 1, 2, 4, … and max_k (the γ+1 actually verified)."""
-    ks = sorted({k for k in (1, 2, 4, 8, 16) if k <= max_k} | {1, max_k})
-    times = forward_times(model, context_ids, ks, reps)
-    # a k-token forward does at least the work of a 1-token one; ratios below 1 are timer noise
-    # (sub-millisecond forwards of tiny models), so they are clamped rather than believed
-    return {k: max(1.0, times[k] / times[1]) for k in ks}
+    """v(k) = t(k)/t(1) in spectune's loop for k = 1, 2, 4, … and max_k, from `reps` interleaved rounds."""
+    return from_rounds(forward_times(model, context_ids, verify_ks(max_k), reps)).curve
+
+
+def llamacpp_verify_cost_curve(
+    build: LlamaBuild, model: Path, max_k: int, threads: int | None = None, rounds: int = 5
+) -> dict[int, float]:
+    """v(k) in llama.cpp (llama-bench's k-token batches), from `rounds` interleaved rounds."""
+    return from_rounds(batch_times(build, model, verify_ks(max_k), rounds, threads)).curve

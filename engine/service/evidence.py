@@ -194,6 +194,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         session_ids=sorted({int(r["session_id"]) for r in runs}),
         c_hat=c_hat,
         c_hat_source=c_hat_source,
+        drafting_fraction=1.0 if summary.get("drafting_fraction") is None else float(summary["drafting_fraction"]),
         measured_tokens_per_call={
             int(r["gamma"]): float(r["mean_acceptance_length"]) for r in runs if r.get("mean_acceptance_length")
         },

@@ -31,8 +31,9 @@ from engine.analysis.policy_replay import (
 )
 from engine.analysis.recommend import DraftMeasurement, Recommendation, effective_c
 from engine.analysis.theory import MEMORY_BOUND, REGIMES
-from engine.core.policy import ConfidenceStop, FixedGamma, parse_policy
+from engine.core.policy import FixedGamma, parse_policy
 from engine.errors import SpectuneError
+from engine.llamacpp.policy_flags import llamacpp_fields
 
 
 @dataclass
@@ -178,11 +179,13 @@ def session_policies(
     were measured), v(k) the sessions' measured verify cost, the regime the one the recommendation was judged
     in. The policy recommended is the best for the draft and temperature the fixed-γ recommendation chose
     (every draft when that is off)."""
-    from engine.service.evidence import recommend_from_store
+    from engine.service.evidence import choose_engine, recommend_from_store
 
     ids = [session_ids] if isinstance(session_ids, int) else list(session_ids)
+    engine = choose_engine(store, ids, None)
+    llamacpp = engine == "llama.cpp"  # replayed in llama-server's own loop, as its sessions ran
     rec, ev, report = recommend_from_store(
-        store, ids, objective, budget, batch_size, None, regime_override, engine="spectune"
+        store, ids, objective, budget, batch_size, None, regime_override, engine=engine
     )
     regime = _regime(report.label)
     drafts: list[DraftPolicies] = []
@@ -198,10 +201,12 @@ def session_policies(
         calibrated = effective_c(m)
         cost = CostModel(c=calibrated if calibrated is not None else m.c, verify_cost=m.verify_cost or None,
                          c_hat=m.c_hat, regime=regime)  # fmt: skip
-        comparison = compare_policies(traces, cost, m.temperature, objective, budget, max_gamma=max_gamma)
+        comparison = compare_policies(traces, cost, m.temperature, objective, budget, max_gamma=max_gamma,
+                                      llamacpp=llamacpp)  # fmt: skip
         live = live_figures(store, ids, m.name, m.temperature)
         replayed = {r.policy for r in comparison.results}
-        extra = [replay(traces, parse_policy(spec), cost, m.temperature) for spec in live if spec not in replayed]
+        extra = [replay(traces, parse_policy(spec), cost, m.temperature, llamacpp=llamacpp)
+                 for spec in live if spec not in replayed]  # fmt: skip
         if extra:  # live policies outside the grid get replayed too, so every live point has its prediction
             comparison.results = ranked([*comparison.results, *extra], objective, budget)
         drafts.append(DraftPolicies(m.name, m.temperature, comparison, cost, live, m, list(comparison.notes)))
@@ -350,7 +355,10 @@ def prove(store: Any, report: PolicyReport, n: int) -> tuple[int, list[str]]:
     session = store.get_session(report.session_ids[0])
     spec = SessionSpec.from_row(session)
     comparison = report.chosen.comparison
-    picks = [r.policy for r in comparison.top(n + 1) if r.kind != "fixed"][:n]
+    candidates = comparison.top(n + 1)
+    if spec.engine == "llama.cpp":  # only what llama-server runs as is: the best confidence stops
+        candidates = [r for r in comparison.results if llamacpp_fields(r.policy) is not None]
+    picks = [r.policy for r in candidates if r.kind != "fixed"][:n]
     spec.drafts = [report.chosen.draft]
     spec.gammas = [int(comparison.best_fixed.policy.split(":")[1])]
     spec.temperatures = [report.chosen.temperature]
@@ -431,10 +439,7 @@ def run_policy(args: argparse.Namespace) -> tuple[str | None, list[int]]:
         raise SpectuneError(f"--policy {text}: {exc}") from None
     if isinstance(policy, FixedGamma):
         return None, [policy.gamma]
-    if args.engine != "spectune":
-        raise SpectuneError("--policy runs in spectune's loop only: drop --engine llamacpp (bench/bench_policies.py "
-                            "runs llama.cpp with p-min / n-min / n-max)")  # fmt: skip
-    return policy.spec(), []
+    return policy.spec(), []  # validate() refuses what the engine cannot run (llama.cpp: engine.llamacpp.policy_flags)
 
 
 def flatten_policy(flat: dict[str, Any], report: dict[str, Any], spec: str | None) -> dict[str, Any]:
@@ -458,18 +463,6 @@ def flatten_policy(flat: dict[str, Any], report: dict[str, Any], spec: str | Non
 
 
 # ------------------------------------------------------------------------------------------------ llama.cpp
-
-
-def llamacpp_fields(policy: Any) -> dict[str, Any] | None:
-    """llama-server's draft-simple settings for a policy it can run as is (fixed γ; the confidence stop with the
-    unsure token dropped), else None."""
-    if isinstance(policy, str):
-        policy = parse_policy(policy)
-    if isinstance(policy, FixedGamma):
-        return {"draft_n_max": policy.gamma, "draft_n_min": 0, "draft_p_min": 0.0}
-    if isinstance(policy, ConfidenceStop) and not policy.keep_last:
-        return {"draft_n_max": policy.n_max, "draft_n_min": policy.n_min, "draft_p_min": policy.p_min}
-    return None
 
 
 def llamacpp_live(

@@ -1,7 +1,8 @@
 """The same sweep as spectune's own loop, measured in llama.cpp: one llama-server per configuration.
 
-Configurations are the target alone (the baseline), each draft × γ, and n-gram lookup, each a
-llama-server on 127.0.0.1 started with its own flags. All of them run side by side and the prompts go
+Configurations are the target alone (the baseline), each draft × γ, n-gram lookup, and each draft model ×
+speculation policy llama-server can run as is (engine.llamacpp.policy_flags), each a llama-server on 127.0.0.1
+started with its own flags. All of them run side by side and the prompts go
 through them prompt by prompt (baseline, then every configuration), so every speedup is a ratio of
 neighbouring measurements. Per request the server reports its timings and draft counts; its /metrics
 counters before and after give the target calls and the per-position acceptance exactly.
@@ -10,6 +11,10 @@ What llama.cpp cannot give is named, not guessed: β per position (so α as mean
 came from the draft. α is estimated from the mean acceptance length instead (`alpha_from_acceptance_length`).
 c is the draft alone's time per token ÷ the target alone's, both measured by llama-server on the same
 prompts; v(k) comes from llama-bench (engine/llamacpp/bench.py).
+
+A session with policies also records each draft model's trace for the policy replay: the draft, loaded in
+PyTorch (float32), teacher-forced along llama.cpp's own target-alone outputs at temperature 0; each policy run's
+`replayed` figures are that trace replayed in llama-server's loop (engine.analysis.policy_replay, llamacpp=True).
 """
 
 from __future__ import annotations
@@ -21,20 +26,26 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional
+from engine.core.acceptance import per_call_rates
+from engine.core.policy import FixedGamma, SpeculationPolicy
 from engine.core.records import Cancelled, PromptOutput, StepRecord
-from engine.drafts.refs import parse_ngram_spec
-from engine.errors import ModelError
+from engine.drafts.model import ModelDraft
+from engine.drafts.refs import is_ngram, parse_ngram_spec
+from engine.errors import ModelError, SpectuneError
 from engine.llamacpp import client
-from engine.llamacpp.bench import verify_cost_curve
 from engine.llamacpp.binaries import LlamaBuild, find_llama
+from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure import noise
+from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import classify
 from engine.measure.telemetry import LoadMeter
+from engine.measure.verify_cost import llamacpp_verify_cost_curve
 from engine.models.bundled import BUNDLED, assembled_gguf
-from engine.session.spec import SessionSpec, validate
+from engine.models.pool import ModelPool
+from engine.session.spec import SessionSpec, gammas_and_policies, validate, widest_draft
 from engine.session.summary import RunSummary
-from engine.session.sweep import Hooks, PromptText
+from engine.session.sweep import NOT_PUBLIC, Hooks, PromptText, policy_live
 
 ENGINE = "llama.cpp"
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
@@ -60,6 +71,7 @@ class _Config:
 
     key: dict[str, Any]
     server_config: ServerConfig
+    policy: SpeculationPolicy | None = None  # a policy run (its key's γ is 0); None: the baseline or a fixed γ
     server: ManagedServer | None = None
     run: Any = None
     failed: str | None = None
@@ -70,33 +82,49 @@ class _Config:
     counters: client.SpecCounters = field(default_factory=client.SpecCounters)
 
     @property
-    def gamma(self) -> int:
-        return int(self.key["gamma"])
+    def most_drafted(self) -> int:
+        """γ, or the policy's most tokens per step."""
+        return self.policy.max_draft() if self.policy is not None else int(self.key["gamma"])
+
+
+def _draft_server(target: Path, draft: Path, policy: SpeculationPolicy, threads: int | None) -> ServerConfig:
+    """A llama-server drafting with a draft model under a policy it runs as is (a fixed γ or a confidence stop)."""
+    fields = llamacpp_fields(policy)
+    assert fields is not None, f"validate() lets only policies llama.cpp runs through, not {policy.spec()}"
+    return ServerConfig(target, draft=draft, spec_type="draft-simple", threads=threads, **fields)
 
 
 def _configs(spec: SessionSpec, target: Path, threads: int | None) -> tuple[list[_Config], dict[str, Path]]:
-    """The baseline per temperature, then each draft × γ × temperature; and the draft GGUFs (for c)."""
+    """The baseline per temperature, then each draft × γ × temperature, then each draft model × policy ×
+    temperature; and the draft GGUFs (for c)."""
     configs: list[_Config] = []
-    draft_models: dict[str, Path] = {}
+    draft_models = {ref: gguf_for(ref, "draft") for ref in spec.drafts if ref != "none" and not is_ngram(ref)}
+    gammas, policies = gammas_and_policies(spec)
     base = ServerConfig(target, threads=threads)
     for temperature in spec.temperatures:
         configs.append(_Config({"draft": "none", "gamma": 0, "temperature": temperature, "kind": "baseline"}, base))
     for ref in spec.drafts:
         if ref == "none":
             continue
-        for gamma in sorted(set(spec.gammas)):
-            if ref == "ngram" or ref.startswith("ngram:"):
+        for gamma in gammas:
+            if is_ngram(ref):
                 _, longest = parse_ngram_spec(ref)
                 cfg = ServerConfig(target, spec_type="ngram-simple", draft_n_max=gamma, draft_n_min=0,
                                    ngram_size_n=longest, ngram_size_m=gamma, threads=threads)  # fmt: skip
             else:
-                draft_models[ref] = gguf_for(ref, "draft")
-                cfg = ServerConfig(target, draft=draft_models[ref], spec_type="draft-simple", draft_n_max=gamma,
-                                   draft_n_min=0, draft_p_min=0.0, threads=threads)  # fmt: skip
-            for temperature in spec.temperatures:
-                key = {"draft": ref, "gamma": gamma, "temperature": temperature, "kind": "speculative"}
-                configs.append(_Config(key, cfg))
+                cfg = _draft_server(target, draft_models[ref], FixedGamma(gamma), threads)
+            configs += _per_temperature(spec, {"draft": ref, "gamma": gamma}, cfg)
+    for ref, draft in draft_models.items():
+        for policy in policies:  # stored with γ 0: their γ varies step by step
+            cfg = _draft_server(target, draft, policy, threads)
+            configs += _per_temperature(spec, {"draft": ref, "gamma": 0}, cfg, policy)
     return configs, draft_models
+
+
+def _per_temperature(
+    spec: SessionSpec, key: dict[str, Any], cfg: ServerConfig, policy: SpeculationPolicy | None = None
+) -> list[_Config]:
+    return [_Config(key | {"temperature": t, "kind": "speculative"}, cfg, policy) for t in spec.temperatures]
 
 
 def _start(config: _Config, build: LlamaBuild, hooks: Hooks) -> None:
@@ -120,7 +148,8 @@ def _fail(config: _Config, hooks: Hooks, message: str) -> None:
 
 def _label(config: _Config) -> str:
     key = config.key
-    return "baseline" if key["kind"] == "baseline" else f"{key['draft']} γ={key['gamma']} T={key['temperature']}"
+    how = config.policy.spec() if config.policy is not None else f"γ={key['gamma']}"
+    return "baseline" if key["kind"] == "baseline" else f"{key['draft']} {how} T={key['temperature']}"
 
 
 def _request(config: _Config, prompt: str, spec: SessionSpec, temperature: float, n_probs: int) -> tuple[
@@ -153,6 +182,8 @@ def run_llamacpp_sweep(
     hooks.progress(0, total)
     for config in configs:
         config.run = hooks.run_started(config.key | {"engine": ENGINE})
+        if config.policy is not None:
+            config.key["policy"] = config.policy.spec()
     meter = LoadMeter()
     try:
         servers = [*configs, *drafts_alone.values()]
@@ -189,10 +220,14 @@ def run_llamacpp_sweep(
         if spec.measure_verify_cost:
             hooks.phase("measuring v(k) with llama-bench", 0, 1, None)
             try:
-                verify_cost = verify_cost_curve(build, target, max(spec.gammas) + 1, threads)
+                widest = widest_draft(*gammas_and_policies(spec)) + 1
+                verify_cost = llamacpp_verify_cost_curve(build, target, widest, threads)
             except ServerError as exc:
                 notes.append(f"v(k) not measured: {exc}")
-        return _report(spec, build, configs, drafts_alone, baselines, verify_cost, notes, hooks)
+        traces: dict[str, list[dict[str, Any]]] = {}
+        if any(c.policy is not None for c in configs):
+            traces = _draft_traces(spec, list(draft_models), baselines.get(0.0), prompt_texts, hooks, notes)
+        return _report(spec, build, configs, drafts_alone, baselines, verify_cost, notes, hooks, traces)
     finally:
         for config in [*configs, *drafts_alone.values()]:
             if config.server is not None:
@@ -262,7 +297,7 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
     }
     if config.key["kind"] == "baseline":
         return RunSummary(**common)
-    gamma = config.gamma
+    gamma = config.most_drafted
     per_pos = counters.per_position_acceptance()
     mal = counters.mean_acceptance_length()
     pairs = list(zip(baseline.rates, config.rates, strict=False)) if baseline else []
@@ -270,15 +305,21 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
     ngram = str(config.key["draft"]).startswith("ngram")
     cost = 0.0 if ngram else c
     v = verify_cost.get(gamma + 1, 1.0)
+    steps = counters.target_calls
+    drafting = counters.drafts / steps if steps else 1.0
+    per_call = per_call_rates(per_pos, drafting)
     return RunSummary(
         **(common | {"method": "ngram" if ngram else "draft_model"}),
+        mean_drafted_per_step=counters.draft_tokens / steps if steps else None,
+        draft_calls=0 if ngram else draft_forwards(counters, len(config.outputs), config.server_config.draft_p_min),
         alpha=None,
         alpha_from_acceptance_length=alpha_from_mean_accepted(mal, gamma) if mal else None,
         draft_acceptance_rate=counters.draft_acceptance_rate(),
         per_position_acceptance=per_pos,
+        drafting_fraction=drafting,
         c=cost,
         speedup_measured=spread.median if spread else None,
-        speedup_predicted=speedup_positional(per_pos, gamma, cost, v) if per_pos else None,
+        speedup_predicted=speedup_positional(per_call, gamma, cost, v) if per_call else None,
         speedup_spread=spread.to_dict() if spread else None,
     )
 
@@ -286,6 +327,7 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
 def _report(
     spec: SessionSpec, build: LlamaBuild, configs: list[_Config], drafts_alone: dict[str, _Config],
     baselines: dict[float, _Config], verify_cost: dict[int, float], notes: list[str], hooks: Hooks,
+    traces: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any]:  # fmt: skip
     base0 = baselines.get(0.0) or next(iter(baselines.values()))
     target_rate = _median(base0.rates)
@@ -298,14 +340,22 @@ def _report(
         "machine_load": (load := noise.load_summary([r for c in configs for r in c.loads])),
         "machine_note": noise.busy_note(load),
     }  # fmt: skip
+    traced: set[str] = set()
     for config in configs:
         if config.failed is not None:
             report["failed"].append({**config.key, "error": config.failed})
             continue
         baseline = baselines.get(float(config.key["temperature"]))
-        summary = _summary(config, baseline, c_by_draft.get(str(config.key["draft"]), 0.0), verify_cost)
+        ref = str(config.key["draft"])
+        summary = _summary(config, baseline, c_by_draft.get(ref, 0.0), verify_cost)
+        if config.policy is not None:
+            temperature = float(config.key["temperature"])
+            policy_live(summary, config.policy.spec(), traces.get(ref, ()), temperature, verify_cost, llamacpp=True)
+        if ref in traces and ref not in traced:  # kept once per draft, on its first run
+            summary.policy_trace = traces[ref]
+            traced.add(ref)
         hooks.run_finished(config.run, summary)
-        public = config.key | {k: v for k, v in summary.to_dict().items() if k != "verify_cost"} | {
+        public = config.key | {k: v for k, v in summary.to_dict().items() if k not in NOT_PUBLIC} | {
             "outputs": [{"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": None}
                         for o in config.outputs],
             "divergences": config.divergences if config.key["kind"] != "baseline" else None,
@@ -317,6 +367,34 @@ def _report(
     if "baseline" not in report:
         raise ServerError(report["failed"][0]["error"] if report["failed"] else "the baseline was not measured")
     return report
+
+
+def _draft_traces(
+    spec: SessionSpec, drafts: list[str], baseline: _Config | None, texts: list[str], hooks: Hooks, notes: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per draft model, one trace per prompt for the policy replay: the draft in PyTorch (float32) teacher-forced
+    along llama.cpp's own target-alone outputs at temperature 0 (none without that baseline)."""
+    if baseline is None or len(baseline.outputs) != len(texts):
+        notes.append("no policy replay: the target alone was not measured at temperature 0 on every prompt")
+        return {}
+    pool = ModelPool()
+    traces: dict[str, list[dict[str, Any]]] = {}
+    for done, ref in enumerate(drafts):
+        if hooks.should_stop():
+            raise Cancelled()
+        hooks.phase(f"recording {ref}'s trace for the policy replay (PyTorch, float32)", done, len(drafts), None)
+        try:
+            draft = pool.get(ref, "float32", "cpu", spec.trust_remote_code)
+        except SpectuneError as exc:
+            notes.append(f"no policy replay for {ref}: {exc}")
+            continue
+        source = ModelDraft(draft, draft.vocab_size)
+        traces[ref] = [
+            draft_trace(source, draft.tokenizer.encode(text), output.token_ids, spec.max_new_tokens)
+            for text, output in zip(texts, baseline.outputs, strict=True)
+        ]
+        pool.clear()
+    return traces
 
 
 def _median(values: Sequence[float]) -> float:

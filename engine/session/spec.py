@@ -6,8 +6,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.core.policy import FixedGamma, SpeculationPolicy, parse_policy
+from engine.drafts.refs import is_ngram
 from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
+from engine.llamacpp.policy_flags import llamacpp_fields, unmappable
 
 MAX_GAMMA = 64
 
@@ -138,18 +141,48 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
 
 
 def _validate_policies(s: SessionSpec) -> None:
-    """Each policy spec parses (engine.core.policy.parse_policy); policies run in spectune's loop only."""
-    from engine.core.policy import parse_policy
+    """Each policy spec parses (engine.core.policy.parse_policy) and runs in the session's engine: any in spectune's
+    loop; in llama.cpp those that map onto llama-server's flags (engine.llamacpp.policy_flags), with a draft model."""
+    policies = parse_policies(s.policies)
+    if s.engine == "llama.cpp":
+        _validate_llamacpp_policies(s, policies)
+    elif policies and s.engine != "spectune":
+        raise SettingsError("speculation policies run in spectune's loop and llama.cpp: choose one of those engines")
 
-    if s.policies and s.engine != "spectune":
-        raise SettingsError("speculation policies run in spectune's loop only: choose the spectune engine")
-    if not s.gammas and s.engine != "spectune":
-        raise SettingsError("no γ given")
-    for text in s.policies:
-        try:
-            parse_policy(text)
-        except ValueError as exc:
-            raise SettingsError(str(exc)) from None
+
+def _validate_llamacpp_policies(s: SessionSpec, policies: list[SpeculationPolicy]) -> None:
+    for policy in policies:
+        if llamacpp_fields(policy) is None:
+            raise SettingsError(unmappable(policy))
+    gammas, varying = gammas_and_policies(s)
+    model_drafts = [d for d in s.drafts if d != "none" and not is_ngram(d)]
+    if varying and not model_drafts:
+        ngram = " (n-gram lookup has no draft confidence)" if any(is_ngram(d) for d in s.drafts) else ""
+        specs = ", ".join(p.spec() for p in varying)
+        raise SettingsError(f"llama.cpp runs {specs} with a draft model only{ngram}: add a draft model")
+    if not gammas and any(is_ngram(d) for d in s.drafts):
+        raise SettingsError("no γ given for n-gram lookup: llama.cpp runs policies with draft models only")
+
+
+def parse_policies(texts: list[str]) -> list[SpeculationPolicy]:
+    """The policies of a spec, parsed; SettingsError naming the first that does not parse."""
+    try:
+        return [parse_policy(text) for text in texts]
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def gammas_and_policies(s: SessionSpec) -> tuple[list[int], list[SpeculationPolicy]]:
+    """The fixed γs to run (a fixed:G policy is γ = G) and the policies whose γ varies step by step."""
+    policies = parse_policies(s.policies)
+    gammas = sorted({*s.gammas, *(p.gamma for p in policies if isinstance(p, FixedGamma))})
+    return gammas, [p for p in policies if not isinstance(p, FixedGamma)]
+
+
+def widest_draft(gammas: list[int], policies: list[SpeculationPolicy]) -> int:
+    """The most tokens a step verifies, less one, that v(k) is measured for: the largest γ, and each policy's most
+    drafted up to 16 (1 when there are neither)."""
+    return max([*gammas, *(min(p.max_draft(), 16) for p in policies)], default=1)
 
 
 def check_context(prompt_tokens: int, max_new_tokens: int, max_context: int, prompt_label: str) -> None:

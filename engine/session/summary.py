@@ -31,6 +31,7 @@ class RunSummary:
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] = field(default_factory=list)
     proposed_fraction: float | None = None
+    drafting_fraction: float | None = None  # share of target calls that verified a draft (llama.cpp's counters)
     c: float = 0.0
     speedup_measured: float | None = 1.0
     speedup_predicted: float | None = 1.0

@@ -16,7 +16,7 @@ from typing import Any
 from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
-from engine.core.policy import FixedGamma, PolicyRun, parse_policy
+from engine.core.policy import PolicyRun, parse_policy
 from engine.core.proposal import DraftSource, NoDraft
 from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
@@ -28,7 +28,7 @@ from engine.measure.fidelity import classify
 from engine.measure.telemetry import LoadMeter
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.pool import ModelPool
-from engine.session.spec import SessionSpec, check_context, validate
+from engine.session.spec import SessionSpec, check_context, gammas_and_policies, validate, widest_draft
 from engine.session.summary import RunSummary
 
 TOP_LOGITS_K = 16
@@ -164,14 +164,12 @@ def run_sweep(
                 ref, target, lambda r: pool.get(r, settings.dtype, settings.device, settings.trust_remote_code)
             )
     # speculation policies (engine.core.policy) run beside the fixed γs; a fixed:G policy is just γ = G
-    policies = [parse_policy(text) for text in settings.policies]
-    gammas = sorted({*settings.gammas, *(p.gamma for p in policies if isinstance(p, FixedGamma))})
-    policies = [p for p in policies if not isinstance(p, FixedGamma)]
+    gammas, policies = gammas_and_policies(settings)
     combos = [(d, g, t) for d in drafts for g in gammas for t in settings.temperatures]
     policy_combos = [(d, p, t) for d in drafts for p in policies for t in settings.temperatures]
     total = len(prompts) * (1 + len(combos) + len(policy_combos))
     hooks.progress(0, total)
-    max_gamma = max([*gammas, *(min(p.max_draft(), 16) for p in policies)]) if combos or policy_combos else 1
+    max_gamma = widest_draft(gammas, policies) if combos or policy_combos else 1
     if settings.measure_verify_cost:
         clock.start("measuring v(k)", 0, 1)
         verify_cost = verify_cost_curve(target, encoded[0][1], max_gamma + 1)
@@ -410,10 +408,11 @@ def policy_live(
     traces: Sequence[dict[str, Any]] = (),
     temperature: float = 0.0,
     verify_cost: dict[int, float] | None = None,
+    llamacpp: bool = False,
 ) -> RunSummary:
     """A policy run's summary: its figures under `policy_live` (with what the replay of the session's own trace
-    predicted for it, `replayed`), and the columns the fixed-γ recommender reads (α, the measured and predicted
-    speedups, acceptance by position) emptied, since its γ varies per step."""
+    predicted for it, `replayed`: in llama-server's loop when `llamacpp`), and the columns the fixed-γ recommender
+    reads (α, the measured and predicted speedups, acceptance by position) emptied, since its γ varies per step."""
     from engine.analysis.policy_replay import CostModel, replay
 
     steps = summary.steps or 1
@@ -426,7 +425,8 @@ def policy_live(
         "draft_calls": summary.draft_calls, "draft_calls_per_step": (summary.draft_calls or 0) / steps,
     }  # fmt: skip
     try:
-        predicted = replay(traces, parse_policy(spec), CostModel(summary.c, verify_cost), temperature)
+        cost = CostModel(summary.c, verify_cost)
+        predicted = replay(traces, parse_policy(spec), cost, temperature, llamacpp=llamacpp)
         summary.policy_live["replayed"] = {
             "tokens_per_call": predicted.tokens_per_call, "draft_calls_per_step": predicted.draft_calls_per_step,
             "mean_drafted_per_step": predicted.drafted_per_step, "speedup": predicted.predicted_speedup,
@@ -440,13 +440,13 @@ def policy_live(
     return summary
 
 
-_NOT_PUBLIC = ("verify_cost", "policy_trace")  # v(k) is the report's; a trace is stored with its run only
+NOT_PUBLIC = ("verify_cost", "policy_trace")  # v(k) is the report's; a trace is stored with its run only
 
 
 def _public_run(
     key: dict[str, Any], summary: RunSummary, outputs: Sequence[PromptOutput], divergences: list[dict] | None
 ) -> dict[str, Any]:
-    return key | {k: v for k, v in summary.to_dict().items() if k not in _NOT_PUBLIC} | {
+    return key | {k: v for k, v in summary.to_dict().items() if k not in NOT_PUBLIC} | {
         "outputs": [
             {"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": o.from_draft}
             for o in outputs
