@@ -12,8 +12,10 @@ from app import common, data
 from app import policies_view as pv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
+from engine.service.policy_cli import session_policies
 
 SESSION_PARAM = "session"
+NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
 MISSING = "—"
 
 
@@ -221,6 +223,17 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
             table(pd.DataFrame(evidence.engine_comparison(store, ids)), numbers=numbers)
     return engine
+
+
+def policy_section(store: Any, session_ids: list[int], objective: str, budget: float | None, batch_size: int,
+                   regime_override: str | None) -> None:  # fmt: skip
+    """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints)."""
+    st.subheader("Drafting policy: beyond a fixed γ")
+    report = session_policies(store, session_ids, objective, budget, batch_size, regime_override)
+    if not report.drafts:
+        st.caption(md_escape("; ".join(report.notes) or NO_POLICY_TRACE))
+        return
+    policy_headline(report, session_ids)
 
 
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:

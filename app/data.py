@@ -85,7 +85,9 @@ def prompt_set_label(prompt_set: Mapping[str, Any]) -> str:
 def run_label(run: Mapping[str, Any]) -> str:
     if run.get("kind") == "baseline":
         return "baseline (target alone)"
-    return f"{run.get('draft')} γ={run.get('gamma')} T={_num(run.get('temperature'))}"
+    policy = run_policy(run)
+    how = f"policy {policy}" if policy else f"γ={run.get('gamma')}"
+    return f"{run.get('draft')} {how} T={_num(run.get('temperature'))}"
 
 
 def _num(x: Any) -> str:
@@ -135,6 +137,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, flo
 RUN_COLUMNS = [
     "draft",
     "γ",
+    "policy",
     "T",
     "kind",
     "status",
@@ -154,15 +157,32 @@ def baseline_tps(runs: Sequence[Mapping[str, Any]]) -> float | None:
     return base.get("tokens_per_s") if base else None
 
 
+def run_policy(run: Mapping[str, Any]) -> str | None:
+    """The drafting policy a run ran live (None: the baseline or a fixed γ)."""
+    return run.get("policy") or (run.get("summary") or {}).get("policy")
+
+
+def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(measured, predicted) speedup of a run; for a policy run its live figure and what the replay predicted
+    (its columns stay empty so the fixed-γ recommender never reads them as a γ)."""
+    live = (run.get("summary") or {}).get("policy_live") if run_policy(run) else None
+    if not live:
+        return run.get("speedup_measured"), run.get("speedup_predicted")
+    return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
+
+
 def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per run; mean acceptance length is tokens emitted per target call (accepted + 1)."""
     base_tps = baseline_tps(runs)
     rows = []
     for r in runs:
+        policy = run_policy(r)
+        measured, predicted = run_speedups(r)
         rows.append(
             {
                 "draft": r.get("draft"),
-                "γ": r.get("gamma"),
+                "γ": None if policy else r.get("gamma"),
+                "policy": policy,
                 "T": r.get("temperature"),
                 "kind": r.get("kind"),
                 "status": r.get("status"),
@@ -171,11 +191,13 @@ def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "c": r.get("c"),
                 "tokens/s": r.get("tokens_per_s"),
                 "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,
-                "speedup measured": r.get("speedup_measured"),
-                "speedup predicted": r.get("speedup_predicted"),
+                "speedup measured": measured,
+                "speedup predicted": predicted,
             }
         )
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame["γ"] = frame["γ"].astype("Int64")  # whole numbers, a policy run's empty one included
+    return frame
 
 
 def speedup_long(runs: Sequence[Mapping[str, Any]], session_label: str | None = None) -> pd.DataFrame:
@@ -184,9 +206,9 @@ def speedup_long(runs: Sequence[Mapping[str, Any]], session_label: str | None = 
     for r in runs:
         if r.get("kind") == "baseline":
             continue
-        for which, key in (("measured", "speedup_measured"), ("predicted", "speedup_predicted")):
-            if r.get(key) is not None:
-                row = {"config": run_label(r), "which": which, "speedup": float(r[key])}
+        for which, value in zip(("measured", "predicted"), run_speedups(r), strict=True):
+            if value is not None:
+                row = {"config": run_label(r), "which": which, "speedup": float(value)}
                 if session_label is not None:
                     row["session"] = session_label
                 rows.append(row)

@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 
 from engine.analysis.export import FORMATS, POLICY_SUPPORT
-from engine.service.policy_cli import DraftPolicies, PolicyReport, export_best
+from engine.service.policy_cli import DraftPolicies, PolicyReport, export_best, pays
 
 INTRO = (
     "A fixed γ drafts the same number of tokens every step. A **policy** decides per step: stop drafting when the "
@@ -137,6 +137,13 @@ def best_banner(report: PolicyReport, escape: Callable[[Any], str]) -> tuple[str
     if best is None or fixed is None:
         return "No replayable draft trace in these sessions.", False
     gain = report.chosen.comparison.gain
+    if not pays(report.objective, best):
+        return (
+            f"**No policy pays** for {escape(report.chosen.draft)}: the best, {escape(best.policy)}, predicts "
+            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} — serve the target alone "
+            f"(its exports turn speculation off).",
+            False,
+        )
     if best.kind == "fixed":
         return (
             f"**A fixed γ is already as good** for {escape(report.chosen.draft)}: {escape(best.policy)} predicts "

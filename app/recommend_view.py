@@ -52,7 +52,6 @@ FORMAT_LABELS = {
 }
 FORMAT_LANGUAGE = {"vllm": "json", "sglang": "bash", "transformers": "json", "llamacpp": "bash", "spectune": "json"}
 FORMAT_MIME = {"vllm": "application/json", "transformers": "application/json", "spectune": "application/json"}
-NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
 NVML_NOTE = (
     "GPU utilisation (NVML) is deliberately not evidence: it is the share of time *any* kernel was running, so a "
     "batch-1 decode that streams weights and leaves the tensor cores idle reads about 100%. It says nothing about "
@@ -121,6 +120,13 @@ SWEEP_CAPTION = (
     "Flat: extra rows ride on the weight stream (memory-bound). About linear past the knee (red): compute is "
     "saturated. Grey dashed: the serving batch."
 )
+
+
+def regime_heading(regime: str, judged: str) -> str:
+    """'Regime: memory-bound', or '… (assumed: the evidence says unknown)' when the evidence did not decide it."""
+    if judged in (MEMORY_BOUND, COMPUTE_BOUND) or judged == regime:
+        return f"Regime: {regime}"
+    return f"Regime: {regime} (assumed: the evidence says {judged})"
 
 
 def export_caption(rec: Recommendation) -> str:

@@ -38,6 +38,7 @@ def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Target", str(session.get("target") or "—")),
         ("drafts", ", ".join(map(str, session.get("drafts") or [])) or "—"),
         ("γ", ", ".join(map(str, session.get("gammas") or [])) or "—"),
+        *([("policies", ", ".join(policies))] if (policies := (session.get("options") or {}).get("policies")) else []),
         ("T", temps or "—"),
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
         ("weights" if engine == "llama.cpp" else "dtype", weights),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from app import data, prompt_upload, render, run_view, sessions_view, theory_tables
@@ -92,6 +93,23 @@ def test_tables_from_store_dicts_handle_missing_values():
     assert data.utilisation_long([]).empty
     assert data.best_speedup({"summary": None}) is None
     assert data.best_speedup({}, runs) is None
+
+
+def test_a_policy_run_shows_its_policy_and_its_live_and_replayed_speedups():
+    # a policy run is stored with γ 0 and empty speedup columns (kept from the fixed-γ recommender)
+    live = {"policy": "confidence:0.6:8:0", "speedup_measured": 0.56, "replayed": {"speedup": 0.61}}
+    runs = [
+        {"id": 1, "kind": "baseline", "draft": "none", "gamma": 0, "temperature": 0.0, "tokens_per_s": 27.4},
+        {"id": 2, "kind": "speculative", "draft": "qwen2.5-coder-0.5b", "gamma": 0, "temperature": 0.0,
+         "speedup_measured": None, "speedup_predicted": None,
+         "summary": {"policy": "confidence:0.6:8:0", "policy_live": live}},
+    ]  # fmt: skip
+    row = data.runs_frame(runs).iloc[1]
+    assert row["policy"] == "confidence:0.6:8:0" and pd.isna(row["γ"])
+    assert (row["speedup measured"], row["speedup predicted"]) == (0.56, 0.61)
+    assert data.run_label(runs[1]) == "qwen2.5-coder-0.5b policy confidence:0.6:8:0 T=0"
+    long = data.speedup_long(runs)
+    assert list(long["which"]) == ["measured", "predicted"] and list(long["speedup"]) == [0.56, 0.61]
 
 
 def test_fidelity_and_categories_map_outputs_to_prompts():
@@ -213,3 +231,11 @@ def test_per_token_text_hides_special_tokens() -> None:
     ids = tok.encode("def f():", add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
     strings = token_strings(ref, ids)
     assert "".join(strings) == "def f():" and strings[-1] == ""
+
+
+def test_the_regime_heading_says_when_the_regime_was_assumed():
+    from app.recommend_view import regime_heading
+
+    assert regime_heading("compute-bound", "compute-bound") == "Regime: compute-bound"
+    assert regime_heading("memory-bound", "unknown") == "Regime: memory-bound (assumed: the evidence says unknown)"
+    assert regime_heading("memory-bound", "measurement error").endswith("the evidence says measurement error)")

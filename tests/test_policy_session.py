@@ -197,3 +197,19 @@ def test_recommend_page_names_the_best_policy_and_links_to_the_comparison(sessio
     assert {m.label: m.value for m in at.metric}["Best policy"] == report.best.policy  # the CLI's answer
     links = [e.proto for e in at.get("page_link")]
     assert any(link.page == "Policies" and link.query_string == f"session={sid}" for link in links), links
+
+
+def test_the_headline_says_no_policy_pays_when_none_beats_the_target_alone(session):
+    from dataclasses import replace
+
+    from app.policies_view import best_banner
+
+    store, sid, home = session
+    report = session_policies(store, [sid])
+    text, wins = best_banner(report, str)
+    assert "No policy pays" not in text
+    comparison = report.chosen.comparison
+    comparison.best = replace(comparison.best, predicted_speedup=0.9, cost_multiplier=1.3)
+    text, wins = best_banner(report, str)
+    assert not wins and "No policy pays" in text and "0.90×" in text and "serve the target alone" in text
+    assert "Speculation off" in export_best(report, "llamacpp").text  # the export says the same

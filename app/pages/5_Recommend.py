@@ -14,7 +14,6 @@ from app.common import md_escape
 from engine.analysis.export import FORMATS, export, payload_inputs, recommendation_payload
 from engine.errors import SpectuneError
 from engine.service.evidence import recommend_from_store, store_recommendation
-from engine.service.policy_cli import session_policies
 
 common.page_setup("Recommend")
 st.title("🎯 Recommendation and export")
@@ -84,7 +83,7 @@ def show_decision(rec: Any) -> None:
 
 
 def show_regime(rec: Any, ev: Any, report: Any) -> None:
-    st.subheader(f"Regime: {rec.regime}")
+    st.subheader(rv.regime_heading(rec.regime, report.label))
     st.caption(md_escape(report.source))
     left, right = st.columns(2)
     left.markdown("**Evidence**")
@@ -142,15 +141,6 @@ def show_drafts(rec: Any, ev: Any) -> None:
         components.table(rv.schedule_frame(rec.schedule, rec.batch_size, rec.knee_batch))
     right.markdown(rv.schedule_text(rec))
     right.caption("vLLM takes the schedule as num_speculative_tokens_per_batch_size; SGLang and llama.cpp cannot.")
-
-
-def show_policy() -> None:
-    st.subheader("Drafting policy: beyond a fixed γ")
-    report = session_policies(store, chosen_ids, objective, budget, int(batch_size), override)
-    if not report.drafts:
-        st.caption(md_escape("; ".join(report.notes) or rv.NO_POLICY_TRACE))
-        return
-    components.policy_headline(report, chosen_ids)
 
 
 def _save(formats: list[str], files: dict[str, tuple[str, str]], payload: dict[str, Any], key: str) -> None:
@@ -218,7 +208,8 @@ if result is not None:
     for title, show, args in (
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
-        ("the drafting policy", show_policy, ()),
+        ("the drafting policy", components.policy_section, (store, chosen_ids, objective, budget, int(batch_size),
+                                                            override)),
         ("export the recommendation", show_exports, (rec, ev, report)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):

@@ -193,7 +193,7 @@ def session_policies(
     for m in ev.measurements:
         traces = session_traces(store, ids, m.name)
         if not traces:
-            notes.append(f"{m.name}: no trace recorded (a session from before policies, or another tokenizer)")
+            notes.append(f"{m.name}: {_why_no_trace(m, llamacpp)}")
             continue
         if m.temperature > 0 and not any(f"{m.temperature:g}" in (t.get("beta") or {}) for t in traces):
             notes.append(f"{m.name} at T={m.temperature:g}: no β recorded at that temperature")
@@ -219,6 +219,14 @@ def session_policies(
     return PolicyReport(ids, objective, budget, regime, drafts, rec, chosen, ev.target, notes)
 
 
+def _why_no_trace(m: DraftMeasurement, llamacpp: bool) -> str:
+    if llamacpp and m.method == "ngram":
+        return "no policy to replay (llama.cpp's n-gram lookup drafts up to a fixed n-max, without a confidence)"
+    if llamacpp:
+        return "no trace recorded (a session from before policies, or the draft did not load in PyTorch: see its notes)"
+    return "no trace recorded (a session from before policies, or another tokenizer)"
+
+
 def ranked_drafts(drafts: list[DraftPolicies], objective: str) -> list[DraftPolicies]:
     def score(d: DraftPolicies) -> float:
         best = d.comparison.best
@@ -242,6 +250,11 @@ def recommendation_for(report: PolicyReport) -> Recommendation | None:
     return rec
 
 
+def pays(objective: str, result: ReplayResult) -> bool:
+    """Whether a replayed policy beats the target alone under the objective (cost: a lower cost per token)."""
+    return result.cost_multiplier < 1.0 if objective == "cost" else result.predicted_speedup > 1.0
+
+
 def export_best(report: PolicyReport, fmt: str) -> PolicyExport:
     """The recommended policy for one engine (the closest fixed γ where the engine cannot express it); off when
     no replayed policy pays under the objective."""
@@ -250,8 +263,7 @@ def export_best(report: PolicyReport, fmt: str) -> PolicyExport:
     if rec is None or best is None or fixed is None:
         raise SpectuneError("no policy to export: the sessions recorded no replayable trace")
     closest = int(fixed.policy.split(":")[1])
-    pays = best.cost_multiplier < 1.0 if report.objective == "cost" else best.predicted_speedup > 1.0
-    if not pays:
+    if not pays(report.objective, best):
         why = f"Speculation off: no policy replayed pays for {report.objective} (best {best.policy}: " \
               f"{best.predicted_speedup:.2f}×, cost ×{best.cost_multiplier:.2f})."
         return export_policy(replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target)

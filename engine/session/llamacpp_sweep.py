@@ -12,7 +12,7 @@ came from the draft. α is estimated from the mean acceptance length instead (`a
 c is the draft alone's time per token ÷ the target alone's, both measured by llama-server on the same
 prompts; v(k) comes from llama-bench (engine/llamacpp/bench.py).
 
-A session with policies also records each draft model's trace for the policy replay: the draft, loaded in
+A session also records each draft model's trace for the policy replay: the draft, loaded in
 PyTorch (float32), teacher-forced along llama.cpp's own target-alone outputs at temperature 0; each policy run's
 `replayed` figures are that trace replayed in llama-server's loop (engine.analysis.policy_replay, llamacpp=True).
 """
@@ -225,8 +225,9 @@ def run_llamacpp_sweep(
             except ServerError as exc:
                 notes.append(f"v(k) not measured: {exc}")
         traces: dict[str, list[dict[str, Any]]] = {}
-        if any(c.policy is not None for c in configs):
-            traces = _draft_traces(spec, list(draft_models), baselines.get(0.0), prompt_texts, hooks, notes)
+        speculated = [ref for ref in draft_models if any(c.key["draft"] == ref and c.failed is None for c in configs)]
+        if speculated:  # every draft model's trace: the Policies page replays any llama.cpp session
+            traces = _draft_traces(spec, speculated, baselines.get(0.0), prompt_texts, hooks, notes)
         return _report(spec, build, configs, drafts_alone, baselines, verify_cost, notes, hooks, traces)
     finally:
         for config in [*configs, *drafts_alone.values()]:
@@ -387,6 +388,10 @@ def _draft_traces(
             draft = pool.get(ref, "float32", "cpu", spec.trust_remote_code)
         except SpectuneError as exc:
             notes.append(f"no policy replay for {ref}: {exc}")
+            continue
+        if any(t >= draft.vocab_size for output in baseline.outputs for t in output.token_ids):
+            notes.append(f"no policy replay for {ref}: its vocabulary is not the target's")
+            pool.clear()
             continue
         source = ModelDraft(draft, draft.vocab_size)
         traces[ref] = [
