@@ -153,17 +153,23 @@ def test_run_policy_json(tmp_path, capsys):
     assert "--policy confidence:7" in capsys.readouterr().err
 
 
+def open_page(path: str, session_id: int) -> AppTest:
+    """A dashboard page opened on ?session=ID, run once, without an exception."""
+    st.cache_data.clear()
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+    at.query_params.update({"session": str(session_id)})
+    at.switch_page(path)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def test_policies_page(session, monkeypatch):
     store, sid, home = session
     import engine.service.worker_control
 
     monkeypatch.setattr(engine.service.worker_control, "ensure_worker", lambda: "worker running (pid 4242)")
-    st.cache_data.clear()
-    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
-    at.query_params.update({"session": str(sid)})
-    at.switch_page("pages/7_Policies.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("pages/7_Policies.py", sid)
     assert at.title[0].value.endswith("Speculation policies")
     assert [m.label for m in at.metric] == ["Best policy", "Tokens per call", "Predicted speedup", "Gain over fixed γ"]
     assert len(at.get("vega_lite_chart")) == 1
@@ -184,12 +190,7 @@ def test_policies_page(session, monkeypatch):
 
 def test_recommend_page_names_the_best_policy_and_links_to_the_comparison(session):
     store, sid, home = session
-    st.cache_data.clear()
-    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
-    at.query_params.update({"session": str(sid)})
-    at.switch_page("pages/5_Recommend.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("pages/5_Recommend.py", sid)
     assert "Drafting policy: beyond a fixed γ" in [h.value for h in at.subheader]
     labels = [m.label for m in at.metric]
     assert labels[-4:] == ["Best policy", "Tokens per call", "Predicted speedup", "Gain over fixed γ"]
