@@ -434,10 +434,10 @@ def _http(url: str, body: dict | None = None, timeout: float = 600) -> str:
         return response.read().decode()
 
 
-@pytest.mark.real_model
-@pytest.mark.parametrize("method", ["draft_model", "ngram"])
-def test_llama_server_runs_the_export(method: str, tmp_path: Path) -> None:
-    """llama-server build 11434 starts with exactly the exported flags and speculates: drafts ≤ γ per step."""
+@contextlib.contextmanager
+def exported_llama_server(args: list[str], tmp_path: Path) -> Iterator[str]:
+    """llama-server build 11434 on the bundled target with exactly the exported flags (plus host, port, threads,
+    context and metrics); yields its base URL once healthy and stops its process group afterwards."""
     import os
     import signal
     import time
@@ -449,12 +449,6 @@ def test_llama_server_runs_the_export(method: str, tmp_path: Path) -> None:
     assert build.build == LLAMACPP_BUILD
     target_gguf = bundled_gguf_path(TARGET)
     assert target_gguf.is_file(), f"{target_gguf} is not assembled: run `make setup`"
-    if method == "ngram":
-        rec, prompt = ngram_rec(), "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat"
-    else:
-        rec, prompt = CASES["draft-bundled"][0], "def fibonacci(n):\n"
-    args = shlex.split(export(rec, "llamacpp", target=TARGET)[1], comments=True)
-    assert args
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [str(build.server), "-m", str(target_gguf), "--host", "127.0.0.1", "--port", str(port)]
@@ -471,20 +465,40 @@ def test_llama_server_runs_the_export(method: str, tmp_path: Path) -> None:
             except OSError:
                 assert time.time() < deadline, "llama-server did not become healthy"
                 time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
+
+
+def spec_counters(base: str) -> dict[str, float]:
+    """llama-server's speculation counters from /metrics (name -> value)."""
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in _http(f"{base}/metrics").splitlines()
+        if line.startswith("llamacpp:spec_decode_num_")
+    }
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("method", ["draft_model", "ngram"])
+def test_llama_server_runs_the_export(method: str, tmp_path: Path) -> None:
+    """llama-server build 11434 starts with exactly the exported flags and speculates: drafts ≤ γ per step."""
+    if method == "ngram":
+        rec, prompt = ngram_rec(), "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat"
+    else:
+        rec, prompt = CASES["draft-bundled"][0], "def fibonacci(n):\n"
+    args = shlex.split(export(rec, "llamacpp", target=TARGET)[1], comments=True)
+    assert args
+    with exported_llama_server(args, tmp_path) as base:
         done = json.loads(_http(f"{base}/completion", {"prompt": prompt, "n_predict": 24, "temperature": 0}))
         timings = done["timings"]
         assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"], timings
-        counters = {
-            line.split()[0]: float(line.split()[1])
-            for line in _http(f"{base}/metrics").splitlines()
-            if line.startswith("llamacpp:spec_decode_num_")
-        }
+        counters = spec_counters(base)
         drafts = counters["llamacpp:spec_decode_num_drafts_total"]
         draft_tokens = counters["llamacpp:spec_decode_num_draft_tokens_total"]
         assert drafts > 0 and draft_tokens == timings["draft_n"]
         assert draft_tokens <= rec.gamma * drafts  # never more than γ per step
         assert counters["llamacpp:spec_decode_num_accepted_tokens_total"] == timings["draft_n_accepted"]
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-        log.close()
+

@@ -181,3 +181,95 @@ def test_existing_exporters_are_unchanged():
     assert export(rec, "llamacpp", target=TARGET)[1] == export(rec, "llamacpp", target=TARGET)[1]
     args = args_of(export(rec, "llamacpp", target=TARGET)[1])
     assert value(args, "--spec-draft-p-min") == "0" and value(args, "--spec-draft-n-max") == str(rec.gamma)
+
+
+# --- closed loop: the exported policy, applied to transformers' generate(), drafts what spectune's loop drafts -------
+
+
+def tiny_sharp_pair():
+    """The tiny fp32 pair without EOS (a drafted EOS would rightly cut a draft short); the draft's model ref."""
+    from engine.models.tiny import load_tiny
+
+    pair = [load_tiny(ref, dtype="float32") for ref in ("tiny:1:48:2:64", "tiny:1:48:2:64~0.15")]
+    for m in pair:
+        m.model.generation_config.eos_token_id = None
+        m.model.generation_config.pad_token_id = 0
+    return (*pair, "tiny:1:48:2:64~0.15", "AutoModelForCausalLM", "the quick brown fox jumps over the lazy dog. the")
+
+
+def bundled_pair():
+    """The bundled Qwen2.5-Coder pair in fp32 (the draft's confidence varies, unlike a tiny random model's)."""
+    from conftest import REAL_PROMPTS, real_pair
+    from test_export_engines import HF_ORIGIN
+
+    target, draft = real_pair("float32")
+    return target, draft, "qwen2.5-coder-0.5b", HF_ORIGIN["qwen2.5-coder-0.5b"], REAL_PROMPTS[2]
+
+
+@pytest.mark.parametrize(
+    "pair, policy",
+    [pytest.param(tiny_sharp_pair, HeuristicSchedule(3), id="heuristic-tiny"),
+     pytest.param(bundled_pair, ConfidenceStop(0.5, 12, keep_last=True), id="confidence-keep-real",
+                  marks=pytest.mark.real_model)],
+)  # fmt: skip
+def test_transformers_runs_the_exported_policy_as_spectunes_loop_does(pair, policy):
+    """The transformers export of the heuristic schedule and of a confidence stop (assistant_confidence_threshold),
+    applied to generate() in fp32: every step drafts as many tokens as spectune's own loop drafts with that policy
+    on the same prompt, the threshold is the exported one, and the output is the target's alone."""
+    from dataclasses import replace
+
+    import torch
+    from conftest import greedy_config
+    from test_export_engines import closed_loop
+
+    from engine.core.decoder import decode_prompt
+    from engine.core.policy import PolicyRun
+    from engine.drafts.model import ModelDraft
+
+    target, draft, ref, origin, text = pair()
+    rec = draft_rec()
+    rec.model_ref = ref
+    e = export_policy(rec, policy, "transformers", closest_gamma=CLOSEST, target=TARGET)
+    assert e.exact, e.lost
+    doc = json.loads(e.text)
+    objects = {("AutoModelForCausalLM", doc["generate_kwargs"]["assistant_model"]): draft.model}
+    assert doc["generate_kwargs"]["assistant_model"] in (ref, origin)
+    prompt = target.tokenizer(text, return_tensors="pt")
+    new_tokens = 24
+    steps, assisted, alone = closed_loop(doc, target.model, draft.model, objects, prompt["input_ids"], new_tokens)
+    assert torch.equal(assisted, alone)
+    threshold = doc["assistant_generation_config"]["assistant_confidence_threshold"]
+    assert all(s["threshold"] == threshold for s in steps), steps
+
+    ids = prompt["input_ids"][0].tolist()
+    cfg = replace(greedy_config(policy.max_draft(), new_tokens), policy=policy)
+    out, records = decode_prompt(target, ModelDraft(draft, target.vocab_size), ids, cfg, policy_run=PolicyRun(policy))
+    assert out.token_ids == alone[0, len(ids) :].tolist()
+    ours, theirs = [r.gamma for r in records], [s["drafted"] for s in steps]
+    assert len(set(theirs)) > 2, theirs  # the policy varied the draft length: not a fixed γ in disguise
+    # transformers' last step may draft fewer where max_new_tokens leaves less room: compare the others
+    assert len(steps) == len(records) and theirs[:-1] == ours[:-1], (theirs, ours)
+
+
+@pytest.mark.real_model
+def test_llama_server_runs_the_exported_policy_as_spectune_measured_it(tmp_path):
+    """llama-server started with exactly the exported confidence-stop flags drafts as spectune's own llama.cpp run of
+    that policy did (the run its replay was checked against): the same output, drafts, draft and accepted tokens."""
+    from test_export_engines import exported_llama_server
+
+    from engine.llamacpp import client
+    from engine.service.policy_cli import llamacpp_live
+
+    policy = ConfidenceStop(0.6, 8, 0)
+    e = export_policy(bundled(), policy, "llamacpp", closest_gamma=CLOSEST, target=TARGET)
+    assert e.exact, e.lost
+    prompt = "Write a Python function is_even(n) that returns True when n is even."
+    measured = llamacpp_live(policy.spec(), [prompt], 24, threads=2)
+    with exported_llama_server(args_of(e.text), tmp_path) as base:
+        before = client.metrics(base)
+        done = client.complete(base, measured["chat_prompts"][0], 24)
+        counters = client.metrics(base).minus(before)
+    assert done.token_ids == measured["outputs"][0]
+    assert (done.draft_n, done.draft_n_accepted) == (measured["draft_tokens"], measured["accepted"])
+    assert counters.drafts > 0 and counters.draft_tokens <= policy.n_max * counters.drafts
+    assert counters.mean_acceptance_length() == pytest.approx(measured["tokens_per_call"])
