@@ -148,9 +148,9 @@ def main() -> int:
     for c in result["configurations"]:
         s = c["spread"] or {}
         ratio = f"{c['measured_over_predicted']:.2f}" if c["measured_over_predicted"] else "—"
-        print(f"| {c['draft']} γ={c['gamma']} | {c['tokens_per_s']:.2f} | {c['speedup_measured'] or 0:.2f}× | "
-              f"{c['speedup_predicted'] or 0:.2f}× | {ratio} | {s.get('min', 0):.2f}–{s.get('max', 0):.2f} "
-              f"{s.get('verdict', '')} |")  # fmt: skip
+        measured, predicted = (f"{x:.2f}×" if x else "—" for x in (c["speedup_measured"], c["speedup_predicted"]))
+        print(f"| {c['draft']} γ={c['gamma']} | {c['tokens_per_s']:.2f} | {measured} | {predicted} | {ratio} | "
+              f"{s.get('min', 0):.2f}–{s.get('max', 0):.2f} {s.get('verdict', '')} |")  # fmt: skip
     return 0
 
 

@@ -402,3 +402,10 @@ def test_a_proposer_that_drafts_only_on_some_calls_is_predicted_from_those_calls
     always = DraftMeasurement(name="ngram", method="ngram", model_ref=None, alpha=0.02,
                               per_position_acceptance=[1 / 3, 0.0], verify_cost={1: 1.0, 5: 1.0})  # fmt: skip
     assert next(p for p in gamma_curve(always, [4])).expected_tokens == pytest.approx(4 / 3)
+    # a call without a draft verifies one token: it costs v(1) = 1, not v(γ+1)
+    billed = DraftMeasurement(name="ngram", method="ngram", model_ref=None, alpha=0.02,
+                              per_position_acceptance=[1 / 3, 0.0], drafting_fraction=6 / 57,
+                              verify_cost={1: 1.0, 5: 3.0})  # fmt: skip
+    point = next(p for p in gamma_curve(billed, [4]))
+    f = 6 / 57
+    assert point.speedup_predicted == pytest.approx((1 + f / 3) / (f * 3.0 + 1 - f))  # ≈ 0.85, not 1.035/3

@@ -35,7 +35,7 @@ from engine.analysis.theory import (
     expected_tokens_per_call,
     expected_tokens_per_call_positional,
     largest_measured_k,
-    verify_cost_at,
+    verify_cost_per_call,
     walltime_improvement,
 )
 from engine.core.acceptance import per_call_rates
@@ -231,7 +231,7 @@ def calibration(m: DraftMeasurement) -> Calibration | None:
         expected = _expected_tokens(m, gamma)
         if expected <= 0:
             continue
-        v = verify_cost_at(m.verify_cost, gamma + 1)
+        v = verify_cost_per_call(m.verify_cost, gamma + 1, m.drafting_fraction)
         points.append((gamma, float(measured), expected, v))
         num += gamma * (expected / measured - v)
         den += gamma * gamma
@@ -275,7 +275,7 @@ def gamma_curve(m: DraftMeasurement, gammas: Iterable[int] = DEFAULT_GAMMAS) -> 
         if gamma < 1:
             raise ValueError(f"gammas must be >= 1, got {gamma}")
         expected = _expected_tokens(m, gamma)
-        v = verify_cost_at(m.verify_cost, gamma + 1)
+        v = verify_cost_per_call(m.verify_cost, gamma + 1, m.drafting_fraction)
         flags: list[str] = []
         predicted = _bounded(expected / (gamma * m.c + v), gamma, flags)
         ops = (gamma * m.c_hat + gamma + 1.0) / expected if expected > 0 else math.inf

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional
+from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional, verify_cost_per_call
 from engine.core.acceptance import per_call_rates
 from engine.core.policy import FixedGamma, SpeculationPolicy
 from engine.core.records import Cancelled, PromptOutput, StepRecord
@@ -305,9 +305,9 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
     spread = noise.spread_of(noise.ratios(pairs))
     ngram = str(config.key["draft"]).startswith("ngram")
     cost = 0.0 if ngram else c
-    v = verify_cost.get(gamma + 1, 1.0)
     steps = counters.target_calls
     drafting = counters.drafts / steps if steps else 1.0
+    v = verify_cost_per_call(verify_cost or None, gamma + 1, drafting)
     per_call = per_call_rates(per_pos, drafting)
     return RunSummary(
         **(common | {"method": "ngram" if ngram else "draft_model"}),
