@@ -6,7 +6,7 @@ from engine.core.model import LoadedModel
 from engine.core.proposal import DraftSource, NoDraft
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
-from engine.drafts.refs import parse_ngram_spec
+from engine.drafts.refs import is_ngram, parse_ngram_spec
 from engine.drafts.retokenize import RetokenizingDraft, same_tokenizer
 from engine.errors import ModelError
 
@@ -20,7 +20,7 @@ def make_draft(
     """Build the draft source a CLI/UI reference names: 'none', 'ngram', or a model reference."""
     if ref == "none":
         return NoDraft()
-    if ref == "ngram" or ref.startswith("ngram:"):
+    if is_ngram(ref):
         lo, hi = parse_ngram_spec(ref)
         return NgramDraft(max_ngram=hi, min_ngram=lo)
     draft_model = loader(ref)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SettingsError
+from engine.service.jobs import prompt_count
 
 REQUEST_FLUSH_ROWS = 32
 REQUEST_FLUSH_S = 0.5
@@ -69,7 +70,7 @@ class _Terminated(Exception):
 
 
 def server_config(args: argparse.Namespace) -> Any:
-    from engine.drafts.refs import parse_ngram_spec
+    from engine.drafts.refs import is_ngram, parse_ngram_spec
     from engine.llamacpp.server import ServerConfig
     from engine.session.llamacpp_sweep import gguf_for
 
@@ -86,7 +87,7 @@ def server_config(args: argparse.Namespace) -> Any:
     draft = (args.draft or "none").strip()
     if draft == "none":
         return ServerConfig(target, **common)
-    if draft == "ngram" or draft.startswith("ngram:"):
+    if is_ngram(draft):
         _, longest = parse_ngram_spec(draft)
         return ServerConfig(target, spec_type="ngram-simple", draft_n_max=args.gamma, draft_n_min=0,
                             ngram_size_n=longest, ngram_size_m=args.gamma, **common)  # fmt: skip
@@ -226,13 +227,7 @@ def submit_endpoint_session(
 ) -> int:
     """Validate and queue an endpoint session (no request is sent until a worker runs it)."""
     spec = endpoint_spec(endpoint, max_new_tokens, temperature)
-    prompt_set = store.get_prompt_set(prompt_set_id)
-    if prompt_set is None:
-        raise SettingsError(f"prompt set {prompt_set_id} does not exist")
-    available = int(prompt_set.get("n_prompts") or 0)
-    if n_prompts is not None and n_prompts < 1:
-        raise SettingsError(f"number of prompts = {n_prompts}: must be at least 1")
-    count = min(n_prompts or available, available)
+    count = prompt_count(store, prompt_set_id, n_prompts)
     if count < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     named = {"name": name.strip()} if name and name.strip() else {"name": f"endpoint {spec.target}"[:200]}

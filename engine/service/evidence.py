@@ -14,7 +14,7 @@ from typing import Any
 from engine.analysis.recommend import UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.theory import REGIMES, measured_verify_points
-from engine.drafts.refs import parse_ngram_spec
+from engine.drafts.refs import is_ngram, parse_ngram_spec
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
@@ -171,7 +171,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
     verify: dict[int, float] = {}
     for r in runs:
         verify |= measured_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))
-    method = "ngram" if draft.startswith("ngram") else "draft_model"
+    method = "ngram" if is_ngram(draft) else "draft_model"
     window = {}
     if method == "ngram":
         lo, hi = parse_ngram_spec(draft)

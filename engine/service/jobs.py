@@ -10,6 +10,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from engine.drafts.refs import is_ngram
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
 from engine.session.spec import SessionSpec, validate
@@ -39,7 +40,7 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
         return None
     if role == "draft" and ref == "none":
         return None
-    if role == "draft" and (ref == "ngram" or ref.startswith("ngram:")):
+    if role == "draft" and is_ngram(ref):
         from engine.drafts.refs import parse_ngram_spec
 
         try:
@@ -92,6 +93,17 @@ def validate_submission(settings: SessionSpec, n_prompts: int) -> None:
             raise ModelError(problem)
 
 
+def prompt_count(store: Any, prompt_set_id: int, n_prompts: int | None) -> int:
+    """How many prompts of the set a session decodes: n_prompts (all when None), at most the set's size."""
+    prompt_set = store.get_prompt_set(prompt_set_id)
+    if prompt_set is None:
+        raise SettingsError(f"prompt set {prompt_set_id} does not exist")
+    available = int(prompt_set.get("n_prompts") or 0)
+    if n_prompts is not None and n_prompts < 1:
+        raise SettingsError(f"number of prompts = {n_prompts}: must be at least 1")
+    return min(n_prompts or available, available)
+
+
 def submit_session(
     store: Any,
     settings: SessionSpec,
@@ -100,13 +112,7 @@ def submit_session(
     name: str | None = None,
 ) -> int:
     """Validate and queue a session; raises SettingsError/ModelError with one clear line."""
-    prompt_set = store.get_prompt_set(prompt_set_id)
-    if prompt_set is None:
-        raise SettingsError(f"prompt set {prompt_set_id} does not exist")
-    available = int(prompt_set.get("n_prompts") or 0)
-    if n_prompts is not None and n_prompts < 1:
-        raise SettingsError(f"number of prompts = {n_prompts}: must be at least 1")
-    count = min(n_prompts or available, available)
+    count = prompt_count(store, prompt_set_id, n_prompts)
     validate_submission(settings, count)
     named = {"name": name.strip()} if name and name.strip() else {}
     return store.create_session(**named, **settings.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)

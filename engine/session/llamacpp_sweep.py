@@ -303,7 +303,7 @@ def _summary(config: _Config, baseline: _Config | None, c: float, verify_cost: d
     mal = counters.mean_acceptance_length()
     pairs = list(zip(baseline.rates, config.rates, strict=False)) if baseline else []
     spread = noise.spread_of(noise.ratios(pairs))
-    ngram = str(config.key["draft"]).startswith("ngram")
+    ngram = is_ngram(str(config.key["draft"]))
     cost = 0.0 if ngram else c
     steps = counters.target_calls
     drafting = counters.drafts / steps if steps else 1.0
