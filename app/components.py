@@ -226,10 +226,12 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
 
 
 def policy_section(store: Any, session_ids: list[int], objective: str, budget: float | None, batch_size: int,
-                   regime_override: str | None) -> None:  # fmt: skip
-    """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints)."""
+                   regime_override: str | None, engine: str, recommended: tuple) -> None:  # fmt: skip
+    """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints),
+    from the measurements of `engine` and the recommendation the page already computed from them."""
     st.subheader("Drafting policy: beyond a fixed γ")
-    report = session_policies(store, session_ids, objective, budget, batch_size, regime_override)
+    report = session_policies(store, session_ids, objective, budget, batch_size, regime_override, engine=engine,
+                              recommended=recommended)  # fmt: skip
     if not report.drafts:
         st.caption(md_escape("; ".join(report.notes) or NO_POLICY_TRACE))
         return

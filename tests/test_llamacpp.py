@@ -172,7 +172,9 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
 
 
 @pytest.mark.real_model  # the draft's trace is recorded in PyTorch (float32)
-def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(tmp_path: Path, monkeypatch) -> None:
+def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     """γ 4 and `confidence:0.6:8:0` (--spec-draft-p-min 0.6, n-max 8, n-min 0) in one llama.cpp session, through the
     worker and the store: the policy run's live figures, its replayed ones (llama.cpp's own target-alone output,
     replayed in its loop) within 10% where its outputs are the baseline's, and the replay table marking it live."""
@@ -204,6 +206,12 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(tmp_
     report = session_policies(store, sid)
     rows = [row for d in report.drafts for row in d.rows() if row["policy"] == policy]
     assert rows and rows[0]["live"] and rows[0]["live_tokens_per_call"] == pytest.approx(live["tokens_per_call"])
+    from engine.service import cli
+
+    # `recommend --engine llamacpp` names the best policy replayed from this llama.cpp session, as the page does
+    assert cli.main(["recommend", "--session", str(sid), "--engine", "llamacpp"]) == 0
+    printed = capsys.readouterr().out
+    assert f"policy: {report.chosen.draft} {report.best.policy} " in printed, printed
     new_id, specs = prove(store, report, 2)  # proving a llama.cpp session queues only what llama-server runs
     assert specs and all(llamacpp_fields(s) is not None for s in specs)
     assert SessionSpec.from_row(store.get_session(new_id)).engine == "llama.cpp"

@@ -214,3 +214,11 @@ def test_the_headline_says_no_policy_pays_when_none_beats_the_target_alone(sessi
     text, wins = best_banner(report, str)
     assert not wins and "No policy pays" in text and "0.90×" in text and "serve the target alone" in text
     assert "Speculation off" in export_best(report, "llamacpp").text  # the export says the same
+
+
+def test_the_recommend_page_s_recommendation_is_reused_not_computed_again(session):
+    store, sid, home = session
+    computed = recommend_from_store(store, [sid], "latency", engine="spectune")
+    report = session_policies(store, [sid], engine="spectune", recommended=computed)
+    assert report.recommendation is computed[0]
+    assert report.best.policy == session_policies(store, [sid]).best.policy  # the same answer as computed afresh

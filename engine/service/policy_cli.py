@@ -172,19 +172,23 @@ def session_policies(
     batch_size: int = 1,
     regime_override: str | None = None,
     max_gamma: int = 32,
+    engine: str | None = None,
+    recommended: tuple[Recommendation, Any, Any] | None = None,
 ) -> PolicyReport:
     """Replay every policy for every draft × temperature of the sessions; recommend one for the objective.
 
     c is the draft cost the fixed-γ recommender calibrated to the measured speedups (its profiled c when none
     were measured), v(k) the sessions' measured verify cost, the regime the one the recommendation was judged
     in. The policy recommended is the best for the draft and temperature the fixed-γ recommendation chose
-    (every draft when that is off)."""
+    (every draft when that is off). `engine` is whose measurements to use (default: evidence.choose_engine);
+    `recommended`, the (recommendation, evidence, regime report) a caller already computed from the same inputs
+    and engine, is used as it is instead of computing it again."""
     from engine.service.evidence import choose_engine, recommend_from_store
 
     ids = [session_ids] if isinstance(session_ids, int) else list(session_ids)
-    engine = choose_engine(store, ids, None)
+    engine = choose_engine(store, ids, engine)
     llamacpp = engine == "llama.cpp"  # replayed in llama-server's own loop, as its sessions ran
-    rec, ev, report = recommend_from_store(
+    rec, ev, report = recommended or recommend_from_store(
         store, ids, objective, budget, batch_size, None, regime_override, engine=engine
     )
     regime = _regime(report.label)
@@ -383,17 +387,18 @@ def prove(store: Any, report: PolicyReport, n: int) -> tuple[int, list[str]]:
 def cmd_recommend(args: argparse.Namespace) -> int:
     """`recommend`, then the best speculation policy for the objective (and its export with --policy-export)."""
     from engine.service import queue_cli
+    from engine.service.evidence import choose_engine
     from engine.service.jobs import open_app_store
+    from engine.session.spec import engine_from_cli
 
     code = queue_cli.cmd_recommend(args)
     if code != 0 or (args.export and args.out is None):
         return code  # the export went to stdout: nothing may follow it
-    engine = getattr(args, "engine", None)
-    if engine not in (None, "spectune"):
-        return code
+    engine = engine_from_cli(args.engine) if getattr(args, "engine", None) else None
     store = open_app_store()
     try:
-        report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime)
+        report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
+                                  engine=choose_engine(store, args.session, engine, args.export))  # fmt: skip
     except SpectuneError as exc:
         print(f"policy: not available ({exc})")
         return code
