@@ -236,6 +236,8 @@ def policy_section(store: Any, session_ids: list[int], objective: str, budget: f
         st.caption(md_escape("; ".join(report.notes) or NO_POLICY_TRACE))
         return
     policy_headline(report, session_ids)
+    for note in report.notes:  # drafts without a replay (llama.cpp's n-gram lookup, sessions from before policies)
+        st.caption(f"ℹ️ {md_escape(note)}")
 
 
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
