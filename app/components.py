@@ -12,7 +12,7 @@ from app import common, data
 from app import policies_view as pv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
-from engine.service.policy_cli import session_policies
+from engine.service.policies import session_policies
 
 SESSION_PARAM = "session"
 NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
@@ -218,8 +218,8 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     ids = [int(s["id"]) for s in sessions]
     engine = evidence.choose_engine(store, ids, None)
     if len({evidence.session_engine(dict(s)) for s in sessions}) > 1:
-        engine = st.radio("Recommend from the measurements of", evidence.ENGINES, horizontal=True, key="rec_engine",
-                          index=evidence.ENGINES.index(engine), help=help_text)  # fmt: skip
+        engine = st.radio("Recommend from the measurements of", evidence.RECOMMEND_ENGINES, horizontal=True,
+                          key="rec_engine", index=evidence.RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
             table(pd.DataFrame(evidence.engine_comparison(store, ids)), numbers=numbers)
     return engine
@@ -242,7 +242,7 @@ def policy_section(store: Any, session_ids: list[int], objective: str, budget: f
 
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
     """The speculation policy recommended for the objective and its gain over the best fixed γ (a PolicyReport
-    from engine.service.policy_cli.session_policies); with ``session_ids``, a link to the whole comparison."""
+    from engine.service.policies.session_policies); with ``session_ids``, a link to the whole comparison."""
     text, wins = pv.best_banner(report, md_escape)
     (st.success if wins else st.info)(text, icon="🧭" if wins else "📏")
     for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):

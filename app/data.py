@@ -151,9 +151,12 @@ RUN_COLUMNS = [
 ]
 
 
-def baseline_tps(runs: Sequence[Mapping[str, Any]]) -> float | None:
-    """The session's target-alone tokens/s, from its baseline run."""
-    base = next((r for r in runs if r.get("kind") == "baseline"), None)
+def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: float | None = None) -> float | None:
+    """The session's target-alone tokens/s: its baseline at `temperature` (a session measures one per temperature),
+    else its first baseline."""
+    bases = [r for r in runs if r.get("kind") == "baseline"]
+    base = next((r for r in bases if temperature is not None and r.get("temperature") == temperature), None)
+    base = base or next(iter(bases), None)
     return base.get("tokens_per_s") if base else None
 
 
@@ -173,7 +176,6 @@ def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
 
 def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per run; mean acceptance length is tokens emitted per target call (accepted + 1)."""
-    base_tps = baseline_tps(runs)
     rows = []
     for r in runs:
         policy = run_policy(r)
@@ -190,7 +192,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "mean acceptance length": r.get("mean_acceptance_length"),
                 "c": r.get("c"),
                 "tokens/s": r.get("tokens_per_s"),
-                "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,
+                "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
                 "speedup measured": measured,
                 "speedup predicted": predicted,
             }
@@ -220,7 +222,6 @@ def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Map
     rows = []
     for s in sessions:
         runs = runs_by_session.get(s["id"], [])
-        base_tps = baseline_tps(runs)
         for r in runs:
             if r.get("kind") == "baseline":
                 continue
@@ -232,7 +233,7 @@ def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Map
                     "α": r.get("alpha"),
                     "c": r.get("c"),
                     "tokens/s": r.get("tokens_per_s"),
-                    "baseline tokens/s": r.get("baseline_tokens_per_s") or base_tps,
+                    "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
                     "speedup measured": r.get("speedup_measured"),
                     "speedup predicted": r.get("speedup_predicted"),
                 }

@@ -15,6 +15,7 @@ import pandas as pd
 
 from engine.endpoint.report import compare, request_stats
 from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
+from engine.engines import registry
 
 KIND_LABELS = {"auto": "detect", "vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp",
                "openai": "other OpenAI-compatible"}  # fmt: skip
@@ -52,7 +53,7 @@ def endpoint_settings(
 def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_prompts: int, max_new_tokens: int,
            name: str) -> int:  # fmt: skip
     from engine.errors import SettingsError
-    from engine.service.endpoint_cli import submit_endpoint_session
+    from engine.service.endpoint_sessions import submit_endpoint_session
 
     if prompt_set_id is None:
         raise SettingsError("choose a prompt set first (import one on the Prompts page)")
@@ -82,7 +83,7 @@ def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
-    return (session.get("options") or {}).get("engine") == "endpoint"
+    return registry.get(str((session.get("options") or {}).get("engine") or "spectune")).measures_a_deployment
 
 
 def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

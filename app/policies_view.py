@@ -1,6 +1,6 @@
 """The Policies page's logic: frames, charts and words for the speculation-policy comparison (no Streamlit here).
 
-The numbers come from engine.service.policy_cli.session_policies, the same replay `python -m engine policies`
+The numbers come from engine.service.policies.session_policies, the same replay `python -m engine policies`
 prints: every policy of the grid replayed from the session's recorded draft trace, with what the session ran
 live beside it.
 """
@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 
 from engine.analysis.export import FORMATS, POLICY_SUPPORT
-from engine.service.policy_cli import DraftPolicies, PolicyReport, export_best, pays
+from engine.service.policies import DraftPolicies, PolicyReport, export_best, pays
 
 INTRO = (
     "A fixed γ drafts the same number of tokens every step. A **policy** decides per step: stop drafting when the "

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import data
+from engine.core.counters import draft_acceptance_rate, tokens_per_call
+from engine.engines import registry
 from engine.errors import SettingsError
-from engine.llamacpp.binaries import llama_status
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.session.spec import SessionSpec
 
@@ -61,23 +62,18 @@ def quantisation(target: str) -> str | None:
     return found.group(1) if found else None
 
 
-ENGINE_LABELS = {"spectune": "spectune (PyTorch loop)", "llama.cpp": "llama.cpp (llama-server)"}
+ENGINE_LABELS = {name: registry.get(name).label for name in registry.sweep_engines()}
 
 
 def engine_note(engine: str) -> tuple[bool, str]:
-    """(usable, one line) for the engine choice: the llama-server build, or why llama.cpp cannot run here."""
-    if engine != "llama.cpp":
-        return True, "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
-    build, line = llama_status()
-    if build is None:
-        return False, f"llama.cpp is not available: {line}"
-    return True, f"{line}: c, v(k) and speed as llama.cpp measures them; β per position is not reported."
+    """(usable, one line) for the engine choice: what it measures, or why it cannot run here."""
+    return registry.get(engine).availability()
 
 
 def target_note(target: str, dtype: str, engine: str = "spectune") -> str | None:
     """What the engine does with a GGUF target's weights; None for anything that is not a GGUF."""
-    if engine == "llama.cpp":
-        return f"{target}: served by llama-server from its GGUF as it is (quantised, no dequantisation)"
+    if registry.get(engine).fixed_weights:
+        return f"{target}: served from its {registry.get(engine).fixed_weights}, no dequantisation"
     if target in BUNDLED:
         quant = quantisation(target)
         return f"{target}: GGUF {quant + ', ' if quant else ''}dequantised to {dtype} for this engine"
@@ -326,8 +322,8 @@ def _totals_numbers(totals: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "steps": totals["steps"],
         "tokens_per_s": totals["emitted"] / busy if busy > 0 else None,
-        "draft_acceptance_rate": totals["accepted"] / totals["proposed"] if totals["proposed"] else None,
-        "mean_acceptance_length": totals["emitted"] / totals["target_calls"] if totals["target_calls"] else None,
+        "draft_acceptance_rate": draft_acceptance_rate(totals["proposed"], totals["accepted"]),
+        "mean_acceptance_length": tokens_per_call(totals["emitted"], totals["target_calls"]),
     }
 
 
@@ -539,7 +535,7 @@ def measurement_costs(
     """Seconds the optional measurements are likely to take on this machine: {"verify": s, "regime": s,
     "source": text}. From the newest finished session with this target and dtype: its measured phase times,
     else estimates from its baseline's step time; None where nothing is known yet."""
-    from engine.session.sweep import batch_sweep_eta_s, verify_cost_eta_s
+    from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 
     for session in sessions:
         summary = session.get("summary") or {}

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from app import data
+from engine.engines import registry
 
 RUN_NUMBERS = {
     "α": "%.3f",
@@ -32,7 +33,8 @@ def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the line under a session's title; missing values are "—"."""
     temps = ", ".join(f"{float(t):g}" for t in session.get("temperatures") or [])
     engine = str((session.get("options") or {}).get("engine") or "spectune")
-    weights = "GGUF as it is (quantised)" if engine == "llama.cpp" else str(session.get("dtype") or "—")
+    fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
+    weights = fixed or str(session.get("dtype") or "—")
     return [
         ("engine", engine),
         ("Target", str(session.get("target") or "—")),
@@ -41,7 +43,7 @@ def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
         *([("policies", ", ".join(policies))] if (policies := (session.get("options") or {}).get("policies")) else []),
         ("T", temps or "—"),
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
-        ("weights" if engine == "llama.cpp" else "dtype", weights),
+        ("weights" if fixed else "dtype", weights),
         ("prompts", f"{_or_dash(session.get('n_prompts'))} (set #{_or_dash(session.get('prompt_set_id'))})"),
     ]
 

@@ -6,7 +6,7 @@ alone decoding the same prompts (tiny model, greedy). Two schedules, each starti
 
 * sequential (how the sweep measured before): every prompt as the baseline, then every prompt as the
   candidate; speedup = candidate tokens/s ÷ baseline tokens/s over all prompts;
-* interleaved (engine.session.sweep.run_sweep now): for each prompt the baseline, then the candidate right
+* interleaved (engine.session.sweep.run_sweep, every engine): for each prompt the baseline, then the candidate right
   after it; speedup = the median of the per-prompt ratios, with their spread and verdict
   (engine.measure.noise.spread_of, the same code the sweep uses).
 

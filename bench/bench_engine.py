@@ -31,9 +31,9 @@ from engine.core.sampling import SamplingConfig  # noqa: E402
 from engine.drafts.model import ModelDraft  # noqa: E402
 from engine.measure import stats as metrics  # noqa: E402
 from engine.measure.verify_cost import verify_cost_curve  # noqa: E402
+from engine.models.chat import encode_prompt  # noqa: E402
 from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
-from engine.session.sweep import encode_prompt  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 

@@ -51,9 +51,9 @@ def baseline_ratio(prompts: list[tuple[str, str]], new_tokens: int) -> dict:
     from engine.llamacpp import client
     from engine.llamacpp.server import ManagedServer, ServerConfig
     from engine.measure.noise import ratios, spread_of
+    from engine.models.bundled import gguf_for
+    from engine.models.chat import encode_prompt
     from engine.models.pool import ModelPool
-    from engine.session.llamacpp_sweep import gguf_for
-    from engine.session.sweep import encode_prompt
 
     target = ModelPool().get(TARGET, "bfloat16")
     cfg = DecodeConfig(0, SamplingConfig(0.0), new_tokens)

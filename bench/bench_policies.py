@@ -97,8 +97,8 @@ def main() -> int:
     from engine.drafts.model import ModelDraft
     from engine.measure.agreement import draft_trace
     from engine.measure.verify_cost import verify_cost_curve
+    from engine.models.chat import encode_prompt
     from engine.models.pool import ModelPool
-    from engine.session.sweep import encode_prompt
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -166,7 +166,8 @@ def main() -> int:
 
     llama = None
     if args.llamacpp:
-        from engine.service.policy_cli import llamacpp_fields, llamacpp_live
+        from engine.llamacpp.policy_flags import llamacpp_fields
+        from engine.service.llamacpp_live import llamacpp_live
 
         texts = [prompts[cat][0] for cat in enc]
         llama = {"target": llamacpp_live(None, texts, n)}

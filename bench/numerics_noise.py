@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 from engine.core.kvcache import crop_to, forward_step, new_cache  # noqa: E402
 from engine.measure.fidelity import TOLERANCE  # noqa: E402
+from engine.models.chat import encode_prompt  # noqa: E402
 from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
-from engine.session.sweep import encode_prompt  # noqa: E402
 
 K = 9
 

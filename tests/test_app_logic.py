@@ -239,3 +239,16 @@ def test_the_regime_heading_says_when_the_regime_was_assumed():
     assert regime_heading("compute-bound", "compute-bound") == "Regime: compute-bound"
     assert regime_heading("memory-bound", "unknown") == "Regime: memory-bound (assumed: the evidence says unknown)"
     assert regime_heading("memory-bound", "measurement error").endswith("the evidence says measurement error)")
+
+
+def test_each_run_is_shown_beside_the_baseline_at_its_own_temperature() -> None:
+    from app.data import runs_frame
+
+    runs = [
+        {"kind": "baseline", "draft": "none", "gamma": 0, "temperature": 0.0, "tokens_per_s": 10.0},
+        {"kind": "baseline", "draft": "none", "gamma": 0, "temperature": 0.8, "tokens_per_s": 5.0},
+        {"kind": "speculative", "draft": "ngram", "gamma": 2, "temperature": 0.8, "tokens_per_s": 7.5},
+        {"kind": "speculative", "draft": "ngram", "gamma": 2, "temperature": 0.0, "tokens_per_s": 12.0},
+    ]
+    frame = runs_frame(runs)
+    assert list(frame["baseline tokens/s"]) == [10.0, 5.0, 5.0, 10.0]

@@ -3,7 +3,8 @@
     app  ->  engine/service  ->  store  ->  foundation
     engine: service -> session -> analysis -> measure -> {drafts, models} -> core   (and all -> foundation)
 
-Only engine/service/ touches the store; the app never does directly; foundation/ imports nothing of ours.
+Only engine/service/ touches the store; the app never does directly, and calls engine.service's API modules,
+never its command-line ones (cli, *_cli); foundation/ imports nothing of ours.
 Imports are read with ast from every file, function-local imports and importlib.import_module("...") calls
 included; the store's independence from the engine and the app is also checked by really importing every
 store module in a fresh interpreter. A failure lists every offending import as path:line.
@@ -188,6 +189,36 @@ def test_app_never_imports_the_store_directly() -> None:
     assert bad == [], report(bad, "app/ reaches the store through engine.service, never directly")
 
 
+def is_cli_module(target: str) -> bool:
+    """Whether dotted `target` is (or is inside) a command-line module of the engine: cli, *_cli, __main__."""
+    parts = target.split(".")
+    return parts[0] == "engine" and any(p in ("cli", "__main__") or p.endswith("_cli") for p in parts[1:])
+
+
+def cli_imports(imports: list[Import]) -> list[Import]:
+    return [imp for imp in imports if is_cli_module(imp.target)]
+
+
+def test_the_cli_rule_names_file_and_line() -> None:
+    source = (
+        "from engine.service.policies import session_policies\n"
+        "def f():\n"
+        "    from engine.service.policy_cli import run_policy\n"
+        "    from engine.service import cli\n"
+        "import engine.service.evidence\n"
+    )
+    found = cli_imports(imports_in(source, Path("app/probe.py"), "app.probe"))
+    assert [str(imp) for imp in found] == [
+        "app/probe.py:3: app.probe function-local imports engine.service.policy_cli.run_policy",
+        "app/probe.py:4: app.probe function-local imports engine.service.cli",
+    ]
+
+
+def test_app_imports_no_cli_module() -> None:
+    bad = cli_imports(all_imports("app"))
+    assert bad == [], report(bad, "app/ calls the service API (engine.service.*), never a command-line module (*_cli)")
+
+
 def test_foundation_imports_nothing_of_ours() -> None:
     bad = [imp for imp in all_imports("foundation") if within(imp.target, "store", "engine", "app")]
     assert bad == [], report(bad, "foundation/ is the leaf: it imports none of store, engine, app")
@@ -200,13 +231,24 @@ def test_foundation_imports_nothing_of_ours() -> None:
 # analysis, service, session; analysis neither service nor session; session not service.
 ENGINE_RANK = {
     "core": 0, "drafts": 1, "models": 1, "llamacpp": 1, "measure": 2, "endpoint": 2, "analysis": 3, "session": 4,
-    "service": 5,
+    "engines": 5, "service": 6,
 }  # fmt: skip
-ENGINE_SHARED = ("engine.errors", "engine.prompts")  # plain modules any engine package may use
+ENGINE_SHARED = ("engine.errors", "engine.prompts")  # modules or packages any engine package may use, not layers
+
+
+def shared_files(module: str) -> list[Path]:
+    """The files of a shared engine module: engine/x.py, or every file of the package engine/x/."""
+    path = ROOT / module.replace(".", "/")
+    if (path / "__init__.py").is_file():
+        return python_files(str(path.relative_to(ROOT)))
+    assert path.with_suffix(".py").is_file(), f"{module} is in ENGINE_SHARED but is neither a module nor a package"
+    return [path.with_suffix(".py")]
 
 
 def test_engine_packages_are_the_documented_layers() -> None:
-    packages = sorted(p.parent.name for p in (ROOT / "engine").glob("*/__init__.py"))
+    packages = sorted(
+        p.parent.name for p in (ROOT / "engine").glob("*/__init__.py") if f"engine.{p.parent.name}" not in ENGINE_SHARED
+    )
     assert packages == sorted(ENGINE_RANK), "a new engine package: give it a rank here and a line in README.md"
 
 
@@ -221,7 +263,8 @@ def test_engine_shared_modules_import_no_engine_package() -> None:
     bad = [
         imp
         for module in ENGINE_SHARED
-        for imp in imports_of(ROOT / (module.replace(".", "/") + ".py"))
+        for path in shared_files(module)
+        for imp in imports_of(path)
         if within(imp.target, *(f"engine.{n}" for n in ENGINE_RANK))
     ]
     assert bad == [], report(bad, f"{', '.join(ENGINE_SHARED)} sit below every engine package")

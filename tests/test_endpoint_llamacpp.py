@@ -23,10 +23,10 @@ import pytest
 from engine.endpoint.load import Sweep
 from engine.endpoint.settings import Endpoint, SweepLimits
 from engine.llamacpp.server import ManagedServer, ServerConfig
+from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
-from engine.service.endpoint_cli import submit_endpoint_session
+from engine.service.endpoint_sessions import submit_endpoint_session
 from engine.service.worker import run_session
-from engine.session.llamacpp_sweep import gguf_for
 from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]

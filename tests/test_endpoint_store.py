@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from engine.endpoint.standin import StandIn
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
-from engine.service.endpoint_cli import endpoint_spec, submit_endpoint_session
+from engine.service.endpoint_sessions import endpoint_spec, submit_endpoint_session
 from engine.service.worker import run_session
 from engine.session.spec import SessionSpec
 

@@ -1,4 +1,5 @@
-"""The sweep interleaves at the prompt level: for each prompt the baseline, then every configuration.
+"""The sweep interleaves at the prompt level: for each prompt the baseline, then every other configuration in an
+order that rotates from prompt to prompt.
 
 Recorded through the hooks on the tiny fp32 pair: the order of decodes, every run open at once, a phase
 for each part of the sweep, per-prompt speedups with their spread, the machine's load, the fidelity
@@ -13,9 +14,11 @@ from typing import Any
 import pytest
 
 from engine.core.records import Cancelled
+from engine.engines.registry import sweep
 from engine.measure.noise import Spread, is_noisy
+from engine.session.hooks import Hooks
+from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
-from engine.session.sweep import Hooks, PromptText, run_sweep
 
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
@@ -63,11 +66,11 @@ class Recorder(Hooks):
 @pytest.fixture(scope="module")
 def swept() -> tuple[Recorder, dict[str, Any]]:
     hooks = Recorder()
-    report = run_sweep(spec(), PROMPTS, hooks=hooks)
+    report = sweep(spec(), PROMPTS, hooks=hooks).to_dict()
     return hooks, report
 
 
-def test_each_prompt_decodes_the_baseline_then_every_configuration(swept) -> None:
+def test_each_prompt_decodes_the_baseline_then_every_configuration_in_a_rotating_order(swept) -> None:
     hooks, _ = swept
     keys = [(k["draft"], k["gamma"]) for k in hooks.runs]
     assert keys == [("none", 0), (DRAFT, 1), (DRAFT, 3), ("ngram", 1), ("ngram", 3)]
@@ -75,7 +78,10 @@ def test_each_prompt_decodes_the_baseline_then_every_configuration(swept) -> Non
     first_output = next(i for i, c in enumerate(hooks.calls) if c[0] == "output")
     assert all(hooks.calls.index(c) < first_output for c in started), "every run is open before decoding starts"
     order = [(c[2], c[1]) for c in hooks.calls if c[0] == "output"]  # (prompt, run)
-    assert order == [(p, r) for p in range(len(PROMPTS)) for r in range(len(hooks.runs))]
+    others = list(range(1, len(hooks.runs)))
+    assert order == [(p, r) for p in range(len(PROMPTS)) for r in [0, *others[p:], *others[:p]]]
+    neighbours = {next(r for q, r in order if q == p and r != 0) for p in range(len(PROMPTS))}
+    assert len(neighbours) == len(PROMPTS), "the configuration decoded right after the baseline changes per prompt"
     finished = [c[1] for c in hooks.calls if c[0] == "run_finished"]
     assert finished == list(range(len(hooks.runs)))
     last_output = max(i for i, c in enumerate(hooks.calls) if c[0] == "output")
@@ -130,7 +136,7 @@ def test_fidelity_verdicts_and_agreement_runs_still_work(swept) -> None:
 def test_a_cancel_mid_sweep_leaves_every_run_open_for_the_caller_to_close() -> None:
     hooks = Recorder(stop_after_outputs=2)
     with pytest.raises(Cancelled):
-        run_sweep(spec(drafts=[DRAFT], gammas=[2]), PROMPTS, hooks=hooks)
+        sweep(spec(drafts=[DRAFT], gammas=[2]), PROMPTS, hooks=hooks)
     assert len(hooks.runs) == 2 and not hooks.summaries
 
 

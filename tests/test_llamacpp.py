@@ -20,19 +20,21 @@ import pytest
 from engine.analysis.policy_replay import replay
 from engine.core.policy import parse_policy
 from engine.core.records import StepRecord
+from engine.engines.registry import sweep
 from engine.errors import ModelError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import find_llama, parse_version
 from engine.llamacpp.policy_flags import llamacpp_fields
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.service.jobs import submit_session
-from engine.service.policy_cli import prove, session_policies
+from engine.service.policies import prove, session_policies
 from engine.service.worker import run_session
-from engine.session.llamacpp_sweep import gguf_for, run_llamacpp_sweep
+from engine.session.hooks import Hooks
+from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
 from engine.session.summary import RunSummary
-from engine.session.sweep import Hooks, PromptText
 from foundation.paths import default_database_url
 from store import open_store
 
@@ -137,7 +139,7 @@ def test_a_draft_of_another_vocabulary_fails_its_configuration_with_the_servers_
     spec = SessionSpec(target=TARGET, drafts=[OTHER_VOCAB, DRAFT], gammas=[2], max_new_tokens=8,
                        engine="llama.cpp", measure_verify_cost=False)  # fmt: skip
     hooks = Recorder()
-    report = run_llamacpp_sweep(spec, PROMPTS[:1], hooks)
+    report = sweep(spec, PROMPTS[:1], hooks).to_dict()
     assert [f["draft"] for f in report["failed"]] == [OTHER_VOCAB]
     assert "speculation off" in report["failed"][0]["error"] and "vocab" in report["failed"][0]["error"]
     assert [r["draft"] for r in report["runs"]] == [DRAFT]  # the other configuration still ran
@@ -146,7 +148,7 @@ def test_a_draft_of_another_vocabulary_fails_its_configuration_with_the_servers_
 def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -> None:
     spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=[3], max_new_tokens=16, engine="llama.cpp")
     hooks = Recorder()
-    report = run_llamacpp_sweep(spec, PROMPTS, hooks)
+    report = sweep(spec, PROMPTS, hooks).to_dict()
     assert not report["failed"] and report["llama_cpp"]["build"] == 11434
     assert report["unavailable"] == ["alpha", "beta_per_position", "from_draft"]
     # prompt-major order: every configuration's request for prompt 0 before any for prompt 1
@@ -247,7 +249,7 @@ def test_a_server_killed_mid_session_fails_its_configuration_and_the_rest_surviv
             victim.kill()
 
     hooks.on_step = kill_gamma_3
-    report = run_llamacpp_sweep(spec, PROMPTS, hooks)
+    report = sweep(spec, PROMPTS, hooks).to_dict()
     assert [(f["draft"], f["gamma"]) for f in report["failed"]] == [(DRAFT, 3)]
     assert "did not answer" in report["failed"][0]["error"] or "exited" in report["failed"][0]["error"]
     assert [(r["draft"], r["gamma"]) for r in report["runs"]] == [(DRAFT, 2)]
@@ -294,3 +296,25 @@ def test_the_worker_stops_on_sigterm_marks_the_session_interrupted_and_stops_its
             worker.kill()
             worker.wait()
         log.close()
+
+
+def test_an_owner_killed_with_sigkill_takes_its_llama_servers_with_it() -> None:
+    """No finally, atexit or signal handler runs on SIGKILL: the server is started to die with its owner."""
+    code = (
+        "from engine.llamacpp.server import ManagedServer, ServerConfig\n"
+        "from engine.models.bundled import gguf_for\n"
+        f"server = ManagedServer(ServerConfig(gguf_for({OTHER_VOCAB!r}, 'target'))).start()\n"
+        "print(server.proc.pid, flush=True)\n"
+        "import time; time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pid = int(owner.stdout.readline())
+        assert psutil.pid_exists(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie":
+        time.sleep(0.2)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

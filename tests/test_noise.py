@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from engine.measure import noise, telemetry
+from engine.measure import noise, telemetry, telemetry_cpu
 from engine.measure.noise import Spread, busy_note, is_busy, is_noisy, load_summary, ratios, spread_of
 from engine.session.sampling import choose, has_categories, sample_indices, session_prompts
 
@@ -78,7 +78,7 @@ def test_other_cpu_share_is_system_cpu_minus_ours(monkeypatch: pytest.MonkeyPatc
     """Synthetic counters: over the interval the machine was 60% busy, this process used 10% of it."""
     machine = iter([(100.0, 1000.0), (160.0, 1100.0)])  # (busy, total) CPU seconds summed over the CPUs
     ours = iter([5.0, 15.0])
-    monkeypatch.setattr(telemetry, "_busy_total", lambda: next(machine))
+    monkeypatch.setattr(telemetry_cpu, "_busy_total", lambda: next(machine))  # where OtherCpu looks it up
     monkeypatch.setattr(telemetry.OtherCpu, "_own_seconds", lambda self: next(ours))
     other = telemetry.OtherCpu()
     assert other.read() == {"cpu_util_pct": 60.0, "own_cpu_pct": 10.0, "other_cpu_pct": 50.0}

@@ -12,14 +12,15 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from engine.engines.registry import validate
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.service import cli
 from engine.service.evidence import recommend_from_store
 from engine.service.jobs import submit_session
-from engine.service.policy_cli import export_best, prove, session_policies
+from engine.service.policies import export_best, prove, session_policies
 from engine.service.worker import run_session
-from engine.session.spec import SessionSpec, validate
+from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
 

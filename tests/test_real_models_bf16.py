@@ -13,7 +13,7 @@ from engine.core.decoder import decode_prompt
 from engine.drafts.model import ModelDraft
 from engine.measure.fidelity import classify
 from engine.measure.stats import alpha_mean_beta
-from engine.session.sweep import encode_prompt
+from engine.models.chat import encode_prompt
 
 pytestmark = pytest.mark.real_model
 

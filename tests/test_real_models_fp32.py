@@ -13,8 +13,8 @@ from engine.core.decoder import decode_prompt
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
 from engine.drafts.retokenize import RetokenizingDraft
+from engine.models.chat import encode_prompt
 from engine.models.pool import ModelPool
-from engine.session.sweep import encode_prompt
 
 pytestmark = pytest.mark.real_model
 

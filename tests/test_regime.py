@@ -278,18 +278,17 @@ def test_impossible_roofline_is_a_measurement_error_not_evidence() -> None:
     assert "roofline" not in elsewhere.votes and any("reference only at batch 1" in e for e in elsewhere.evidence)
 
 
-def test_the_worker_stores_what_judge_regime_says(monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.measure.microbench as microbench
-    import engine.service.worker as worker
+def test_the_regime_evidence_stores_what_judge_regime_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.session.regime_evidence as evidence
 
     sweep = BatchSweep(batch_sizes=FLAT_THEN_LINEAR[0], step_times_s=FLAT_THEN_LINEAR[1], device="cpu", input_len=32,
                        reps=2, stopped_early=False)  # fmt: skip
-    monkeypatch.setattr(microbench, "batch_sweep", lambda *a, **k: sweep)
-    monkeypatch.setattr(worker, "_roofline_for", lambda *a: roofline(14e9, 1e9, 14e9, 0.010, 3.35e12, 989e12))
-    monkeypatch.setattr("engine.measure.telemetry.nvml_available", lambda: False)
+    monkeypatch.setattr(evidence, "batch_sweep", lambda *a, **k: sweep)
+    monkeypatch.setattr(evidence, "_roofline_for", lambda *a: roofline(14e9, 1e9, 14e9, 0.010, 3.35e12, 989e12))
+    monkeypatch.setattr(evidence, "nvml_available", lambda: False)
     pool = SimpleNamespace(get=lambda *a: SimpleNamespace(model=None, device="cpu"))
     settings = SimpleNamespace(target="t", dtype="float32", device="cpu", trust_remote_code=False)
-    stored = worker.detect_regime(pool, {"verify_cost": {"1": 1.0, "8": 7.5}}, settings, 32)  # type: ignore[arg-type]
+    stored = evidence.detect_regime(pool, {"verify_cost": {"1": 1.0, "8": 7.5}}, settings, 32)  # type: ignore[arg-type]
     again = judge_regime(stored, 32)
     assert stored["label"] == again.label == "compute-bound"
     assert stored["votes"] == again.votes == {"batch sweep": "compute-bound", "verify curve": "compute-bound",

@@ -70,18 +70,18 @@ def a_step(i: int) -> StepRecord:
 
 
 def test_out_of_memory_loading_fails_that_session_only(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.session.sweep
+    import engine.engines.spectune
     from engine.service.worker import serve
 
     too_big = "tiny:2:48:2:64"
-    real_get = engine.session.sweep.ModelPool.get
+    real_get = engine.engines.spectune.ModelPool.get
 
     def get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         if ref == too_big:
             raise MemoryError()
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.session.sweep.ModelPool, "get", get)
+    monkeypatch.setattr(engine.engines.spectune.ModelPool, "get", get)
     doomed = queue(store, target=too_big)
     fine = queue(store, prompts=3)
     assert serve(store, once=True) == 2
@@ -95,10 +95,10 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     """A CUDA OOM (a RuntimeError subclass) in the second speculative run: every step delivered is stored."""
     import torch
 
-    import engine.session.sweep
+    import engine.engines.spectune
     from engine.service.worker import serve
 
-    real_decode = engine.session.sweep.decode_prompt
+    real_decode = engine.engines.spectune.decode_prompt
     delivered: dict[str, int] = {"steps": 0}
     boom = {"armed": True}
 
@@ -115,7 +115,7 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
 
         return real_decode(target, draft, ids, cfg, *args, **(kwargs | {"on_step": counting}))
 
-    monkeypatch.setattr(engine.session.sweep, "decode_prompt", decode)
+    monkeypatch.setattr(engine.engines.spectune, "decode_prompt", decode)
     doomed = queue(store, prompts=3, drafts=("ngram",), gammas=(1, 2), max_new_tokens=32)
     fine = queue(store, prompts=2)
     assert serve(store, once=True) == 2
@@ -280,18 +280,18 @@ def test_two_workers_at_once_is_covered_in_test_worker() -> None:
 def test_a_slow_model_load_is_not_mistaken_for_a_dead_worker(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No decode steps run while a model loads (a GGUF conversion takes a minute); the heartbeat must go on,
     or a second worker's orphan check fails the healthy session."""
+    import engine.engines.spectune
     import engine.service.store_hooks
-    import engine.session.sweep
     from tests.test_worker import serve_in_thread, wait_for
 
     monkeypatch.setattr(engine.service.store_hooks, "HEARTBEAT_S", 0.1)
-    real_get = engine.session.sweep.ModelPool.get
+    real_get = engine.engines.spectune.ModelPool.get
 
     def slow_get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         time.sleep(1.5)
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.session.sweep.ModelPool, "get", slow_get)
+    monkeypatch.setattr(engine.engines.spectune.ModelPool, "get", slow_get)
     watcher = open_db(home)
     try:
         sid = queue(watcher, prompts=1, max_new_tokens=8)

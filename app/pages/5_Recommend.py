@@ -1,7 +1,8 @@
 """Recommend: which draft and γ to serve with (or none), why, and the configuration to paste into a server.
 
-Layout only: the decision, the regime and the payload come from the calls `python -m engine recommend` makes (so
-both export the same bytes), tables and text from app.recommend_view. Preselected sessions: ?session=N or N,M.
+Layout only: the decision, the regime, the exports and the payload come from
+engine.service.recommendations.recommend_and_export, the call `python -m engine recommend` makes (so both export
+the same bytes), tables and text from app.recommend_view. Preselected sessions: ?session=N or N,M.
 """
 
 from typing import Any
@@ -11,9 +12,8 @@ import streamlit as st
 from app import charts, common, components
 from app import recommend_view as rv
 from app.common import md_escape
-from engine.analysis.export import FORMATS, export, payload_inputs, recommendation_payload
 from engine.errors import SpectuneError
-from engine.service.evidence import recommend_from_store, store_recommendation
+from engine.service.recommendations import Recommended, recommend_and_export, save_result
 
 common.page_setup("Recommend")
 st.title("🎯 Recommendation and export")
@@ -59,10 +59,9 @@ if mixed := rv.mixed_targets(by_id[i] for i in chosen_ids):
 budget, price_per_hour = rv.budget_fraction(budget_pct), rv.price_or_none(price)
 override = rv.override_or_none(regime_choice)
 engine = components.engine_picker(store, [by_id[i] for i in chosen_ids], rv.HELP["engine"], rv.ENGINE_NUMBERS)
-inputs = payload_inputs(chosen_ids, objective, budget, int(batch_size), price_per_hour, override)
-result: Any = None
+result: Recommended | None = None
 with common.guard("compute the recommendation"):
-    result = recommend_from_store(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override,
+    result = recommend_and_export(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override,
                                   engine)  # fmt: skip
 
 
@@ -143,36 +142,33 @@ def show_drafts(rec: Any, ev: Any) -> None:
     right.caption("vLLM takes the schedule as num_speculative_tokens_per_batch_size; SGLang and llama.cpp cannot.")
 
 
-def _save(formats: list[str], files: dict[str, tuple[str, str]], payload: dict[str, Any], key: str) -> None:
+def _save(formats: list[str], result: Recommended, key: str) -> None:
     """Callback of the download buttons and 'Save to history': one stored recommendation per result, its files once."""
     try:
         entry = st.session_state.setdefault(SAVED, {}).setdefault(key, {"id": None, "formats": []})
-        wanted = {fmt: files[fmt] for fmt in formats if fmt in files}
-        entry["id"], added = store_recommendation(store, payload, wanted, entry["id"], entry["formats"])
+        entry["id"], added = save_result(store, result, formats, entry["id"], entry["formats"])
         what = ", ".join(rv.FORMAT_LABELS[f] for f in added) or "nothing new (already saved)"
         st.session_state[FLASH] = ("success", f"Recommendation #{entry['id']} in the history; files saved: {what}.")
     except Exception as exc:  # noqa: BLE001 - shown on the next run of the page, never a traceback
         st.session_state[FLASH] = ("error", exc)
 
 
-def show_exports(rec: Any, ev: Any, report: Any) -> None:
+def show_exports(result: Recommended) -> None:
     st.subheader("Export")
-    files: dict[str, tuple[str, str]] = {}
-    for fmt in FORMATS:
-        with common.guard(f"export for {rv.FORMAT_LABELS[fmt]}"):
-            files[fmt] = export(rec, fmt, regime=report, target=ev.target)
+    for fmt, exc in result.failed.items():
+        common.show_error(exc, f"export for {rv.FORMAT_LABELS[fmt]}")
+    files = result.files
     if not files:
         return
-    spectune_text = files.get("spectune", ("", ""))[1]
-    key = rv.fingerprint(inputs, spectune_text)
-    payload = recommendation_payload(rec, inputs, report, spectune_text or None)
-    st.caption(rv.export_caption(rec))
+    key = rv.fingerprint(result.inputs, files.get("spectune", ("", ""))[1])
+    result.payload  # noqa: B018 - made before the buttons: one that cannot be made stops this section here
+    st.caption(rv.export_caption(result.recommendation))
     cols = st.columns(len(files) + 1)
     for col, (fmt, (filename, text)) in zip(cols, files.items(), strict=False):
         col.download_button(f"⬇ {rv.FORMAT_LABELS[fmt]}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
                             mime=rv.FORMAT_MIME.get(fmt, "text/plain"), on_click=_save,
-                            args=([fmt], files, payload, key), width="stretch", help=filename)  # fmt: skip
-    cols[-1].button("💾 Save to history", key="rec_save", on_click=_save, args=(list(files), files, payload, key),
+                            args=([fmt], result, key), width="stretch", help=filename)  # fmt: skip
+    cols[-1].button("💾 Save to history", key="rec_save", on_click=_save, args=(list(files), result, key),
                     width="stretch", help="Keep this recommendation and every exported file.")  # fmt: skip
     kind, value = st.session_state.pop(FLASH, (None, None))
     if kind == "success":
@@ -204,13 +200,13 @@ def show_history() -> None:
 
 
 if result is not None:
-    rec, ev, report = result
+    rec, ev, report = result.triple
     for title, show, args in (
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
         ("the drafting policy", components.policy_section, (store, chosen_ids, objective, budget, int(batch_size),
-                                                            override, engine, result)),
-        ("export the recommendation", show_exports, (rec, ev, report)),
+                                                            override, engine, result.triple)),
+        ("export the recommendation", show_exports, (result,)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):
             show(*args)

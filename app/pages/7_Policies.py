@@ -1,6 +1,6 @@
 """Policies: every speculation policy replayed from a session's recorded draft pass, against the best fixed γ.
 
-Layout only: the replay comes from engine.service.policy_cli (what `python -m engine policies` prints), frames,
+Layout only: the replay comes from engine.service.policies (what `python -m engine policies` prints), frames,
 charts and words from app.policies_view. Preselected sessions: ?session=N or N,M.
 """
 
@@ -11,7 +11,7 @@ import streamlit as st
 from app import common, components
 from app import policies_view as pv
 from app.common import md_escape
-from engine.service.policy_cli import prove, session_policies
+from engine.service.policies import prove, session_policies
 
 common.page_setup("Policies")
 st.title("🧭 Speculation policies")

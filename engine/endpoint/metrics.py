@@ -12,9 +12,7 @@ Families read (counters are exposed with a `_total` suffix; `_created` samples a
 
 A counter summed over its label sets (several engines or data-parallel ranks); when samples carry a
 `model_name` label and one of them is the model under test, only that model's samples count.
-Derived, as vLLM's SpecDecodingProm docstring defines them: acceptance rate = accepted ÷ draft tokens;
-mean acceptance length = 1 + accepted ÷ drafts (the bonus token included); per position p the conditional
-acceptance accepted[p] ÷ accepted[p-1] (÷ drafts at p = 0), spectune's `per_position_acceptance`.
+Derived figures are engine.core.counters' (vLLM's SpecDecodingProm conventions, defined there once).
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.core.acceptance import per_position_rates
+from engine.core.counters import draft_acceptance_rate, mean_acceptance_length, per_position_rates
 from engine.endpoint.transport import Connection, EndpointError
 
 COUNTERS = {
@@ -77,14 +75,15 @@ class ServerCounters:
         return any(v is not None for v in (self.drafts, self.draft_tokens, self.accept_length))
 
     def draft_acceptance_rate(self) -> float | None:
+        """engine.core.counters' definition where the server counts draft tokens; SGLang's gauge otherwise."""
         if self.draft_tokens:
-            return (self.accepted_tokens or 0.0) / self.draft_tokens
+            return draft_acceptance_rate(self.draft_tokens, self.accepted_tokens or 0.0)
         return self.accept_rate
 
     def mean_acceptance_length(self) -> float | None:
-        """Tokens per verify step, the bonus token included: 1 + accepted ÷ drafts."""
+        """engine.core.counters' definition where the server counts drafts; SGLang's gauge otherwise."""
         if self.drafts:
-            return 1.0 + (self.accepted_tokens or 0.0) / self.drafts
+            return mean_acceptance_length(self.drafts, self.accepted_tokens or 0.0)
         return self.accept_length
 
     def per_position_acceptance(self) -> list[float] | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.core.acceptance import per_position_rates
+from engine.core.counters import SpecCounters
 from engine.llamacpp.server import ServerError
 
 SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total) → our names
@@ -22,8 +22,8 @@ SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total)
     "llamacpp:spec_decode_num_draft_tokens": "draft_tokens",
     "llamacpp:spec_decode_num_accepted_tokens": "accepted_tokens",
     "llamacpp:n_decode": "target_calls",
-    "llamacpp:tokens_predicted": "tokens_predicted",
-    "llamacpp:tokens_predicted_seconds": "predicted_seconds",
+    "llamacpp:tokens_predicted": "emitted",
+    "llamacpp:tokens_predicted_seconds": "decode_seconds",
 }
 PER_POSITION = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
 
@@ -113,44 +113,6 @@ def complete(
         stop_type=str(reply.get("stop_type", "")),
         top_logprobs=probs,
     )
-
-
-@dataclass
-class SpecCounters:
-    """The server's cumulative speculation counters at one moment (or the difference of two moments)."""
-
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_tokens: float = 0.0
-    target_calls: float = 0.0
-    tokens_predicted: float = 0.0
-    predicted_seconds: float = 0.0
-    accepted_per_position: dict[int, float] = field(default_factory=dict)
-
-    def _combine(self, other: SpecCounters, sign: float) -> SpecCounters:
-        positions = set(self.accepted_per_position) | set(other.accepted_per_position)
-        mine, theirs = self.accepted_per_position, other.accepted_per_position
-        return SpecCounters(
-            **{name: getattr(self, name) + sign * getattr(other, name) for name in SPEC_COUNTERS.values()},
-            accepted_per_position={p: mine.get(p, 0.0) + sign * theirs.get(p, 0.0) for p in positions},
-        )
-
-    def minus(self, before: SpecCounters) -> SpecCounters:
-        return self._combine(before, -1.0)
-
-    def plus(self, other: SpecCounters) -> SpecCounters:
-        return self._combine(other, 1.0)
-
-    def draft_acceptance_rate(self) -> float | None:
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
-
-    def mean_acceptance_length(self) -> float | None:
-        """Tokens per target call, bonus included: (accepted + calls) ÷ calls."""
-        return self.tokens_predicted / self.target_calls if self.target_calls else None
-
-    def per_position_acceptance(self) -> list[float]:
-        """Conditional acceptance at each draft position, from the per-position accepted counts and drafts."""
-        return per_position_rates(self.drafts, self.accepted_per_position)
 
 
 def parse_metrics(text: str) -> SpecCounters:

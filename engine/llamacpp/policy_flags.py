@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from engine.core.policy import ConfidenceStop, FixedGamma, SpeculationPolicy, parse_policy
 
 if TYPE_CHECKING:
-    from engine.llamacpp.client import SpecCounters
+    from engine.core.counters import SpecCounters
 
 RUNNABLE = "fixed:G and confidence:P:NMAX:NMIN (the unsure token dropped, no keep)"
 

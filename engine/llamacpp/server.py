@@ -8,6 +8,7 @@ answering raises ServerError carrying the tail of its log.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import signal
@@ -22,12 +23,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from engine.errors import SpectuneError
 from engine.llamacpp.binaries import LlamaBuild, find_llama
 
 HOST = "127.0.0.1"
 LOG_TAIL_CHARS = 1500
+FlagForm = Literal["launch", "user", "legacy"]  # ServerConfig.speculation_flags
 
 
 class ServerError(SpectuneError):
@@ -57,28 +60,71 @@ class ServerConfig:
                  "--no-webui", "--no-warmup"]  # fmt: skip
         if self.threads:
             flags += ["-t", str(self.threads)]
-        if self.spec_type == "draft-simple":
-            if self.draft is None:
-                raise ServerError("spec type draft-simple needs a draft model")
-            flags += ["-md", str(self.draft), "--spec-type", "draft-simple"]
-            if self.threads:
-                flags += ["-td", str(self.threads)]
-        elif self.spec_type == "ngram-simple":
-            flags += ["--spec-type", "ngram-simple"]
+        flags += self.speculation_flags()
+        if self.threads and self.spec_type == "draft-simple":
+            flags += ["-td", str(self.threads)]
+        return flags + list(self.extra)
+
+    def speculation_flags(self, form: FlagForm = "launch") -> list[str]:
+        """The flags that choose and tune speculation (none for the target alone); built here only.
+
+        form "launch": what ManagedServer passes. "user": what an export adds to a user's own llama-server command
+        line: --spec-type first, the draft as --spec-draft-model, and for ngram-simple its size-n and size-m alone
+        (ngram-simple drafts size-m tokens and reads neither n-max nor n-min). "legacy": builds before 8955 (llama.cpp
+        PR #22397), -md with --draft-max / --draft-min / --draft-p-min; those builds have no ngram-simple."""
+        if self.spec_type is None:
+            return []
+        if self.spec_type not in ("draft-simple", "ngram-simple"):
+            raise ServerError(f"unsupported spec type {self.spec_type!r}: use draft-simple or ngram-simple")
+        if self.spec_type == "draft-simple" and self.draft is None:
+            raise ServerError("spec type draft-simple needs a draft model")
+        if form == "legacy":
+            if self.spec_type == "ngram-simple":
+                raise ServerError("llama.cpp builds before 8955 have no ngram-simple speculation")
+            return ["-md", str(self.draft), *self._draft_limits("--draft-max", "--draft-min", "--draft-p-min")]
+        if self.spec_type == "ngram-simple":
+            flags = ["--spec-type", "ngram-simple"]
             if self.ngram_size_n is not None:
                 flags += ["--spec-ngram-simple-size-n", str(self.ngram_size_n)]
             if self.ngram_size_m is not None:
                 flags += ["--spec-ngram-simple-size-m", str(self.ngram_size_m)]
-        elif self.spec_type is not None:
-            raise ServerError(f"unsupported spec type {self.spec_type!r}: use draft-simple or ngram-simple")
-        if self.spec_type is not None:
-            if self.draft_n_max is not None:
-                flags += ["--spec-draft-n-max", str(self.draft_n_max)]
-            if self.draft_n_min is not None:
-                flags += ["--spec-draft-n-min", str(self.draft_n_min)]
-            if self.draft_p_min is not None:
-                flags += ["--spec-draft-p-min", f"{self.draft_p_min:g}"]
-        return flags + list(self.extra)
+            if form == "user":
+                return flags
+        elif form == "user":
+            flags = ["--spec-type", "draft-simple", "--spec-draft-model", str(self.draft)]
+        else:
+            flags = ["-md", str(self.draft), "--spec-type", "draft-simple"]
+        return flags + self._draft_limits("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min")
+
+    def _draft_limits(self, n_max: str, n_min: str, p_min: str) -> list[str]:
+        """The draft length and confidence limits that are set, under the given flag names."""
+        flags: list[str] = []
+        if self.draft_n_max is not None:
+            flags += [n_max, str(self.draft_n_max)]
+        if self.draft_n_min is not None:
+            flags += [n_min, str(self.draft_n_min)]
+        if self.draft_p_min is not None:
+            flags += [p_min, f"{self.draft_p_min:g}"]
+        return flags
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()  # loaded here, in the parent: the child between fork and exec only calls into it
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL it when the thread that started it dies, however that dies (a
+    SIGKILL or a crash runs no atexit handler and no finally), so no server outlives its owner."""
+    prctl = getattr(_LIBC, "prctl", None)
+    if prctl is not None:  # elsewhere the atexit and signal paths still stop our servers
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -134,7 +180,8 @@ class ManagedServer:
         self.log_path = Path(name)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         with _LIVE_LOCK:
             _LIVE.add(self)

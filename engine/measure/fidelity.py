@@ -19,6 +19,8 @@ difference is a logit difference).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine.core.records import Divergence, PromptOutput
 
 TOLERANCE = {"bfloat16": 1.0, "float16": 0.25, "float32": 0.01, "gguf": 1.0}
@@ -66,3 +68,23 @@ def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, gree
         tolerance=tol,
         verdict=verdict,
     )
+
+
+def llamacpp_output(
+    token_ids: Sequence[int], top_logprobs: Sequence[Sequence[tuple[int, float]]] | None = None, prompt_id: str = ""
+) -> PromptOutput:
+    """An output as `classify` reads it, from llama-server's tokens and, for a target-alone baseline, their top
+    log-probs (its n_probs; a log-prob difference is a logit difference, so margins read the same)."""
+    ids = [int(t) for t in token_ids]
+    out = PromptOutput(prompt_index=0, prompt_id=prompt_id, prompt_tokens=0, token_ids=ids, text="", from_draft=[],
+                       wall_time_s=0.0, steps=len(ids))  # fmt: skip
+    if top_logprobs is None:
+        return out
+    if len(top_logprobs) < len(ids):
+        raise ValueError(f"{len(ids)} tokens but top log-probs for only {len(top_logprobs)}: ask for n_probs")
+    rows = [sorted(((int(t), float(lp)) for t, lp in top), key=lambda x: -x[1]) for top in top_logprobs[: len(ids)]]
+    if not all(rows):
+        raise ValueError("a token without top log-probs: ask for n_probs > 0")
+    out.top_logits = [[lp for _, lp in row] for row in rows]
+    out.top_ids = [[t for t, _ in row] for row in rows]
+    return out

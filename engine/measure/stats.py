@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
+from engine.core.counters import tokens_per_call
 from engine.core.records import PromptOutput, StepRecord
 
 
@@ -26,7 +27,6 @@ class StepStats:
     beta_count: int = 0
     evaluated: list[int] = field(default_factory=list)  # per draft position
     accepted: list[int] = field(default_factory=list)
-    full_by_gamma: dict[int, list[int]] = field(default_factory=dict)  # γ -> [steps, emitted]
     draft_forward_s: array = field(default_factory=lambda: array("d"))
     single_step_s: array = field(default_factory=lambda: array("d"))
 
@@ -50,9 +50,6 @@ class StepStats:
                 self.accepted.append(0)
             self.evaluated[i] += 1
             self.accepted[i] += int(ok)
-        bucket = self.full_by_gamma.setdefault(s.gamma, [0, 0])
-        bucket[0] += 1
-        bucket[1] += s.emitted
         if s.draft_forwards > 0:
             self.draft_forward_s.append(s.draft_time_s / s.draft_forwards)
         if s.gamma == 0:
@@ -71,16 +68,8 @@ class StepStats:
         return [a / e for a, e in zip(self.accepted, self.evaluated, strict=True)]
 
     def tokens_per_call(self) -> float | None:
-        """Tokens emitted per target forward: the mean acceptance length, bonus/corrected token included."""
-        return self.emitted / self.steps if self.steps else None
-
-    def tokens_per_call_at(self, gamma: int) -> float | None:
-        """The same over steps that proposed the full γ (n-gram misses and the truncated last step excluded)."""
-        n, emitted = self.full_by_gamma.get(gamma, (0, 0))
-        return emitted / n if n else None
-
-    def full_fraction(self, gamma: int) -> float:
-        return self.full_by_gamma.get(gamma, (0, 0))[0] / self.steps if self.steps else 0.0
+        """Tokens emitted per target forward (engine.core.counters' definition, over every step)."""
+        return tokens_per_call(self.emitted, self.steps)
 
     def draft_forward_time(self) -> float | None:
         """Median wall time of one draft forward."""

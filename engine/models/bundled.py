@@ -171,3 +171,15 @@ def assembled_gguf(model: BundledModel, progress: bool = True) -> Path:
     tmp.replace(target)
     marker.write_text(model.sha256)
     return target
+
+
+def gguf_for(ref: str, role: str) -> Path:
+    """The GGUF file llama.cpp loads for a bundled model name or a .gguf path."""
+    if ref in BUNDLED:
+        return assembled_gguf(BUNDLED[ref], progress=False)
+    path = Path(ref).expanduser()
+    if ref.endswith(".gguf") and path.is_file():
+        return path
+    if ref.endswith(".gguf"):
+        raise ModelError(f"{role} file not found: {ref}")
+    raise ModelError(f"{role} '{ref}': the llama.cpp engine loads GGUF files; give a bundled model or a .gguf path")

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.service import endpoint_cli, policy_cli
+from engine.service import endpoint_cli, policy_cli, recommend_cli
 
 EXIT_USAGE = 2
 
@@ -49,7 +50,7 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
-    p.add_argument("--engine", choices=("spectune", "llamacpp"), default="spectune",
+    p.add_argument("--engine", choices=registry.sweep_cli_choices(), default="spectune",
                    help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration")
 
 
@@ -79,14 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.service import queue_cli
 
     queue_cli.add_commands(sub, _add_run_options)
+    recommend_cli.add_commands(sub)  # recommend: the draft, γ and policy to serve with; exports
     endpoint_cli.add_commands(sub)  # serve (a managed llama-server), probe (sweep a running endpoint)
-    policy_cli.add_commands(sub)  # policies (replay every speculation policy); recommend --policy-export
+    policy_cli.add_commands(sub)  # policies (replay every speculation policy)
     return parser
 
 
 def _load_prompts(path: str, limit: int | None) -> list[Any]:
     from engine.prompts import load_prompt_file
-    from engine.session.sweep import PromptText
+    from engine.session.runner import PromptText
 
     result = load_prompt_file(Path(path))
     for issue in result.issues:
@@ -101,8 +103,8 @@ def _load_prompts(path: str, limit: int | None) -> list[Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine.session.spec import SessionSpec, engine_from_cli, validate
-    from engine.session.sweep import run_sweep
+    from engine.engines import registry
+    from engine.session.spec import SessionSpec
 
     draft = args.draft
     policy, gammas = policy_cli.run_policy(args) if draft != "none" else (None, [1])
@@ -121,21 +123,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         chat_template=not args.no_chat_template,
         measure_verify_cost=True,
         trust_remote_code=args.trust_remote_code,
-        engine=engine_from_cli(args.engine),
+        engine=registry.engine_from_cli(args.engine),
     )
-    validate(settings)
+    registry.validate(settings)
     out_path = Path(args.json_out)
     if out_path.parent and not out_path.parent.exists():
         raise SpectuneError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
     prompts = _load_prompts(args.prompts, args.max_prompts)
-    if settings.engine == "llama.cpp":
-        from engine.session.llamacpp_sweep import run_llamacpp_sweep
-
-        report = run_llamacpp_sweep(settings, prompts)
-        if report["failed"]:
-            raise SpectuneError(report["failed"][0]["error"])
-    else:
-        report = run_sweep(settings, prompts)
+    report = registry.sweep(settings, prompts).to_dict()
+    if report["failed"]:
+        raise SpectuneError(report["failed"][0]["error"])
     flat = policy_cli.flatten_policy(flatten_report(report, gammas[0] if gammas else 0), report, policy)
     out_path.write_text(json.dumps(flat, indent=2))
     print(
@@ -238,7 +235,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare,
-            **endpoint_cli.COMMANDS, **policy_cli.COMMANDS}  # fmt: skip
+            **recommend_cli.COMMANDS, **endpoint_cli.COMMANDS, **policy_cli.COMMANDS}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""Endpoint commands and sessions: `serve` (a managed llama-server in the foreground), `probe` (a concurrency
-sweep against a running OpenAI-compatible endpoint), and the worker's runner for endpoint sessions.
+"""Endpoint commands: `serve` (a managed llama-server in the foreground) and `probe` (a concurrency sweep
+against a running OpenAI-compatible endpoint); endpoint sessions are engine.service.endpoint_sessions.
 
     python -m engine serve --engine llamacpp --target NAME [--draft NAME|ngram] [--gamma G] [--parallel N] [--port P]
     python -m engine probe --url URL [--model NAME] [--api-key-env VAR] --prompts FILE --concurrency 1,2,4 \
@@ -21,10 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SettingsError
-from engine.service.jobs import prompt_count
-
-REQUEST_FLUSH_ROWS = 32
-REQUEST_FLUSH_S = 0.5
 
 
 def add_commands(sub: Any) -> None:
@@ -70,9 +66,10 @@ class _Terminated(Exception):
 
 
 def server_config(args: argparse.Namespace) -> Any:
+    from engine.core.policy import FixedGamma
     from engine.drafts.refs import is_ngram, parse_ngram_spec
-    from engine.llamacpp.server import ServerConfig
-    from engine.session.llamacpp_sweep import gguf_for
+    from engine.llamacpp.launch import speculative_server
+    from engine.models.bundled import gguf_for
 
     if not 1 <= args.parallel <= 64:
         raise SettingsError(f"--parallel {args.parallel}: 1 to 64 slots")
@@ -86,13 +83,11 @@ def server_config(args: argparse.Namespace) -> Any:
     common = {"ctx_size": args.ctx_size * args.parallel, "parallel": args.parallel, "threads": args.threads}
     draft = (args.draft or "none").strip()
     if draft == "none":
-        return ServerConfig(target, **common)
+        return speculative_server(target, **common)
     if is_ngram(draft):
         _, longest = parse_ngram_spec(draft)
-        return ServerConfig(target, spec_type="ngram-simple", draft_n_max=args.gamma, draft_n_min=0,
-                            ngram_size_n=longest, ngram_size_m=args.gamma, **common)  # fmt: skip
-    return ServerConfig(target, draft=gguf_for(draft, "draft"), spec_type="draft-simple", draft_n_max=args.gamma,
-                        draft_n_min=0, draft_p_min=0.0, **common)  # fmt: skip
+        return speculative_server(target, ngram_size=longest, policy=FixedGamma(args.gamma), **common)
+    return speculative_server(target, draft=gguf_for(draft, "draft"), policy=FixedGamma(args.gamma), **common)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -196,98 +191,4 @@ def _level_line(level: dict[str, Any]) -> str:
 
 COMMANDS = {"serve": cmd_serve, "probe": cmd_probe}
 
-
-# --------------------------------------------------------------------------------------------------------------
-# endpoint sessions (queued from the dashboard, run by the worker)
-
-
-def endpoint_spec(endpoint: dict[str, Any], max_new_tokens: int = 64, temperature: float = 0.0) -> Any:
-    """The SessionSpec of an endpoint session: target = the model (or URL), drafts = the endpoint URLs."""
-    from engine.endpoint.settings import EndpointSessionSettings
-    from engine.session.spec import SessionSpec, validate
-
-    settings = EndpointSessionSettings.from_dict(endpoint).validate(max_new_tokens, temperature)
-    urls = [e.url for e in settings.endpoints()]
-    spec = SessionSpec(
-        target=settings.model or urls[0], drafts=urls, gammas=[], temperatures=[float(temperature)],
-        max_new_tokens=int(max_new_tokens), engine="endpoint", endpoint=settings.to_dict(), chat_template=False,
-        measure_verify_cost=False, detect_regime=False,
-    )  # fmt: skip
-    return validate(spec)
-
-
-def submit_endpoint_session(
-    store: Any,
-    endpoint: dict[str, Any],
-    prompt_set_id: int,
-    n_prompts: int | None = None,
-    max_new_tokens: int = 64,
-    temperature: float = 0.0,
-    name: str | None = None,
-) -> int:
-    """Validate and queue an endpoint session (no request is sent until a worker runs it)."""
-    spec = endpoint_spec(endpoint, max_new_tokens, temperature)
-    count = prompt_count(store, prompt_set_id, n_prompts)
-    if count < 1:
-        raise SettingsError("the prompt set is empty: upload or choose prompts first")
-    named = {"name": name.strip()} if name and name.strip() else {"name": f"endpoint {spec.target}"[:200]}
-    return store.create_session(**named, **spec.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
-
-
-def run_endpoint_session(store: Any, session: dict[str, Any], spec: Any, prompts: list[Any], hooks: Any) -> str:
-    """Run a claimed endpoint session to its end state (every request stored as it finishes)."""
-    from engine.endpoint.load import Sweep
-    from engine.endpoint.report import sweep_report
-    from engine.endpoint.settings import EndpointSessionSettings
-    from engine.service.store_hooks import TERMINATING
-
-    session_id = session["id"]
-    temperature = spec.temperatures[0] if spec.temperatures else 0.0
-    settings = EndpointSessionSettings.from_dict(spec.endpoint).validate(spec.max_new_tokens, temperature)
-    limits = settings.limits(spec.max_new_tokens, temperature)
-    endpoints = settings.endpoints()
-    store.set_hardware(session_id, "remote endpoint: " + ", ".join(e.url for e in endpoints))
-    pending: list[dict[str, Any]] = []
-    last_flush = [time.monotonic()]
-
-    def flush() -> None:
-        if pending:
-            store.add_endpoint_requests(session_id, pending)
-            pending.clear()
-        last_flush[0] = time.monotonic()
-
-    def on_request(result: Any) -> None:
-        pending.append(result.row())
-        if len(pending) >= REQUEST_FLUSH_ROWS or time.monotonic() - last_flush[0] >= REQUEST_FLUSH_S:
-            flush()
-
-    def on_phase(name: str, done: int, total: int) -> None:
-        hooks.phase(name, done, total, None)
-        hooks.progress(done, total)
-
-    sweep = Sweep(endpoints, limits, [p.text for p in prompts], on_request=on_request,
-                  should_stop=hooks.should_stop, on_level=lambda level: flush(), on_phase=on_phase)  # fmt: skip
-    try:
-        result = sweep.run()
-    finally:
-        flush()
-    report = sweep_report(result, settings.ttft_slo_s, settings.tpot_slo_s)
-    summary = {"engine": "endpoint", "endpoint": report, "runs": []}
-    hooks.phase("done", 1, 1, 0.0)
-    if result.cancelled:
-        if hooks.lost:
-            return "failed"
-        if TERMINATING.is_set():
-            error = f"the worker was stopped; what it measured is kept (python -m engine requeue {session_id})"
-            store.finish_session(session_id, "interrupted", error=error, summary=summary)
-            return "interrupted"
-        store.finish_session(session_id, "cancelled", error="cancelled by the user", summary=summary)
-        return "cancelled"
-    if result.stopped:
-        store.finish_session(session_id, "failed", error=result.stopped, summary=summary)
-        return "failed"
-    store.finish_session(session_id, "done", summary=summary)
-    return "done"
-
-
-__all__ = ["COMMANDS", "add_commands", "endpoint_spec", "run_endpoint_session", "submit_endpoint_session"]
+__all__ = ["COMMANDS", "add_commands"]

@@ -11,16 +11,18 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from engine.analysis.recommend import UNKNOWN, DraftMeasurement, Recommendation, recommend
+from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.theory import REGIMES, measured_verify_points
 from engine.drafts.refs import is_ngram, parse_ngram_spec
+from engine.engines.registry import get as get_engine
+from engine.engines.registry import sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
 
-OBJECTIVES = ("latency", "cost", "latency_within_budget")
-ENGINES = ("spectune", "llama.cpp")
+# the engines whose sessions measure α, c and v(k) (an endpoint session measures serving, not drafts)
+RECOMMEND_ENGINES = sweep_engines()
 
 
 def session_engine(session: dict[str, Any]) -> str:
@@ -32,13 +34,16 @@ def choose_engine(store: Any, session_ids: list[int], engine: str | None, export
     """The engine whose numbers a recommendation rests on: the one asked for; else llama.cpp when the export is
     for llama.cpp and llama.cpp sessions were chosen; else spectune's loop when its sessions were chosen."""
     if engine is not None:
-        if engine not in ENGINES:
-            raise SpectuneError(f"engine '{engine}': choose one of {', '.join(ENGINES)}")
+        if engine not in RECOMMEND_ENGINES:
+            raise SpectuneError(f"engine '{engine}': choose one of {', '.join(RECOMMEND_ENGINES)}")
         return engine
     present = {session_engine(s) for sid in session_ids if (s := store.get_session(sid)) is not None}
-    if export_format == "llamacpp" and "llama.cpp" in present:
-        return "llama.cpp"
-    return "spectune" if "spectune" in present or not present else "llama.cpp"
+    native = [name for name in RECOMMEND_ENGINES if name in present and get_engine(name).export_format == export_format]
+    if export_format is not None and native:
+        return native[0]
+    in_process = [name for name in RECOMMEND_ENGINES if get_engine(name).in_process]
+    measured = [name for name in RECOMMEND_ENGINES if name in present]
+    return next((name for name in in_process if name in present or not measured), measured[0] if measured else "")
 
 
 @dataclass

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.drafts.refs import is_ngram
+from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
-from engine.session.spec import SessionSpec, validate
+from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 
 

@@ -1,7 +1,7 @@
-"""CLI commands that talk to the store: worker, submit, sessions, recommend.
+"""CLI commands that talk to the store: worker, submit, requeue, sessions.
 
-They let a headless GPU box be tuned without a browser: queue a session, run the worker, list
-what happened, and export the recommended config.
+They let a headless GPU box be tuned without a browser: queue a session, run the worker, list what
+happened; `recommend` (engine.service.recommend_cli) then exports the recommended config.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.engines.registry import engine_from_cli
 from engine.errors import SpectuneError
-from engine.session.spec import SessionSpec, engine_from_cli
-
-FORMATS = ("vllm", "sglang", "transformers", "llamacpp", "spectune")
+from engine.session.spec import SessionSpec
 
 
 def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -43,19 +42,6 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
 
     sessions = sub.add_parser("sessions", help="list sessions")
     sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-    rec = sub.add_parser("recommend", help="recommend γ and draft from finished sessions; export configs")
-    rec.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
-    rec.add_argument("--objective", default="latency", choices=["latency", "cost", "latency_within_budget"])
-    rec.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
-    rec.add_argument("--batch-size", type=int, default=1)
-    rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
-    rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
-    rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
-    rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
-    rec.add_argument("--engine", choices=("spectune", "llamacpp"), default=None,
-                     help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
-                          "include any, else spectune's loop)")
 
 
 def _defaults(values: list | None, default: Any) -> list:
@@ -130,51 +116,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_recommend(args: argparse.Namespace) -> int:
-    from engine.analysis.export import export, payload_inputs, recommendation_payload
-    from engine.service.evidence import choose_engine, recommend_from_store, store_recommendation
-    from engine.service.jobs import open_app_store
-
-    store = open_app_store()
-    engine = choose_engine(store, args.session, engine_from_cli(args.engine) if args.engine else None, args.export)
-    rec, ev, report = recommend_from_store(
-        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime, engine
-    )
-    if args.export:
-        filename, text = export(rec, args.export, regime=report, target=ev.target)
-        inputs = payload_inputs(args.session, args.objective, args.budget, args.batch_size, args.price, args.regime)
-        store_recommendation(store, recommendation_payload(rec, inputs, regime=report), {args.export: (filename, text)})
-        if args.out:
-            Path(args.out).write_text(text, encoding="utf-8")
-            print(f"wrote {args.out} ({args.export})")
-        else:
-            sys.stdout.write(text)  # byte for byte what the page shows and stores
-        return 0
-    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}")
-    print(report.source)
-    if rec.off:
-        print("recommendation: speculation OFF")
-    else:
-        print(f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
-              f"{rec.predicted_speedup:.2f}× predicted, ops ×{rec.ops_multiplier:.2f}, "
-              f"cost per token {rec.cost_change:+.0%}")
-    print(rec.explanation)
-    print(f"{'draft':<24} {'α':>6} {'c':>6} {'best γ':>7} {'speedup':>8} {'crossover':>9}")
-    for row in rec.comparison:
-        cross = rec.crossover.get(row.name)
-        print(f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
-              f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}")
-    if rec.schedule:
-        print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()))
-    for note in rec.notes:
-        print(f"note: {note}")
-    return 0
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": cmd_worker,
     "submit": cmd_submit,
     "sessions": cmd_sessions,
-    "recommend": cmd_recommend,
     "requeue": cmd_requeue,
 }

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
+from engine.session.hooks import Hooks
 from engine.session.summary import RunSummary
-from engine.session.sweep import Hooks
 
 log = logging.getLogger("spectune.worker")
 TERMINATING = threading.Event()  # set by the worker's SIGTERM/SIGINT handler

@@ -13,101 +13,26 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from engine.core.records import Cancelled
+from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.llamacpp.server import stop_all
 from engine.models.pool import ModelPool
 from engine.service.store_hooks import TERMINATING, StoreHooks
 from engine.service.worker_control import ensure_worker, worker_alive, worker_log_path, worker_pid_path
-from engine.session.llamacpp_sweep import run_llamacpp_sweep
+from engine.session.estimates import batch_sweep_eta_s
+from engine.session.regime_evidence import detect_regime
+from engine.session.runner import PromptText
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
-from engine.session.sweep import PromptText, batch_sweep_eta_s, run_sweep
+from foundation.jsonable import jsonable
 
 log = logging.getLogger("spectune.worker")
 
 
 STALE_AFTER_S = 30.0
-
-
-def _jsonable(value: Any) -> Any:
-    if is_dataclass(value):
-        return _jsonable(asdict(value))
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _roofline_for(target: Any, serving_batch: int, step_time_s: float, context_len: int) -> Any:
-    """Achieved bandwidth and FLOP/s of one decode step at the serving batch, against measured peaks."""
-    import torch
-
-    from engine.analysis.regime import roofline
-    from engine.measure.microbench import measure_copy_bandwidth, measure_matmul_flops
-
-    params = sum(p.numel() for p in target.model.parameters())
-    weight_bytes = sum(p.numel() * p.element_size() for p in target.model.parameters())
-    cfg = target.model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    elem = torch.finfo(target.model.dtype).bits // 8
-    kv_bytes = 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem * context_len * serving_batch
-    flops = 2.0 * params * serving_batch  # one multiply-add per weight per row
-    peak_bw = measure_copy_bandwidth(target.device)
-    peak_flops = measure_matmul_flops(target.device, dtype=target.model.dtype)
-    return roofline(weight_bytes, kv_bytes, flops, step_time_s, peak_bw, peak_flops)
-
-
-def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, serving_batch: int) -> dict[str, Any]:
-    """Regime evidence for the session: measured v(k), a batch sweep, a roofline, and NVML counters on a GPU.
-
-    The measurements are stored raw and judged by engine.analysis.regime.judge_regime — the same
-    judgement the CLI and the dashboard make later from the stored record.
-    """
-    from engine.analysis.regime import judge_regime
-    from engine.analysis.theory import measured_verify_points
-    from engine.measure.microbench import batch_sweep
-    from engine.measure.telemetry import nvml_available, nvml_snapshot
-
-    verify = measured_verify_points(report.get("verify_cost"))
-    target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
-    # up to the serving batch and beyond, until step time grows about linearly (batch_sweep stops there)
-    sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
-    sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
-    times = dict(zip(sweep.batch_sizes, sweep.step_times_s, strict=True))
-    at_batch = min(times, key=lambda b: abs(b - serving_batch))
-    roof = _roofline_for(target, at_batch, times[at_batch], 32)
-    record: dict[str, Any] = {
-        "serving_batch": serving_batch,
-        "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
-        "verify_cost": {str(k): v for k, v in sorted(verify.items())},
-        "roofline": _jsonable(roof),
-    }
-    verdict = judge_regime(record, serving_batch, verify_cost=verify)
-    nvml = nvml_snapshot(gpm_window_s=0.5) if nvml_available() else None
-    evidence = list(verdict.evidence)
-    if nvml:
-        shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(nvml.items()) if k.endswith("_pct"))
-        evidence.append(f"NVML cross-check (GPU utilisation alone says nothing about the regime): {shown}")
-    return _jsonable(
-        record
-        | {
-            "label": verdict.label,
-            "evidence": evidence,
-            "votes": verdict.votes,
-            "agree": verdict.agree,
-            "flags": verdict.flags,
-            "batch_classification": verdict.sweep,
-            "verify_classification": verdict.verify,
-            "roofline": verdict.roof,
-            "nvml": nvml,
-        }
-    )
 
 
 def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
@@ -127,8 +52,9 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
             PromptText(str(p.get("id", i)), p["text"], p.get("category"))
             for i, p in enumerate(session_prompts(store.get_prompts, session, settings.prompt_sample))
         ]
-        if settings.engine == "endpoint":  # a running deployment: no local model, so no utilisation sampling
-            from engine.service.endpoint_cli import run_endpoint_session
+        entry = registry.get(settings.engine)
+        if entry.runner is None:  # a running deployment: no local model, so no utilisation sampling
+            from engine.service.endpoint_sessions import run_endpoint_session
 
             return run_endpoint_session(store, session, settings, prompts, hooks)
         start_unix = time.time()
@@ -136,48 +62,16 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
             interval_s=0.5, on_sample=lambda t, source, m: hooks.sample(start_unix + t, source, m)
         )
         sampler.start()
-        if settings.engine == "llama.cpp":
-            report = run_llamacpp_sweep(settings, prompts, hooks=hooks)
-        else:
-            report = run_sweep(settings, prompts, pool=pool, hooks=hooks)
+        report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
         sampler.stop()
-        regime = None
-        if settings.detect_regime and settings.engine == "spectune" and not TERMINATING.is_set():
-            base_tps = (report.get("baseline") or {}).get("tokens_per_s")
-            eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch)
-            hooks.phase(f"batch sweep up to batch {settings.serving_batch * 2}", 0, 1, eta)
-            started = time.perf_counter()
-            try:
-                regime = detect_regime(pool, report, settings, settings.serving_batch)
-                store.set_regime(session_id, regime)
-            except Exception as exc:  # evidence is a bonus; never fail a finished sweep over it
-                log.warning("regime detection failed: %s", exc)
-            report.setdefault("phase_times_s", {})["batch sweep"] = round(time.perf_counter() - started, 3)
-        summary = {k: v for k, v in report.items() if k not in ("baseline", "runs")}
-        summary["hardware"] = hardware
-        summary["telemetry_source"] = sampler.describe()
-        summary["runs"] = [
-            {k: v for k, v in r.items() if k not in ("outputs", "agreement_runs")} for r in report["runs"]
-        ]
+        if settings.detect_regime and entry.in_process and not TERMINATING.is_set():
+            _regime_evidence(store, session_id, pool, report, settings, hooks)
+        summary = _session_summary(report, hardware, sampler.describe())
         hooks.phase("done", 1, 1, 0.0)
-        store.finish_session(session_id, "done", summary=_jsonable(summary))
+        store.finish_session(session_id, "done", summary=jsonable(summary))
         return "done"
     except Cancelled:
-        hooks.discard_writer()
-        if hooks.lost:  # failed as orphaned by another worker: that status stands
-            _mark_open_run(store, hooks, "failed")
-            return "failed"
-        if TERMINATING.is_set():
-            _mark_open_run(store, hooks, "cancelled")
-            store.finish_session(
-                session_id, "interrupted",
-                error=f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
-                f"{session_id})",
-            )  # fmt: skip
-            return "interrupted"
-        _mark_open_run(store, hooks, "cancelled")
-        store.finish_session(session_id, "cancelled", error="cancelled by the user")
-        return "cancelled"
+        return _stopped(store, session_id, hooks)
     except SpectuneError as exc:
         hooks.discard_writer()
         _mark_open_run(store, hooks, "failed")
@@ -205,6 +99,49 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         hooks.stop_heartbeat()
         if sampler is not None and sampler.running:
             sampler.stop()
+
+
+def _regime_evidence(
+    store: Any, session_id: int, pool: ModelPool, report: dict[str, Any], settings: SessionSpec, hooks: StoreHooks
+) -> None:
+    """The batch sweep, roofline and v(k) verdict after the sweep; its time joins the report's phase times."""
+    base_tps = (report.get("baseline") or {}).get("tokens_per_s")
+    eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch)
+    hooks.phase(f"batch sweep up to batch {settings.serving_batch * 2}", 0, 1, eta)
+    started = time.perf_counter()
+    try:
+        store.set_regime(session_id, detect_regime(pool, report, settings, settings.serving_batch))
+    except Exception as exc:  # evidence is a bonus; never fail a finished sweep over it
+        log.warning("regime detection failed: %s", exc)
+    report.setdefault("phase_times_s", {})["batch sweep"] = round(time.perf_counter() - started, 3)
+
+
+def _session_summary(report: dict[str, Any], hardware: dict[str, Any], telemetry: Any) -> dict[str, Any]:
+    """What the sessions table keeps of a report: everything but the outputs (stored per run already)."""
+    summary = {k: v for k, v in report.items() if k not in ("baseline", "runs")}
+    summary["hardware"] = hardware
+    summary["telemetry_source"] = telemetry
+    for part in ("runs", "baselines"):
+        summary[part] = [{k: v for k, v in r.items() if k not in ("outputs", "agreement_runs")} for r in report[part]]
+    return summary
+
+
+def _stopped(store: Any, session_id: int, hooks: StoreHooks) -> str:
+    """A sweep that stopped early: lost to another worker, interrupted by the worker's SIGTERM, or cancelled."""
+    hooks.discard_writer()
+    if hooks.lost:  # failed as orphaned by another worker: that status stands
+        _mark_open_run(store, hooks, "failed")
+        return "failed"
+    _mark_open_run(store, hooks, "cancelled")
+    if TERMINATING.is_set():
+        store.finish_session(
+            session_id, "interrupted",
+            error=f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
+            f"{session_id})",
+        )  # fmt: skip
+        return "interrupted"
+    store.finish_session(session_id, "cancelled", error="cancelled by the user")
+    return "cancelled"
 
 
 def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:

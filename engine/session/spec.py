@@ -7,10 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.core.policy import FixedGamma, SpeculationPolicy, parse_policy
-from engine.drafts.refs import is_ngram
-from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
-from engine.llamacpp.policy_flags import llamacpp_fields, unmappable
 
 MAX_GAMMA = 64
 
@@ -24,15 +21,6 @@ _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
     "prompt_sample", "endpoint", "policies",
 )  # fmt: skip
-# the PyTorch loop, a llama-server per configuration, or a running OpenAI-compatible endpoint (engine/endpoint)
-ENGINES = ("spectune", "llama.cpp", "endpoint")
-
-
-def engine_from_cli(choice: str) -> str:
-    """The CLI's --engine choice (spectune | llamacpp) as SessionSpec.engine names it."""
-    return "llama.cpp" if choice == "llamacpp" else choice
-
-
 @dataclass
 class SessionSpec:
     """Everything one session needs, built once by the page or the CLI and validated once.
@@ -94,21 +82,13 @@ class SessionSpec:
 
 
 def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
-    """Raise SettingsError naming the first bad field; return the settings when all is well."""
-    if s.engine not in ENGINES:
-        raise SettingsError(f"engine '{s.engine}': choose one of {', '.join(ENGINES)}")
-    if s.engine == "endpoint":  # no local model, draft or γ: the endpoint's own settings and caps instead
-        if s.max_new_tokens < 1:
-            raise SettingsError(f"max new tokens = {s.max_new_tokens}: must be at least 1")
-        EndpointSessionSettings.from_dict(s.endpoint).validate(s.max_new_tokens, (s.temperatures or [0.0])[0])
-        if n_prompts is not None and n_prompts < 1:
-            raise SettingsError("the prompt set is empty: upload or choose prompts first")
-        return s
+    """The checks every engine that decodes a target shares: SettingsError naming the first bad field. Each engine
+    adds its own (engine.engines.registry.validate runs both)."""
     if not s.target or not s.target.strip():
         raise SettingsError("no target model given")
     if not s.drafts:
         raise SettingsError("no draft given: name a draft model, 'ngram', or 'none' for the target alone")
-    _validate_policies(s)
+    parse_policies(s.policies)
     if not s.gammas and not s.policies:
         raise SettingsError("no γ given")
     for g in s.gammas:
@@ -138,30 +118,6 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     return s
-
-
-def _validate_policies(s: SessionSpec) -> None:
-    """Each policy spec parses (engine.core.policy.parse_policy) and runs in the session's engine: any in spectune's
-    loop; in llama.cpp those that map onto llama-server's flags (engine.llamacpp.policy_flags), with a draft model."""
-    policies = parse_policies(s.policies)
-    if s.engine == "llama.cpp":
-        _validate_llamacpp_policies(s, policies)
-    elif policies and s.engine != "spectune":
-        raise SettingsError("speculation policies run in spectune's loop and llama.cpp: choose one of those engines")
-
-
-def _validate_llamacpp_policies(s: SessionSpec, policies: list[SpeculationPolicy]) -> None:
-    for policy in policies:
-        if llamacpp_fields(policy) is None:
-            raise SettingsError(unmappable(policy))
-    gammas, varying = gammas_and_policies(s)
-    model_drafts = [d for d in s.drafts if d != "none" and not is_ngram(d)]
-    if varying and not model_drafts:
-        ngram = " (n-gram lookup has no draft confidence)" if any(is_ngram(d) for d in s.drafts) else ""
-        specs = ", ".join(p.spec() for p in varying)
-        raise SettingsError(f"llama.cpp runs {specs} with a draft model only{ngram}: add a draft model")
-    if not gammas and any(is_ngram(d) for d in s.drafts):
-        raise SettingsError("no γ given for n-gram lookup: llama.cpp runs policies with draft models only")
 
 
 def parse_policies(texts: list[str]) -> list[SpeculationPolicy]:

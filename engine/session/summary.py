@@ -30,7 +30,6 @@ class RunSummary:
     alpha_from_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] = field(default_factory=list)
-    proposed_fraction: float | None = None
     drafting_fraction: float | None = None  # share of target calls that verified a draft (llama.cpp's counters)
     c: float = 0.0
     speedup_measured: float | None = 1.0
@@ -38,7 +37,7 @@ class RunSummary:
     verify_cost: dict[int, float] = field(default_factory=dict)
     speedup_spread: dict[str, Any] | None = None  # engine.measure.noise.Spread as a dict: median/min/max/n/verdict
     machine_load: dict[str, Any] | None = None  # other processes' CPU share while this run was measured
-    engine: str = "spectune"  # "spectune" (the PyTorch loop) or "llama.cpp"
+    engine: str = "spectune"  # the engine registry's name for where it was measured
     method: str | None = None
     wall_s: float | None = None
     agreement_runs: list[list[int]] | None = None
@@ -46,7 +45,7 @@ class RunSummary:
     mean_drafted_per_step: float | None = None  # draft tokens sent to verification per target call
     draft_calls: int | None = None  # draft forwards over the run
     # a policy run (its runs-table γ is 0, its α and speedup columns empty, so the fixed-γ recommender
-    # never mistakes it for a γ): the policy's spec and what it measured (engine.session.sweep.policy_live)
+    # never mistakes it for a γ): the policy's spec and what it measured (engine.session.summarise.policy_live)
     policy: str | None = None
     policy_live: dict[str, Any] | None = None
     # per prompt, the draft's trace every policy replays from (engine.measure.agreement.draft_trace); kept on

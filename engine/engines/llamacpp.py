@@ -1,0 +1,242 @@
+"""llama.cpp as a session engine: one llama-server on 127.0.0.1 per distinct configuration, managed by us.
+
+Configurations are the target alone, each draft × γ, n-gram lookup, and each draft model × a policy llama-server
+runs as is (engine.llamacpp.policy_flags); temperatures share a server. Per request the server reports its
+timings and draft counts; its /metrics counters before and after give the target calls and the per-position
+acceptance exactly. What llama.cpp cannot give is named, not guessed: β per position (so α as mean β) and which
+output tokens came from the draft. c is the draft alone's time per token ÷ the target alone's, both measured by
+llama-server on the same prompts, interleaved with them; v(k) comes from llama-bench. Each draft model's trace for
+the policy replay is the draft in PyTorch (float32) teacher-forced along llama.cpp's own target-alone outputs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any, ClassVar
+
+from engine.core.policy import FixedGamma
+from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.drafts.model import ModelDraft
+from engine.drafts.refs import is_ngram, parse_ngram_spec
+from engine.errors import SettingsError, SpectuneError
+from engine.llamacpp import client
+from engine.llamacpp.binaries import LlamaBuild, find_llama
+from engine.llamacpp.launch import speculative_server
+from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
+from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.measure.agreement import draft_trace
+from engine.measure.verify_cost import llamacpp_verify_cost_curve
+from engine.models.bundled import gguf_for
+from engine.models.pool import ModelPool
+from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
+from engine.session.spec import SessionSpec, gammas_and_policies, validate
+
+TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+
+
+def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    """The common checks, then what llama-server can run: fixed γ and the confidence stop, with a draft model."""
+    validate(spec, n_prompts)
+    gammas, varying = gammas_and_policies(spec)
+    for policy in varying:
+        if llamacpp_fields(policy) is None:
+            raise SettingsError(unmappable(policy))
+    model_drafts = [d for d in spec.drafts if d != "none" and not is_ngram(d)]
+    if varying and not model_drafts:
+        ngram = " (n-gram lookup has no draft confidence)" if any(is_ngram(d) for d in spec.drafts) else ""
+        specs = ", ".join(p.spec() for p in varying)
+        raise SettingsError(f"llama.cpp runs {specs} with a draft model only{ngram}: add a draft model")
+    if not gammas and any(is_ngram(d) for d in spec.drafts):
+        raise SettingsError("no γ given for n-gram lookup: llama.cpp runs policies with draft models only")
+
+
+class LlamaCppRunner:
+    """Managed llama-servers behind the Runner interface."""
+
+    name: ClassVar[str] = "llama.cpp"
+    unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft")
+    replays_like_llamacpp: ClassVar[bool] = True
+    dtype = "gguf"
+    device = "cpu"
+
+    def __init__(
+        self, pool: ModelPool | None = None, build: LlamaBuild | None = None, threads: int | None = None
+    ) -> None:
+        """`pool` is not used: the drafts' float32 copies for their traces live in a pool of their own, freed after
+        each trace, so the worker's pool never holds them."""
+        self.build = build
+        self.threads = threads
+        self.spec: SessionSpec | None = None
+        self.target: Path | None = None
+        self.configs: dict[RunKey, ServerConfig] = {}
+        self.servers: dict[ServerConfig, ManagedServer] = {}
+        self.alone: dict[str, ServerConfig] = {}  # each draft model alone: its time per token gives c
+        self.alone_rates: dict[str, list[float]] = {}
+        self.target_rates: list[float] = []
+        self.texts: list[str] = []
+        self.prompt_ids: list[str] = []
+
+    validate = staticmethod(validate_llamacpp)
+
+    def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
+        assert self.target is not None
+        common = {"threads": self.threads}
+        if key.kind == "baseline":
+            return speculative_server(self.target, **common)
+        if is_ngram(key.draft):
+            _, longest = parse_ngram_spec(key.draft)
+            return speculative_server(self.target, ngram_size=longest, policy=FixedGamma(key.gamma), **common)
+        policy = key.policy if key.policy is not None else FixedGamma(key.gamma)
+        return speculative_server(self.target, draft=drafts[key.draft], policy=policy, **common)
+
+    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
+        RunKey, str
+    ]:
+        self.spec = spec
+        self.build = self.build or find_llama()
+        self.target = gguf_for(spec.target, "target")
+        drafts = {k.draft: gguf_for(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+        self.configs = {key: self._server_config(key, drafts) for key in plan}
+        self.alone = {ref: speculative_server(path) for ref, path in drafts.items()}
+        wanted = list(dict.fromkeys([*self.configs.values(), *self.alone.values()]))
+        why: dict[ServerConfig, str] = {}
+        for started, config in enumerate(wanted):
+            if ctx.should_stop():
+                raise Cancelled()
+            ctx.phase(f"starting llama-server {started + 1} of {len(wanted)}", started, len(wanted), None)
+            try:
+                self.servers[config] = self._start(config)
+            except ServerError as exc:
+                why[config] = str(exc)
+        live = next((s for s in self.servers.values()), None)
+        if live is None:
+            raise ServerError(next(iter(why.values()), "no llama-server could be started"))
+        self.prompt_ids = [p.prompt_id for p in prompts]
+        self.texts = [client.chat_prompt(live.url, p.text) if spec.chat_template else p.text for p in prompts]
+        return {key: why[config] for key, config in self.configs.items() if config in why}
+
+    def _start(self, config: ServerConfig) -> ManagedServer:
+        server = ManagedServer(config, build=self.build)
+        server.start()
+        if config.spec_type is not None and not client.speculating(server.url):
+            errors = "; ".join(line.split(": ", 1)[-1] for line in server.log_errors()) or "no reason logged"
+            server.stop()
+            raise ServerError(f"llama-server started with speculation off ({errors})")
+        return server
+
+    def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
+        assert self.build is not None and self.target is not None
+        try:
+            return llamacpp_verify_cost_curve(self.build, self.target, widest, self.threads), []
+        except ServerError as exc:
+            return {}, [f"v(k) not measured: {exc}"]
+
+    def warm_up(self, plan: list[RunKey]) -> None:
+        pass
+
+    def _request(self, config: ServerConfig, text: str, temperature: float, n_probs: int) -> tuple[
+        client.Completion, Any
+    ]:
+        assert self.spec is not None
+        server = self.servers.get(config)
+        if server is None:
+            raise RunFailed("its llama-server is not running")
+        s = self.spec
+        try:
+            before = client.metrics(server.url)
+            done = client.complete(server.url, text, s.max_new_tokens, temperature, s.seed, s.top_k, s.top_p,
+                                   n_probs=n_probs)  # fmt: skip
+            return done, client.metrics(server.url).minus(before)
+        except ServerError as exc:
+            if server.alive():
+                raise RunFailed(str(exc)) from None
+            tail = server.log_tail()
+            server.stop()
+            self.servers.pop(config, None)
+            raise RunFailed(f"{exc}; its log ends:\n{tail}") from None
+
+    def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
+        """One request; logged as one step record that covers all its target calls."""
+        config = self.configs[key]
+        t0 = time.time()
+        done, delta = self._request(config, self.texts[index], key.temperature, TOP_LOGPROBS if reference else 0)
+        if key.kind == "baseline" and key.temperature == 0 and done.predicted_ms > 0:
+            self.target_rates.append(done.predicted_n / (done.predicted_ms / 1000.0))
+        calls = int(delta.target_calls) or max(1, done.predicted_n - done.draft_n_accepted)
+        delta.target_calls, delta.emitted = float(calls), float(done.predicted_n)
+        forwards = 0 if key.kind == "baseline" or is_ngram(key.draft) else draft_forwards(delta, 1, config.draft_p_min)
+        ctx.on_step(StepRecord(
+            prompt_index=index, step_index=0, gamma=done.draft_n, accepted=done.draft_n_accepted, accept_mask=[],
+            beta=[], draft_time_s=0.0, verify_time_s=done.predicted_ms / 1000.0, draft_forwards=forwards,
+            emitted=done.predicted_n, target_calls=calls,
+        ))  # fmt: skip
+        top = done.top_logprobs if reference else None
+        output = PromptOutput(
+            prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_n, token_ids=done.token_ids,
+            text=done.text, from_draft=[], wall_time_s=time.time() - t0, steps=calls,
+            prefill_time_s=done.prompt_ms / 1000.0,
+            top_logits=[[lp for _, lp in t] for t in top] if top is not None else None,
+            top_ids=[[tid for tid, _ in t] for t in top] if top is not None else None,
+        )  # fmt: skip
+        return Decoded(output, delta, done.predicted_ms / 1000.0)
+
+    def side_measure(self, index: int) -> None:
+        """Each draft model alone on this prompt, right after the prompt's round: c from neighbouring requests."""
+        for ref, config in self.alone.items():
+            try:
+                done, _ = self._request(config, self.texts[index], 0.0, 0)
+            except RunFailed:
+                continue
+            if done.predicted_ms > 0:
+                self.alone_rates.setdefault(ref, []).append(done.predicted_n / (done.predicted_ms / 1000.0))
+
+    def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
+        target_rate = median(self.target_rates) if self.target_rates else 0.0
+        costs = {ref: target_rate / median(rates) for ref, rates in self.alone_rates.items() if rates and target_rate}
+        out = EngineOutputs(draft_costs=costs)
+        speculated = [ref for ref in self.alone if any(k.draft == ref and c in self.servers
+                                                       for k, c in self.configs.items())]  # fmt: skip
+        if speculated:  # every draft model's trace: the Policies page replays any llama.cpp session
+            out.traces = self._traces(speculated, baselines.get(0.0), ctx, out.notes)
+        return out
+
+    def _traces(
+        self, drafts: list[str], outputs: list[PromptOutput] | None, ctx: DecodeContext, notes: list[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Per draft model, one trace per prompt: the draft in PyTorch (float32) teacher-forced along llama.cpp's
+        own target-alone outputs at temperature 0 (none without that baseline on every prompt)."""
+        assert self.spec is not None
+        if outputs is None or len(outputs) != len(self.texts):
+            notes.append("no policy replay: the target alone was not measured at temperature 0 on every prompt")
+            return {}
+        pool = ModelPool()
+        traces: dict[str, list[dict[str, Any]]] = {}
+        for done, ref in enumerate(drafts):
+            if ctx.should_stop():
+                raise Cancelled()
+            ctx.phase(f"recording {ref}'s trace for the policy replay (PyTorch, float32)", done, len(drafts), None)
+            try:
+                draft = pool.get(ref, "float32", "cpu", self.spec.trust_remote_code)
+            except SpectuneError as exc:
+                notes.append(f"no policy replay for {ref}: {exc}")
+                continue
+            if any(t >= draft.vocab_size for output in outputs for t in output.token_ids):
+                notes.append(f"no policy replay for {ref}: its vocabulary is not the target's")
+            else:
+                source = ModelDraft(draft, draft.vocab_size)
+                traces[ref] = [
+                    draft_trace(source, draft.tokenizer.encode(text), output.token_ids, self.spec.max_new_tokens)
+                    for text, output in zip(self.texts, outputs, strict=True)
+                ]
+            pool.clear()
+        return traces
+
+    def describe(self) -> dict[str, Any]:
+        return {"llama_cpp": self.build.describe()} if self.build is not None else {}
+
+    def stop(self) -> None:
+        for server in list(self.servers.values()):
+            server.stop()
+        self.servers.clear()

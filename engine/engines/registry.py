@@ -1,0 +1,164 @@
+"""The engine registry: one entry per engine, one spelling each, and the only place an engine is chosen by name.
+
+Adding an engine: a Runner module beside this one and one `register(EngineEntry(...))` line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import SettingsError
+from engine.models.pool import ModelPool
+from engine.session.hooks import Hooks
+from engine.session.runner import PromptText, Runner
+from engine.session.spec import SessionSpec
+from engine.session.sweep import SweepReport, run_sweep
+
+
+@dataclass(frozen=True)
+class EngineEntry:
+    """One engine: its stored name, its CLI spelling, how a session in it is validated and measured."""
+
+    name: str  # SessionSpec.engine and the store's spelling
+    cli: str  # the --engine choice
+    label: str  # what the UI calls it
+    validate: Callable[[SessionSpec, int | None], None]
+    runner: Callable[[], type[Runner]] | None = None  # its Runner class (imported on use); None: a deployment
+    # measured as it runs, not a sweep
+    in_process: bool = False  # the target runs in this process: the batch sweep and roofline can measure it
+    runs_policies: bool = False
+    fixed_weights: str | None = None  # what it runs instead of a chosen dtype (llama.cpp: the GGUF as it is)
+    export_format: str | None = None  # the export format of this engine itself (its sessions measured that engine)
+    runs_policy: Callable[[str], bool] | None = None  # which policies it runs live (None: every one)
+    availability: Callable[[], tuple[bool, str]] = lambda: (True, "")  # (usable here, one line saying so)
+
+
+    @property
+    def measures_a_deployment(self) -> bool:
+        """A running deployment measured as it runs, not a sweep of configurations we start."""
+        return self.runner is None
+
+
+_ENTRIES: dict[str, EngineEntry] = {}
+
+
+def register(entry: EngineEntry) -> None:
+    _ENTRIES[entry.name] = entry
+
+
+def names() -> tuple[str, ...]:
+    """Every engine's stored name, in registration order."""
+    return tuple(_ENTRIES)
+
+
+def sweep_engines() -> tuple[str, ...]:
+    """The engines that run a session's sweep themselves (a recommendation can come from their measurements)."""
+    return tuple(name for name, entry in _ENTRIES.items() if entry.runner is not None)
+
+
+def sweep_cli_choices() -> tuple[str, ...]:
+    """The --engine choices of the commands that run or recommend from a sweep."""
+    return tuple(entry.cli for entry in _ENTRIES.values() if entry.runner is not None)
+
+
+def get(name: str) -> EngineEntry:
+    """The entry for a stored name or a CLI spelling; SettingsError naming the choices otherwise."""
+    for entry in _ENTRIES.values():
+        if name in (entry.name, entry.cli):
+            return entry
+    raise SettingsError(f"engine '{name}': choose one of {', '.join(names())}")
+
+
+def engine_from_cli(choice: str) -> str:
+    """The stored name for a CLI --engine choice (llamacpp → llama.cpp)."""
+    return get(choice).name
+
+
+def validate(spec: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
+    """The spec checked by its engine (the engine named first)."""
+    get(spec.engine).validate(spec, n_prompts)
+    return spec
+
+
+def runner_for(spec: SessionSpec, pool: ModelPool | None = None) -> Runner:
+    entry = get(spec.engine)
+    if entry.runner is None:
+        raise SettingsError(f"engine '{entry.name}' measures a running deployment: it has no sweep to run")
+    return entry.runner()(pool=pool or ModelPool())
+
+
+def replays_like_llamacpp(name: str) -> bool:
+    """Whether the engine drafts in llama-server's loop (the policy replay models that loop for its sessions)."""
+    entry = get(name)
+    return entry.runner is not None and entry.runner().replays_like_llamacpp
+
+
+def sweep(
+    spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, pool: ModelPool | None = None
+) -> SweepReport:
+    """Validate `spec` for its engine and run its sweep there."""
+    validate(spec, len(prompts))
+    return run_sweep(runner_for(spec, pool), spec, prompts, hooks)
+
+
+def _spectune() -> Any:
+    from engine.engines.spectune import SpectuneRunner
+
+    return SpectuneRunner
+
+
+def _llamacpp() -> Any:
+    from engine.engines.llamacpp import LlamaCppRunner
+
+    return LlamaCppRunner
+
+
+def _llamacpp_runs(policy: str) -> bool:
+    from engine.llamacpp.policy_flags import llamacpp_fields
+
+    return llamacpp_fields(policy) is not None
+
+
+def _validate_spectune(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    from engine.session.spec import validate as common
+
+    common(spec, n_prompts)
+
+
+def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    from engine.engines.llamacpp import validate_llamacpp
+
+    validate_llamacpp(spec, n_prompts)
+
+
+def _validate_endpoint(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    from engine.engines.endpoint import validate_endpoint
+
+    validate_endpoint(spec, n_prompts)
+
+
+SPECTUNE_NOTE = "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
+
+
+def _llamacpp_availability() -> tuple[bool, str]:
+    from engine.llamacpp.binaries import llama_status
+
+    build, line = llama_status()
+    if build is None:
+        return False, f"llama.cpp is not available: {line}"
+    return True, f"{line}: c, v(k) and speed as llama.cpp measures them; β per position is not reported."
+
+
+register(EngineEntry(
+    "spectune", "spectune", "spectune (PyTorch loop)", _validate_spectune, _spectune, in_process=True,
+    runs_policies=True,
+    availability=lambda: (True, SPECTUNE_NOTE),
+))  # fmt: skip
+register(EngineEntry(
+    "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
+    fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
+    runs_policy=_llamacpp_runs,
+))  # fmt: skip
+register(EngineEntry("endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint))

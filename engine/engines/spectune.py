@@ -1,0 +1,141 @@
+"""spectune's own PyTorch loop as a session engine: the target and every draft loaded once, in-process.
+
+c is the draft's median forward time ÷ the target's median single-token step, both timed in this loop; v(k) is
+measured with k-token forwards of the target; each draft's trace for the policy replay is recorded along the
+target-alone outputs (with β at every temperature above 0)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import median
+from typing import Any, ClassVar
+
+from engine.core.counters import SpecCounters
+from engine.core.decoder import DecodeConfig, decode_prompt
+from engine.core.model import LoadedModel
+from engine.core.policy import PolicyRun
+from engine.core.proposal import DraftSource, NoDraft
+from engine.core.records import PromptOutput, StepRecord
+from engine.core.sampling import SamplingConfig
+from engine.drafts.factory import make_draft
+from engine.measure.agreement import draft_trace
+from engine.measure.verify_cost import verify_cost_curve
+from engine.models.chat import encode_prompt
+from engine.models.pool import ModelPool
+from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunKey
+from engine.session.spec import SessionSpec, check_context, validate
+
+TOP_LOGITS_K = 16
+WARM_UP_TOKENS = 4
+
+
+class SpectuneRunner:
+    """The PyTorch loop (engine.core.decoder) behind the Runner interface."""
+
+    name: ClassVar[str] = "spectune"
+    unavailable: ClassVar[tuple[str, ...]] = ()
+    replays_like_llamacpp: ClassVar[bool] = False
+
+    def __init__(self, pool: ModelPool | None = None) -> None:
+        self.pool = pool or ModelPool()
+        self.dtype = "bfloat16"
+        self.device = "cpu"
+        self.target: LoadedModel | None = None
+        self.drafts: dict[str, DraftSource] = {}
+        self.encoded: list[tuple[PromptText, list[int]]] = []
+        self.policy_runs: dict[RunKey, PolicyRun] = {}  # a policy's state, carried over the run's prompts
+        self.draft_forward_s: dict[str, list[float]] = {}
+        self.single_step_s: list[float] = []
+        self.spec: SessionSpec | None = None
+
+    @staticmethod
+    def validate(spec: SessionSpec, n_prompts: int | None = None) -> None:
+        validate(spec, n_prompts)
+
+    def _load(self, ref: str) -> LoadedModel:
+        assert self.spec is not None
+        return self.pool.get(ref, self.spec.dtype, self.spec.device, self.spec.trust_remote_code)
+
+    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
+        RunKey, str
+    ]:
+        self.spec, self.dtype = spec, spec.dtype
+        ctx.phase("loading models", 0, 1, None)
+        self.target = target = self._load(spec.target)
+        self.device = str(target.device)
+        for p in prompts:
+            ids = encode_prompt(target.tokenizer, p.text, spec.chat_template)
+            check_context(len(ids), spec.max_new_tokens, target.max_context, f"prompt {p.prompt_id}")
+            self.encoded.append((p, ids))
+        for ref in dict.fromkeys(key.draft for key in plan if key.draft != "none"):
+            self.drafts[ref] = make_draft(ref, target, self._load)
+        self.policy_runs = {key: PolicyRun(key.policy) for key in plan if key.policy is not None}
+        return {}
+
+    def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
+        assert self.target is not None
+        return verify_cost_curve(self.target, self.encoded[0][1], widest), []
+
+    def warm_up(self, plan: list[RunKey]) -> None:
+        """A few tokens through the target alone and each draft: the first forward of a model pays for lazy
+        initialisation, which would otherwise land on the first prompt's ratio. Nothing is recorded."""
+        assert self.target is not None and self.spec is not None
+        gamma = min(self.spec.gammas) if self.spec.gammas else 1
+        for source in [NoDraft(), *self.drafts.values()]:
+            cfg = DecodeConfig(0 if source.method == "none" else gamma, SamplingConfig(0.0), WARM_UP_TOKENS,
+                               self.spec.seed)  # fmt: skip
+            decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
+
+    def _config(self, key: RunKey, reference: bool) -> DecodeConfig:
+        assert self.spec is not None
+        s = self.spec
+        sampling = SamplingConfig(key.temperature, s.top_k, s.top_p)
+        top = TOP_LOGITS_K if reference else 0
+        return DecodeConfig(key.most_drafted, sampling, s.max_new_tokens, s.seed, top, policy=key.policy)
+
+    def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
+        assert self.target is not None
+        prompt, ids = self.encoded[index]
+        counters = SpecCounters()
+
+        def on_step(rec: StepRecord) -> None:
+            counters.add_step(rec.gamma, rec.accepted, rec.emitted, rec.accept_mask)
+            if rec.draft_forwards > 0:
+                self.draft_forward_s.setdefault(key.draft, []).append(rec.draft_time_s / rec.draft_forwards)
+            if rec.gamma == 0 and key.kind == "baseline":
+                self.single_step_s.append(rec.verify_time_s)
+            ctx.on_step(rec)
+
+        source = self.drafts.get(key.draft, NoDraft())
+        out, _ = decode_prompt(
+            self.target, source, ids, self._config(key, reference), prompt_index=index, prompt_id=prompt.prompt_id,
+            on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
+        )  # fmt: skip
+        return Decoded(out, counters, out.wall_time_s - out.prefill_time_s)
+
+    def side_measure(self, index: int) -> None:
+        pass
+
+    def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
+        """c per draft, and one teacher-forced pass per draft along the greedy baseline: agreement runs and the
+        trace every policy replays from (β at each temperature above 0)."""
+        assert self.target is not None and self.spec is not None
+        step = median(self.single_step_s) if self.single_step_s else None
+        costs = {ref: median(times) / step for ref, times in self.draft_forward_s.items() if step and times}
+        outputs = baselines.get(0.0) or next(iter(baselines.values()), [])
+        hot = [SamplingConfig(t, self.spec.top_k, self.spec.top_p) for t in self.spec.temperatures if t > 0]
+        traces: dict[str, list[dict[str, Any]]] = {}
+        for done, (ref, source) in enumerate(self.drafts.items()):
+            ctx.phase("agreement pass", done, len(self.drafts), None)
+            traces[ref] = [
+                draft_trace(source, ids, out.token_ids, self.spec.max_new_tokens, target=self.target, samplings=hot)
+                for (_, ids), out in zip(self.encoded, outputs, strict=True)
+            ]
+        notes = [] if 0.0 in baselines else ["traces recorded along the sampled baseline: no greedy baseline ran"]
+        return EngineOutputs(traces=traces, draft_costs=costs, notes=notes if traces else [])
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def stop(self) -> None:
+        self.drafts.clear()

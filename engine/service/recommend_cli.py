@@ -1,0 +1,132 @@
+"""`python -m engine recommend`: the recommended draft and γ from finished sessions, the best speculation policy
+beside it, and the exports (engine.service.recommendations, the same chain the Recommend page runs).
+
+    python -m engine recommend --session ID [--objective O] [--export FORMAT [--out FILE]] \
+        [--policy-export FORMAT|all [--policy-out DIR]]
+
+With `--export` and no `--out` the export is printed to stdout byte for byte, and nothing follows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.analysis.export import FORMATS
+from engine.analysis.recommend import OBJECTIVES
+from engine.engines.registry import engine_from_cli, sweep_cli_choices
+from engine.errors import SpectuneError
+from engine.service.policies import PolicyReport, export_best, session_policies
+from engine.service.recommendations import Recommended, recommend_and_export
+
+
+def add_commands(sub: Any) -> None:
+    """Register `recommend` on the main parser."""
+    rec = sub.add_parser("recommend", help="recommend γ and draft from finished sessions; export configs")
+    rec.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
+    rec.add_argument("--objective", default="latency", choices=OBJECTIVES)
+    rec.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
+    rec.add_argument("--batch-size", type=int, default=1)
+    rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
+    rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
+    rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
+    rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
+    rec.add_argument("--engine", choices=sweep_cli_choices(), default=None,
+                     help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
+                          "include any, else spectune's loop)")  # fmt: skip
+    rec.add_argument("--policy-export", choices=[*FORMATS, "all"], default=None,
+                     help="write the best speculation policy for this engine (all: every engine)")  # fmt: skip
+    rec.add_argument("--policy-out", default=".", help="folder for --policy-export files (default: here)")
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    """The recommendation (or its export), then the best speculation policy (and its export with --policy-export)."""
+    from engine.service.jobs import open_app_store
+
+    store = open_app_store()
+    result = recommend_and_export(
+        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
+        engine_from_cli(args.engine) if args.engine else None, formats=(args.export,) if args.export else (),
+        save=bool(args.export),
+    )  # fmt: skip
+    if args.export:
+        write_export(result, args.export, args.out)
+        if args.out is None:
+            return 0  # the export went to stdout: nothing may follow it
+    else:
+        print_recommendation(result)
+    print_policy(store, args, result)
+    return 0
+
+
+def write_export(result: Recommended, fmt: str, out: str | None) -> None:
+    if fmt in result.failed:
+        raise result.failed[fmt]
+    _, text = result.files[fmt]
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        print(f"wrote {out} ({fmt})")
+    else:
+        sys.stdout.write(text)  # byte for byte what the page shows and stores
+
+
+def print_recommendation(result: Recommended) -> None:
+    rec, report = result.recommendation, result.regime
+    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}")
+    print(report.source)
+    if rec.off:
+        print("recommendation: speculation OFF")
+    else:
+        print(f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
+              f"{rec.predicted_speedup:.2f}× predicted, ops ×{rec.ops_multiplier:.2f}, "
+              f"cost per token {rec.cost_change:+.0%}")  # fmt: skip
+    print(rec.explanation)
+    print(f"{'draft':<24} {'α':>6} {'c':>6} {'best γ':>7} {'speedup':>8} {'crossover':>9}")
+    for row in rec.comparison:
+        cross = rec.crossover.get(row.name)
+        print(f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
+              f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}")  # fmt: skip
+    if rec.schedule:
+        print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()))
+    for note in rec.notes:
+        print(f"note: {note}")
+
+
+def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> None:
+    """The best speculation policy for the objective and its gain over the best fixed γ; --policy-export files."""
+    try:
+        report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
+                                  engine=result.engine, recommended=result.triple)  # fmt: skip
+    except SpectuneError as exc:
+        print(f"policy: not available ({exc})")
+        return
+    best, fixed = report.best, report.best_fixed
+    if best is None or fixed is None:
+        print("policy: no replayable trace in these sessions (sessions from before policies were recorded)")
+        return
+    gain = report.chosen.comparison.gain
+    print(f"policy: {report.chosen.draft} {best.policy} ({best.setting}) — {best.tokens_per_call:.2f} tokens per "
+          f"call, {best.predicted_speedup:.2f}× predicted ({best.basis}); best fixed {fixed.policy} "
+          f"{fixed.predicted_speedup:.2f}×: gain {gain * 100:+.1f}%")  # fmt: skip
+    for note in report.chosen.comparison.notes:
+        print(f"policy note: {note}")
+    if args.policy_export:
+        write_policy_exports(report, args.policy_export, args.policy_out)
+
+
+def write_policy_exports(report: PolicyReport, fmt: str, folder_arg: str) -> None:
+    folder = Path(folder_arg)
+    if not folder.is_dir():
+        raise SpectuneError(f"--policy-out {folder_arg}: not a folder")
+    for one in FORMATS if fmt == "all" else (fmt,):
+        exported = export_best(report, one)
+        path = folder / ("policy-" + exported.filename)
+        path.write_text(exported.text, encoding="utf-8")
+        status = "exact" if exported.exact else f"closest: {exported.runs}; lost: {'; '.join(exported.lost)}"
+        print(f"wrote {path} ({one}: {status})")
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"recommend": cmd_recommend}

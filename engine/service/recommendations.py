@@ -1,0 +1,91 @@
+"""Recommend, export, save: the one chain `python -m engine recommend` and the Recommend page both run.
+
+`recommend_and_export` picks the engine whose measurements count, recommends from the stored sessions
+(engine.service.evidence), exports the recommendation in each format asked for (engine.analysis.export) and,
+with `save`, keeps the payload and its files in the store's history; `save_result` keeps a result computed
+before (the page saves when the user downloads or presses "Save to history").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from engine.analysis.export import FORMATS, export, payload_inputs, recommendation_payload
+from engine.analysis.recommend import Recommendation
+from engine.analysis.regime import RegimeReport
+from engine.service.evidence import Evidence, choose_engine, recommend_from_store, store_recommendation
+
+
+@dataclass
+class Recommended:
+    """A recommendation with what it rests on, and its exports."""
+
+    recommendation: Recommendation
+    evidence: Evidence
+    regime: RegimeReport  # judged at the recommended γ
+    engine: str  # whose measurements it rests on
+    inputs: dict[str, Any]  # engine.analysis.export.payload_inputs
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), FORMATS order
+    failed: dict[str, Exception] = field(default_factory=dict)  # format -> why its export failed
+
+    @property
+    def triple(self) -> tuple[Recommendation, Evidence, RegimeReport]:
+        """(recommendation, evidence, regime report), as engine.service.evidence.recommend_from_store gives them."""
+        return self.recommendation, self.evidence, self.regime
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        """What the store keeps (engine.analysis.export.recommendation_payload), from the spectune export if made."""
+        spectune_text = self.files.get("spectune", ("", ""))[1] or None
+        return recommendation_payload(self.recommendation, self.inputs, self.regime, spectune_text)
+
+
+def recommend_and_export(
+    store: Any,
+    session_ids: Sequence[int],
+    objective: str = "latency",
+    budget: float | None = None,
+    batch_size: int = 1,
+    price_per_hour: float | None = None,
+    regime_override: str | None = None,
+    engine: str | None = None,
+    formats: Sequence[str] = FORMATS,
+    save: bool = False,
+) -> Recommended:
+    """Recommend from the sessions, export in each of `formats`, and with `save` keep it and its files.
+
+    `engine` None: evidence.choose_engine decides (llama.cpp's measurements for a llama.cpp-only export when
+    the sessions include any). A format whose export raises is in `failed`, not in `files`; nothing is saved
+    while any export failed. SpectuneError when the sessions cannot give a recommendation."""
+    ids = [int(i) for i in session_ids]
+    only = formats[0] if len(formats) == 1 else None
+    engine = choose_engine(store, ids, engine, only)
+    rec, ev, report = recommend_from_store(store, ids, objective, budget, batch_size, price_per_hour,
+                                           regime_override, engine)  # fmt: skip
+    inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override)
+    result = Recommended(rec, ev, report, engine, inputs)
+    for fmt in formats:
+        try:
+            result.files[fmt] = export(rec, fmt, regime=report, target=ev.target)
+        except Exception as exc:  # noqa: BLE001 - kept per format: the others still export
+            result.failed[fmt] = exc
+    if save and not result.failed:
+        save_result(store, result, list(result.files))
+    return result
+
+
+def save_result(
+    store: Any,
+    result: Recommended,
+    formats: Sequence[str],
+    rec_id: int | None = None,
+    already: list[str] | None = None,
+) -> tuple[int, list[str]]:
+    """Keep the result's payload and its files in `formats` (evidence.store_recommendation: `rec_id`, a
+    recommendation stored before for the same result; `already`, its formats stored then). Returns the id and
+    the formats stored now."""
+    wanted = {fmt: result.files[fmt] for fmt in formats if fmt in result.files}
+    return store_recommendation(store, result.payload, wanted, rec_id, already)

@@ -1,0 +1,147 @@
+"""The engine seam: what the one sweep driver (engine.session.driver) asks of an engine, and the plan it runs.
+
+A Runner decodes one prompt for one configuration at a time and reports what happened in the one counters type
+(engine.core.counters.SpecCounters); the driver owns the plan, the interleaving, the load marks, fidelity, the
+noise verdict and the report. Engines implement it under engine/engines/ and are registered once there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from engine.core.counters import SpecCounters
+from engine.core.policy import SpeculationPolicy
+from engine.core.records import PromptOutput, StepRecord
+from engine.errors import SpectuneError
+from engine.session.spec import SessionSpec, gammas_and_policies
+
+
+@dataclass
+class PromptText:
+    prompt_id: str
+    text: str
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One configuration of a session's plan: the target alone at a temperature, a draft at a fixed γ, or a draft
+    under a policy whose γ varies step by step (stored with γ 0, its spec under `policy`)."""
+
+    draft: str
+    gamma: int
+    temperature: float
+    policy: SpeculationPolicy | None = None
+
+    @property
+    def kind(self) -> str:
+        return "baseline" if self.draft == "none" else "speculative"
+
+    @property
+    def most_drafted(self) -> int:
+        """γ, or the policy's most tokens per step (0 for the baseline)."""
+        return self.policy.max_draft() if self.policy is not None else self.gamma
+
+    def as_dict(self) -> dict[str, Any]:
+        """The run's key as the hooks and the store take it."""
+        key: dict[str, Any] = {"draft": self.draft, "gamma": self.gamma, "temperature": self.temperature,
+                               "kind": self.kind}  # fmt: skip
+        if self.policy is not None:
+            key["policy"] = self.policy.spec()
+        return key
+
+    def label(self) -> str:
+        """'baseline T=0', 'draft γ=2 T=0' or 'draft confidence:… T=0.8' for messages."""
+        if self.kind == "baseline":
+            return f"baseline T={self.temperature:g}"
+        how = self.policy.spec() if self.policy is not None else f"γ={self.gamma}"
+        return f"{self.draft} {how} T={self.temperature:g}"
+
+
+def plan_runs(spec: SessionSpec) -> list[RunKey]:
+    """The baseline at each temperature, then each draft × γ × temperature, then each draft × policy × temperature
+    (a fixed:G policy is γ = G)."""
+    gammas, policies = gammas_and_policies(spec)
+    drafts = [d for d in spec.drafts if d != "none"]
+    plan = [RunKey("none", 0, t) for t in spec.temperatures]
+    plan += [RunKey(d, g, t) for d in drafts for g in gammas for t in spec.temperatures]
+    plan += [RunKey(d, 0, t, p) for d in drafts for p in policies for t in spec.temperatures]
+    return plan
+
+
+class RunFailed(SpectuneError):
+    """One configuration could not be measured (its server would not start, crashed or hung): the sweep goes on."""
+
+
+@dataclass
+class Decoded:
+    """One prompt through one configuration: its output, its counters, and the engine's decode seconds."""
+
+    output: PromptOutput
+    counters: SpecCounters
+    decode_s: float
+
+
+@dataclass
+class DecodeContext:
+    """What a runner may call back while it decodes one prompt."""
+
+    on_step: Callable[[StepRecord], None]
+    should_stop: Callable[[], bool]
+    phase: Callable[[str, int, int, float | None], None]
+
+
+@dataclass
+class EngineOutputs:
+    """What a runner adds to the report once the decoding is done."""
+
+    traces: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per draft: the policy replay's input
+    draft_costs: dict[str, float] = field(default_factory=dict)  # per draft: c
+    notes: list[str] = field(default_factory=list)
+
+
+class Runner(Protocol):
+    """An engine a session measures in. Lifecycle: start → verify_cost → warm_up → decode… → finish → stop."""
+
+    name: ClassVar[str]
+    dtype: str  # what the report says the numbers were computed in ("float32", "gguf", …)
+    device: str
+    unavailable: ClassVar[tuple[str, ...]]  # contract fields this engine cannot give (reported as None)
+    replays_like_llamacpp: ClassVar[bool]  # the policy replay models llama-server's drafting loop
+
+    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
+        RunKey, str
+    ]:
+        """Load the models or start the servers for `plan`; returns the configurations that failed, with why."""
+        ...
+
+    def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
+        """v(k) for k = 1 … widest (a ratio of forward times), and notes when it could not be measured."""
+        ...
+
+    def warm_up(self, plan: list[RunKey]) -> None:
+        """A few untimed tokens through each configuration: first-call initialisation lands nowhere."""
+        ...
+
+    def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
+        """Decode prompt `index` in configuration `key`; `reference`: record what the fidelity verdicts need (the
+        baseline's top logits). Raises RunFailed when the configuration breaks; Cancelled when told to stop."""
+        ...
+
+    def side_measure(self, index: int) -> None:
+        """Engine-specific measurements interleaved with prompt `index`'s round (e.g. a draft alone, for c)."""
+        ...
+
+    def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
+        """After decoding: each draft's c and its trace along the baseline's outputs (`baselines` by temperature)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Extra top-level report fields (the build, say)."""
+        ...
+
+    def stop(self) -> None:
+        """Release every process and model this runner started; safe to call twice."""
+        ...

@@ -1,0 +1,153 @@
+"""What one run of a sweep measured, tallied as it decodes and summarised once, the same way for every engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional, verify_cost_per_call
+from engine.core.counters import SpecCounters, per_call_rates
+from engine.core.records import PromptOutput, StepRecord
+from engine.measure import noise
+from engine.measure.stats import StepStats
+from engine.session.runner import Decoded, RunKey
+from engine.session.summary import RunSummary
+
+
+@dataclass
+class RunTally:
+    """One configuration while the sweep interleaves: its store handle and what it has measured so far."""
+
+    key: RunKey
+    handle: Any
+    outputs: list[PromptOutput] = field(default_factory=list)
+    divergences: list[dict | None] = field(default_factory=list)
+    rates: dict[int, float] = field(default_factory=dict)  # per prompt index: decode tokens/s
+    loads: list[dict[str, float]] = field(default_factory=list)  # per prompt: the machine's load while decoding
+    counters: SpecCounters = field(default_factory=SpecCounters)
+    stats: StepStats = field(default_factory=StepStats)  # from step records: β (α) where the engine reports it
+    draft_calls: int = 0
+    decode_s: float = 0.0
+    wall_s: float = 0.0
+    failed: str | None = None
+
+    def step(self, record: StepRecord) -> None:
+        self.stats.add(record)
+        self.draft_calls += record.draft_forwards
+
+    def add(self, index: int, decoded: Decoded, wall_s: float) -> None:
+        self.outputs.append(decoded.output)
+        self.counters = self.counters.plus(decoded.counters)
+        self.decode_s += decoded.decode_s
+        self.wall_s += wall_s
+        if decoded.decode_s > 0 and decoded.output.token_ids:
+            self.rates[index] = len(decoded.output.token_ids) / decoded.decode_s
+
+    def ratios(self, baseline: RunTally | None) -> list[float]:
+        """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
+        if baseline is None:
+            return []
+        pairs = [(baseline.rates[i], rate) for i, rate in sorted(self.rates.items()) if i in baseline.rates]
+        return noise.ratios(pairs)
+
+    def spread(self, baseline: RunTally | None) -> noise.Spread | None:
+        return noise.spread_of(self.ratios(baseline))
+
+
+def summarise(
+    tally: RunTally, baseline: RunTally | None, c: float, verify_cost: dict[int, float], engine: str
+) -> RunSummary:
+    """α (mean β where the engine reports β, and from the mean acceptance length), acceptance, c, v(k), the
+    measured speedup (the median of per-prompt ratios, with its spread) and the predicted one."""
+    counters = tally.counters
+    tokens = sum(len(o.token_ids) for o in tally.outputs)
+    common: dict[str, Any] = {
+        "tokens_per_s": tokens / tally.decode_s if tally.decode_s > 0 else 0.0, "steps": int(counters.target_calls),
+        "tokens": tokens, "mean_acceptance_length": counters.tokens_per_call(), "verify_cost": dict(verify_cost),
+        "machine_load": noise.load_summary(tally.loads), "wall_s": tally.wall_s, "engine": engine,
+    }  # fmt: skip
+    if tally.key.kind == "baseline":
+        return RunSummary(**common)
+    gamma = tally.key.most_drafted
+    per_pos = counters.per_position_acceptance()
+    drafting = counters.drafting_fraction()
+    spread = tally.spread(baseline)
+    v = verify_cost_per_call(verify_cost or None, gamma + 1, drafting if drafting is not None else 1.0)
+    per_call = per_call_rates(per_pos, drafting)
+    return RunSummary(
+        **common,
+        alpha=tally.stats.alpha(),
+        alpha_from_acceptance_length=_alpha_from(counters.mean_acceptance_length(), gamma),
+        draft_acceptance_rate=counters.draft_acceptance_rate(),
+        per_position_acceptance=per_pos,
+        drafting_fraction=drafting,
+        c=c,
+        speedup_measured=spread.median if spread else None,
+        speedup_spread=spread.to_dict() if spread else None,
+        speedup_predicted=speedup_positional(per_call, gamma, c, v) if per_call else 1.0 / (gamma * c + v),
+        mean_drafted_per_step=counters.drafted_per_call(),
+        draft_calls=tally.draft_calls,
+    )
+
+
+def _alpha_from(mean_length: float | None, gamma: int) -> float | None:
+    if not mean_length or gamma < 1:
+        return None
+    try:
+        return alpha_from_mean_accepted(min(mean_length, gamma + 1.0), gamma)
+    except ValueError:
+        return None
+
+
+def policy_live(
+    summary: RunSummary,
+    spec: str,
+    traces: Sequence[dict[str, Any]] = (),
+    temperature: float = 0.0,
+    verify_cost: dict[int, float] | None = None,
+    llamacpp: bool = False,
+) -> RunSummary:
+    """A policy run's summary: its figures under `policy_live` (with what the replay of the session's own trace
+    predicted for it, `replayed`: in llama-server's loop when `llamacpp`), and the columns the fixed-γ recommender
+    reads (α, the measured and predicted speedups, acceptance by position) emptied, since its γ varies per step."""
+    from engine.analysis.policy_replay import CostModel, replay
+    from engine.core.policy import parse_policy
+
+    steps = summary.steps or 1
+    summary.policy = spec
+    summary.policy_live = {
+        "policy": spec, "tokens_per_call": summary.mean_acceptance_length, "tokens_per_s": summary.tokens_per_s,
+        "speedup_measured": summary.speedup_measured, "speedup_spread": summary.speedup_spread,
+        "alpha": summary.alpha, "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
+        "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,
+        "draft_calls": summary.draft_calls, "draft_calls_per_step": (summary.draft_calls or 0) / steps,
+    }  # fmt: skip
+    try:
+        cost = CostModel(summary.c, verify_cost or {})
+        predicted = replay(traces, parse_policy(spec), cost, temperature, llamacpp=llamacpp)
+        summary.policy_live["replayed"] = {
+            "tokens_per_call": predicted.tokens_per_call, "draft_calls_per_step": predicted.draft_calls_per_step,
+            "mean_drafted_per_step": predicted.drafted_per_step, "speedup": predicted.predicted_speedup,
+            "basis": predicted.basis,
+        }  # fmt: skip
+    except ValueError:  # no usable trace (a draft with another tokenizer), or no β at this temperature
+        summary.policy_live["replayed"] = None
+    summary.alpha = summary.alpha_from_acceptance_length = None
+    summary.speedup_measured = summary.speedup_predicted = None
+    summary.per_position_acceptance = []
+    return summary
+
+
+NOT_PUBLIC = ("verify_cost", "policy_trace")  # v(k) is the report's; a trace is stored with its run only
+
+
+def public_run(tally: RunTally, summary: RunSummary) -> dict[str, Any]:
+    """A run as the report (and the CLI's JSON) shows it: its key, its summary and its outputs."""
+    return tally.key.as_dict() | {k: v for k, v in summary.to_dict().items() if k not in NOT_PUBLIC} | {
+        "outputs": [
+            {"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": o.from_draft or None}
+            for o in tally.outputs
+        ],
+        "divergences": tally.divergences if tally.key.kind != "baseline" else None,
+    }
