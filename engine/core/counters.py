@@ -75,7 +75,6 @@ class SpecCounters:
     accepted_tokens: float = 0.0
     target_calls: float = 0.0
     emitted: float = 0.0
-    decode_seconds: float = 0.0  # the engine's own decode time for those tokens (prefill excluded), when it says
     accepted_per_position: dict[int, float] = field(default_factory=dict)
 
     def _combine(self, other: SpecCounters, sign: float) -> SpecCounters:

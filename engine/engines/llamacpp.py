@@ -78,8 +78,6 @@ class LlamaCppRunner:
         self.texts: list[str] = []
         self.prompt_ids: list[str] = []
 
-    validate = staticmethod(validate_llamacpp)
-
     def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
         assert self.target is not None
         common = {"threads": self.threads}

@@ -14,6 +14,7 @@ from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
 from engine.session.runner import PromptText, Runner
 from engine.session.spec import SessionSpec
+from engine.session.spec import validate as validate_common
 from engine.session.sweep import SweepReport, run_sweep
 
 
@@ -121,12 +122,6 @@ def _llamacpp_runs(policy: str) -> bool:
     return llamacpp_fields(policy) is not None
 
 
-def _validate_spectune(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.session.spec import validate as common
-
-    common(spec, n_prompts)
-
-
 def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     from engine.engines.llamacpp import validate_llamacpp
 
@@ -152,7 +147,7 @@ def _llamacpp_availability() -> tuple[bool, str]:
 
 
 register(EngineEntry(
-    "spectune", "spectune", "spectune (PyTorch loop)", _validate_spectune, _spectune, in_process=True,
+    "spectune", "spectune", "spectune (PyTorch loop)", validate_common, _spectune, in_process=True,
     runs_policies=True,
     availability=lambda: (True, SPECTUNE_NOTE),
 ))  # fmt: skip

@@ -23,7 +23,7 @@ from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunKey
-from engine.session.spec import SessionSpec, check_context, validate
+from engine.session.spec import SessionSpec, check_context
 
 TOP_LOGITS_K = 16
 WARM_UP_TOKENS = 4
@@ -47,10 +47,6 @@ class SpectuneRunner:
         self.draft_forward_s: dict[str, list[float]] = {}
         self.single_step_s: list[float] = []
         self.spec: SessionSpec | None = None
-
-    @staticmethod
-    def validate(spec: SessionSpec, n_prompts: int | None = None) -> None:
-        validate(spec, n_prompts)
 
     def _load(self, ref: str) -> LoadedModel:
         assert self.spec is not None

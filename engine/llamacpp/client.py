@@ -23,7 +23,6 @@ SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total)
     "llamacpp:spec_decode_num_accepted_tokens": "accepted_tokens",
     "llamacpp:n_decode": "target_calls",
     "llamacpp:tokens_predicted": "emitted",
-    "llamacpp:tokens_predicted_seconds": "decode_seconds",
 }
 PER_POSITION = "llamacpp:spec_decode_num_accepted_tokens_per_pos"
 

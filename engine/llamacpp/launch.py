@@ -38,9 +38,3 @@ def speculative_server(
     if fields is None:
         raise SettingsError(unmappable(policy))
     return ServerConfig(model, draft=draft, spec_type="draft-simple", **fields, **common)
-
-
-def speculation_flags(config: ServerConfig) -> list[str]:
-    """The speculation flags of `config` alone (no -m, -c, -np, threads, metrics): what an export adds to a
-    user's own llama-server command line (ServerConfig.speculation_flags, form "user")."""
-    return config.speculation_flags("user")

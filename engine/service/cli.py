@@ -103,7 +103,6 @@ def _load_prompts(path: str, limit: int | None) -> list[Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine.engines import registry
     from engine.session.spec import SessionSpec
 
     draft = args.draft

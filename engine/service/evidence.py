@@ -31,19 +31,18 @@ def session_engine(session: dict[str, Any]) -> str:
 
 
 def choose_engine(store: Any, session_ids: list[int], engine: str | None, export_format: str | None = None) -> str:
-    """The engine whose numbers a recommendation rests on: the one asked for; else llama.cpp when the export is
-    for llama.cpp and llama.cpp sessions were chosen; else spectune's loop when its sessions were chosen."""
+    """The engine whose numbers a recommendation rests on: the one asked for; else the engine the export is for,
+    when its sessions were chosen; else the in-process loop (spectune's) when its sessions were chosen (or none
+    were); else the engine that measured them."""
     if engine is not None:
         if engine not in RECOMMEND_ENGINES:
             raise SpectuneError(f"engine '{engine}': choose one of {', '.join(RECOMMEND_ENGINES)}")
         return engine
     present = {session_engine(s) for sid in session_ids if (s := store.get_session(sid)) is not None}
-    native = [name for name in RECOMMEND_ENGINES if name in present and get_engine(name).export_format == export_format]
-    if export_format is not None and native:
-        return native[0]
-    in_process = [name for name in RECOMMEND_ENGINES if get_engine(name).in_process]
     measured = [name for name in RECOMMEND_ENGINES if name in present]
-    return next((name for name in in_process if name in present or not measured), measured[0] if measured else "")
+    native = [name for name in measured if export_format and get_engine(name).export_format == export_format]
+    in_process = [name for name in measured or RECOMMEND_ENGINES if get_engine(name).in_process]
+    return (native or in_process or measured)[0]
 
 
 @dataclass

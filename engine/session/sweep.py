@@ -75,7 +75,7 @@ def run_sweep(
         verify_cost, notes = _verify_cost(runner, spec, clock)
         clock.start("warming up", 0, 1)
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
-        _decode_all(runner, spec, prompts, tallies, hooks, clock)
+        _decode_all(runner, prompts, tallies, hooks, clock)
         baselines = _baselines(tallies)
         extra = runner.finish({t: tally.outputs for t, tally in baselines.items()}, ctx)
         return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock)
@@ -91,9 +91,8 @@ def _verify_cost(runner: Runner, spec: SessionSpec, clock: PhaseClock) -> tuple[
 
 
 def _decode_all(
-    runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks,
-    clock: PhaseClock,
-) -> None:  # fmt: skip
+    runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock
+) -> None:
     """Every configuration on prompt 1, then on prompt 2, …: the baselines first, the others rotated per prompt."""
     plan = list(tallies)
     bases = [key for key in plan if key.kind == "baseline"]
@@ -112,16 +111,14 @@ def _decode_all(
                 eta = (time.perf_counter() - started) / done * (total - done) if done else None
                 clock.start(f"decoding prompt {index + 1} of {len(prompts)}", done, total, eta)
                 meter.mark()
-                _decode_one(runner, spec, tallies, key, index, hooks)
+                _decode_one(runner, tallies, key, index, hooks)
                 tallies[key].loads.append(meter.read())
             done += 1
             hooks.progress(done, total)
         runner.side_measure(index)
 
 
-def _decode_one(
-    runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], key: RunKey, index: int, hooks: Hooks
-) -> None:
+def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, index: int, hooks: Hooks) -> None:
     """One prompt through one configuration; its output is judged and handed to the hooks as soon as it is done."""
     tally = tallies[key]
 
