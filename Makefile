@@ -50,6 +50,16 @@ $(LLAMA): | $(STAMP)
 	$(BIN)/python -c "from engine.llamacpp.binaries import find_llama; print('>> llama-server', find_llama().version)"
 	touch $(LLAMA)
 
+# Arctic Inference's suffix tree (the `suffix` draft): only its C++ suffix tree, compiled once from the pinned
+# PyPI sdist (about 20 s), kept in $(WHEELS) as a wheel with no vLLM plugin (scripts/build_arctic_suffix.py).
+ARCTIC_PIN := arctic-inference==0.3.0+spectune.suffix
+ARCTIC     := $(VENV)/.arctic-installed
+$(ARCTIC): scripts/build_arctic_suffix.py | $(STAMP)
+	$(BIN)/python scripts/build_arctic_suffix.py $(WHEELS)
+	$(BIN)/pip install --no-deps --no-index --find-links $(WHEELS) "$(ARCTIC_PIN)"
+	$(BIN)/python -c "from arctic_inference.suffix_decoding import SuffixDecodingCache"
+	touch $(ARCTIC)
+
 # Chromium for the browser end-to-end test (Debian package; Playwright drives it, no browser download).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { echo ">> installing Debian chromium"; \
@@ -64,7 +74,7 @@ postgres:
 	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
 	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
 
-setup: $(STAMP) $(MODELS) $(LLAMA) browser
+setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) browser
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
 
