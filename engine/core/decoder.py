@@ -156,6 +156,9 @@ def decode_prompt(
         if on_step is not None:
             on_step(record)
 
+    finish = getattr(draft, "finish", None)  # a draft that learns whole outputs (suffix decoding's global tree)
+    if finish is not None:
+        finish(tokens)
     out_ids = tokens[n_prompt:]
     output = PromptOutput(
         prompt_index=prompt_index,

@@ -2,7 +2,7 @@
 
 A draft source proposes up to γ next tokens for the target to verify (cf. transformers' CandidateGenerator).
 It may return the distribution q it sampled each token from (a draft model at temperature > 0) or None,
-meaning the proposal is a deterministic function of the context (n-gram lookup, re-tokenised drafts,
+meaning the proposal is a deterministic function of the context (n-gram lookup, suffix decoding, re-tokenised drafts,
 any greedy draft): rejection sampling then uses a one-hot q, which keeps the output exactly the
 target's distribution whatever the proposal mechanism.
 """
@@ -26,7 +26,7 @@ class Proposal:
 
 class DraftSource(Protocol):
     name: str
-    method: str  # "draft_model" | "ngram" | "none"
+    method: str  # "draft_model" | "ngram" | "suffix" | "none"
 
     def start(self, prompt_ids: list[int]) -> None:
         """Forget all state: a new prompt begins."""

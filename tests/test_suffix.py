@@ -1,0 +1,182 @@
+"""Suffix decoding (engine/drafts/suffix.py): Arctic Inference's trees driven as vLLM drives them, its references,
+and exactness in the loop (greedy output = the target's; at T > 0 the target's distribution with a one-hot q)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REAL_PROMPTS, greedy_config, real_pair
+from test_sampling_distribution import CFG, chi_square_p, exact_joint, sampled_joint
+
+from engine.core.decoder import DecodeConfig, decode_prompt
+from engine.core.sampling import SamplingConfig
+from engine.drafts.factory import for_one_run, make_draft
+from engine.drafts.refs import SuffixParams, draft_method, parse_suffix_spec, suffix_ref
+from engine.drafts.suffix import SuffixDraft, suffix_runs
+from engine.errors import SettingsError
+from engine.models.chat import encode_prompt
+from engine.models.tiny import load_tiny
+
+
+def request(draft: SuffixDraft, prompt: list[int], response: list[int]) -> None:
+    """One finished request: its prompt, then its response learnt token by token as the loop feeds it."""
+    draft.start(prompt)
+    for t in range(len(response) + 1):
+        draft.lookup(prompt + response[:t], 0)
+    draft.finish(prompt + response)
+
+
+def test_prompt_tree_hand_worked():
+    """Prompt 1 2 3 4 5 1 2 3: the longest matched suffix is '1 2 3' (3 tokens; '4 5 1 2 3' is not a suffix),
+    two suffixes pass through it and one goes on to 4, so each drafted token has probability 1/2."""
+    draft = SuffixDraft()
+    prompt = [1, 2, 3, 4, 5, 1, 2, 3]
+    draft.start(prompt)
+    assert draft.lookup(prompt, 8) == [4, 5, 1]  # spec factor 1.0: at most 1.0 × match length 3
+    assert draft.lookup(prompt, 2) == [4, 5]  # at most γ
+    wide = SuffixDraft(SuffixParams(max_spec_factor=2.0))
+    wide.start(prompt)
+    assert wide.lookup(prompt, 8) == [4, 5, 1, 2, 3]  # up to 6, but the only path ends after 5 tokens
+    strict = SuffixDraft(SuffixParams(min_token_prob=0.6))
+    strict.start(prompt)
+    assert strict.lookup(prompt, 8) == []  # 1/2 < 0.6: nothing is likely enough
+    # the 4 joins the tree: '4', '3 4', '2 3 4', '1 2 3 4' each occur twice (once at the end), so they draft
+    # 5 | 5 1 | 5 1 2 | 5 1 2 3 at probability 1/2 each (scores 0.5 … 2.0); '5 1 2 3 4' occurs only at the end
+    # (nothing follows, score 0): the best score, the match of length 4, wins
+    assert draft.lookup(prompt + [4], 8) == [5, 1, 2, 3]
+
+
+def test_most_frequent_continuation_wins():
+    """'5 1' is followed by 2 twice and by 3 once (and ends the text once): the draft follows 2 (probability 2/4);
+    every longer suffix of the context occurs only at its end, so its empty draft scores 0 and loses."""
+    draft = SuffixDraft(SuffixParams(max_spec_factor=4.0))
+    prompt = [8, 5, 1, 2, 7, 5, 1, 3, 6, 5, 1, 2, 4, 5, 1]
+    draft.start(prompt)
+    assert draft.lookup(prompt, 1) == [2]
+
+
+def test_a_longer_match_wins_a_tie():
+    """'2 9 1' was followed by 3 and '9 1' mostly by 2, both at probability 1/2: the longer match decides."""
+    draft = SuffixDraft(SuffixParams(max_spec_factor=4.0))
+    prompt = [9, 1, 2, 9, 1, 3, 9, 1, 2, 9, 1]
+    draft.start(prompt)
+    assert draft.lookup(prompt, 1) == [3]
+
+
+def test_global_tree_learns_earlier_responses_in_order():
+    """Request B's context ends in '3 4', which only request A's response holds: warm B drafts A's next tokens;
+    with the global tree off (CACHED 0, prompt tree only) B drafts nothing."""
+    for cached, expected in ((10000, [5, 6]), (0, [])):
+        draft = SuffixDraft(SuffixParams(max_cached_requests=cached))
+        request(draft, [1, 2], [3, 4, 5, 6])
+        draft.start([9, 3, 4])
+        assert draft.lookup([9, 3, 4], 4) == expected
+        draft.finish([9, 3, 4])
+        assert [r.cached_before for r in draft.requests] == [0, 1 if cached else 0]
+        assert [r.warm for r in draft.requests] == [False, bool(cached)]
+
+
+def test_global_tree_evicts_the_oldest_response():
+    draft = SuffixDraft(SuffixParams(max_cached_requests=1))
+    request(draft, [1], [3, 4, 5, 6])
+    request(draft, [1], [7, 8, 9])
+    draft.start([0, 3, 4])  # A's response was evicted when this request took the one slot
+    assert draft.lookup([0, 3, 4], 4) == []
+    assert draft.cached_requests == 1
+
+
+def test_fresh_run_starts_cold_and_make_draft_builds_it():
+    target = load_tiny("tiny:1:48:2:64")
+    draft = make_draft("suffix:16:2:0.2:5", target, loader=None)
+    assert isinstance(draft, SuffixDraft) and draft.method == "suffix"
+    assert draft.params == SuffixParams(16, 2.0, 0.2, 5)
+    request(draft, [1, 2], [3, 4, 5, 6])
+    fresh = for_one_run(draft)
+    assert fresh is not draft and fresh.params == draft.params and fresh.cached_requests == 0
+
+
+@pytest.mark.parametrize(
+    ("ref", "params"),
+    [
+        ("suffix", SuffixParams()),
+        ("suffix:12", SuffixParams(max_tree_depth=12)),
+        ("suffix:24:1.5", SuffixParams(max_spec_factor=1.5)),
+        ("suffix:24:1:0.3", SuffixParams(min_token_prob=0.3)),
+        ("suffix:24:1:0.1:0", SuffixParams(max_cached_requests=0)),
+    ],
+)
+def test_suffix_refs_parse_and_round_trip(ref, params):
+    assert parse_suffix_spec(ref) == params
+    assert parse_suffix_spec(suffix_ref(params)) == params
+    assert draft_method(ref) == "suffix"
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["suffix:0", "suffix:abc", "suffix:24:0", "suffix:24:1:2", "suffix:24:1:0.1:-1", "suffix:", "suffix:1:2:3:4:5"],
+)
+def test_bad_suffix_refs_are_settings_errors(ref):
+    with pytest.raises(SettingsError, match="suffix"):
+        parse_suffix_spec(ref)
+
+
+def test_draft_methods_of_refs():
+    assert [draft_method(r) for r in ("none", "ngram", "ngram:1-3", "suffix", "tiny:1")] == [
+        "none", "ngram", "ngram", "suffix", "draft_model"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 8])
+def test_greedy_suffix_equals_target_alone(tiny_pair, gamma):
+    """Several prompts through one cache (warm after the first): every output is the target's greedy output."""
+    target, _ = tiny_pair
+    source = SuffixDraft()
+    cfg = DecodeConfig(gamma, SamplingConfig(0.0), 40, stop_on_eos=False)
+    accepted = drafted = 0
+    for text in ("abcabcabc", "hello hello", "abcab", "xyzxyz"):
+        ids = target.tokenizer.encode(text)
+        base, _ = decode_prompt(target, None, ids, DecodeConfig(0, SamplingConfig(0.0), 40, stop_on_eos=False))
+        out, steps = decode_prompt(target, source, ids, cfg)
+        assert out.token_ids == base.token_ids
+        accepted += sum(s.accepted for s in steps)
+        drafted += sum(s.gamma for s in steps)
+    assert drafted > 0 and accepted > 0
+    assert [r.warm for r in source.requests] == [False, True, True, True]
+
+
+def test_suffix_runs_follow_the_live_drafts(tiny_pair):
+    """The trace's runs along a greedy output are what the live loop accepts at γ = cap."""
+    target, _ = tiny_pair
+    ids = target.tokenizer.encode("abcabcabc")
+    gamma = 4
+    cfg = DecodeConfig(gamma, SamplingConfig(0.0), 40, stop_on_eos=False)
+    live, steps = decode_prompt(target, SuffixDraft(), ids, cfg)
+    runs, proposable = suffix_runs(SuffixDraft(), ids, live.token_ids, gamma)
+    t = 0
+    for step in steps:
+        assert step.gamma == min(proposable[t], 40 - t - 1)
+        assert step.accepted == min(runs[t], step.gamma)
+        t += step.emitted
+
+
+def test_one_hot_suffix_proposals_follow_target_distribution():
+    """At T = 1 the suffix draft (q one-hot, its cache learning from every sample) leaves the target's joint
+    distribution of the first two tokens unchanged."""
+    target = load_tiny("tiny:11:8:1:16", logit_scale=3.0)
+    ids = target.tokenizer.encode("abcab")
+    source = SuffixDraft(SuffixParams(max_spec_factor=2.0, min_token_prob=0.0))
+    counts = sampled_joint(target, source, ids, 2, CFG)
+    assert chi_square_p(counts, exact_joint(target, ids, CFG)) > 1e-3
+    assert source.cached_requests > 100  # it drafted from earlier samples' outputs
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("gamma", [3, 8])
+def test_fp32_suffix_is_exact(gamma):
+    """The bundled Qwen 1.5B in fp32: suffix decoding over the prompts in order equals the target's greedy output."""
+    target, _ = real_pair("float32")
+    source = SuffixDraft()
+    for text in REAL_PROMPTS[::2]:
+        ids = encode_prompt(target.tokenizer, text, True)
+        base, _ = decode_prompt(target, None, ids, greedy_config(0, 16))
+        out, _ = decode_prompt(target, source, ids, greedy_config(gamma, 16))
+        assert out.token_ids == base.token_ids
