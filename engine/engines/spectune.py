@@ -17,7 +17,7 @@ from engine.core.policy import PolicyRun
 from engine.core.proposal import DraftSource, NoDraft
 from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
-from engine.drafts.factory import make_draft
+from engine.drafts.factory import for_one_run, make_draft
 from engine.measure.agreement import draft_trace
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
@@ -44,6 +44,7 @@ class SpectuneRunner:
         self.drafts: dict[str, DraftSource] = {}
         self.encoded: list[tuple[PromptText, list[int]]] = []
         self.policy_runs: dict[RunKey, PolicyRun] = {}  # a policy's state, carried over the run's prompts
+        self.run_drafts: dict[RunKey, DraftSource] = {}  # a stateful draft's state (suffix cache), one per run
         self.draft_forward_s: dict[str, list[float]] = {}
         self.single_step_s: list[float] = []
         self.spec: SessionSpec | None = None
@@ -66,6 +67,7 @@ class SpectuneRunner:
         for ref in dict.fromkeys(key.draft for key in plan if key.draft != "none"):
             self.drafts[ref] = make_draft(ref, target, self._load)
         self.policy_runs = {key: PolicyRun(key.policy) for key in plan if key.policy is not None}
+        self.run_drafts = {key: for_one_run(self.drafts[key.draft]) for key in plan if key.draft in self.drafts}
         return {}
 
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
@@ -102,7 +104,7 @@ class SpectuneRunner:
                 self.single_step_s.append(rec.verify_time_s)
             ctx.on_step(rec)
 
-        source = self.drafts.get(key.draft, NoDraft())
+        source = self.run_drafts.get(key, NoDraft())
         out, _ = decode_prompt(
             self.target, source, ids, self._config(key, reference), prompt_index=index, prompt_id=prompt.prompt_id,
             on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),

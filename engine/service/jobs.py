@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from engine.drafts.refs import is_ngram
+from engine.drafts.refs import is_ngram, is_suffix, parse_suffix_spec
 from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
@@ -46,6 +46,12 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
 
         try:
             parse_ngram_spec(ref)
+        except SettingsError as exc:
+            return str(exc)
+        return None
+    if role == "draft" and is_suffix(ref):
+        try:
+            parse_suffix_spec(ref)
         except SettingsError as exc:
             return str(exc)
         return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.records import Cancelled, PromptOutput
-from engine.drafts.refs import is_ngram
+from engine.drafts.refs import draft_method
 from engine.measure import noise
 from engine.measure.fidelity import classify
 from engine.measure.telemetry import LoadMeter
@@ -216,4 +216,4 @@ def _report(
 
 
 def _method(draft: str) -> str:
-    return "ngram" if is_ngram(draft) else "draft_model"
+    return draft_method(draft)
