@@ -180,3 +180,67 @@ def test_fp32_suffix_is_exact(gamma):
         base, _ = decode_prompt(target, None, ids, greedy_config(0, 16))
         out, _ = decode_prompt(target, source, ids, greedy_config(gamma, 16))
         assert out.token_ids == base.token_ids
+
+
+@pytest.fixture(scope="module")
+def suffix_session():
+    """A session on a tiny target: suffix decoding with the global tree (warm after the first prompt) and without
+    it (cold), at γ 2 and 4, over four prompts in file order."""
+    from engine.engines import registry
+    from engine.session.runner import PromptText
+    from engine.session.spec import SessionSpec
+
+    texts = ["abcabcabc", "hello hello hello", "abcab abcab", "the cat the cat"]
+    prompts = [PromptText(f"p{i}", t, "") for i, t in enumerate(texts)]
+    spec = SessionSpec(target="tiny:1:48:2:64", drafts=["suffix", "suffix:24:1:0.1:0"], gammas=[2, 4],
+                       max_new_tokens=24, dtype="float32", chat_template=False, measure_verify_cost=False,
+                       detect_regime=False)  # fmt: skip
+    return texts, registry.sweep(spec, prompts).to_dict()
+
+
+def test_session_records_prompt_order_and_cache_warmth(suffix_session):
+    _, report = suffix_session
+    state = report["suffix_cache"]
+    assert state["prompt_order"] == ["p0", "p1", "p2", "p3"]
+    assert [r["cached_before"] for r in state["runs"]["suffix γ=4 T=0"]] == [0, 1, 2, 3]  # warm from the 2nd
+    assert [r["warm"] for r in state["runs"]["suffix:24:1:0.1:0 γ=4 T=0"]] == [False] * 4  # prompt tree only
+    runs = {(r["draft"], r["gamma"]): r for r in report["runs"]}
+    assert all(r["method"] == "suffix" and r["c"] == 0.0 for r in runs.values())
+    assert all(d["verdict"] == "identical" for r in runs.values() for d in r["divergences"])
+
+
+def test_replay_of_suffix_traces_equals_the_live_runs(suffix_session):
+    """The trace recorded along the baseline's outputs, prompts in the session's order from an empty cache, replays
+    each live run's tokens per call exactly (T = 0), warm and cold."""
+    from engine.analysis.policy_replay import replay, trace_usable
+    from engine.core.policy import FixedGamma
+    from engine.measure.agreement import draft_trace
+
+    texts, report = suffix_session
+    target = load_tiny("tiny:1:48:2:64")
+    outputs = report["baseline"]["outputs"]
+    for ref in ("suffix", "suffix:24:1:0.1:0"):
+        source = SuffixDraft(parse_suffix_spec(ref))
+        pairs = zip(texts, outputs, strict=True)
+        traces = [draft_trace(source, target.tokenizer.encode(t), o["token_ids"], 24) for t, o in pairs]
+        assert all(trace_usable(t) and t["method"] == "suffix" for t in traces)
+        assert [t["cached_before"] for t in traces] == ([0, 1, 2, 3] if ref == "suffix" else [0, 0, 0, 0])
+        for run in (r for r in report["runs"] if r["draft"] == ref):
+            replayed = replay(traces, FixedGamma(run["gamma"])).tokens_per_call
+            assert replayed == pytest.approx(run["mean_acceptance_length"], abs=1e-9), (ref, run["gamma"])
+
+
+def test_cli_rejects_bad_suffix_specs_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("abc\n")
+    for ref in ("suffix:0", "suffix:abc"):
+        r = subprocess.run(
+            [sys.executable, "-m", "engine", "run", "--target", "tiny:1", "--draft", ref, "--prompts", str(prompts),
+             "--json", str(tmp_path / "o.json")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert r.stderr.startswith("error: ") and "suffix" in r.stderr and len(r.stderr.strip().splitlines()) == 1

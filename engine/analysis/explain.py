@@ -23,11 +23,12 @@ def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
         calib = f" (calibrated to the measured {usable[g_meas]:.2f}× at γ={g_meas})"
     head = f"α {winner.alpha:.2f} at c {winner.c:.2f} gives {winner.best_speedup:.2f}× at γ={winner.best_gamma}{calib}"
     drafts_not_paying = [o for o in others if o.method == "draft_model" and not o.pays]
-    if winner.method == "ngram" and drafts_not_paying:
+    if winner.method in ("ngram", "suffix") and drafts_not_paying:
         d = max(drafts_not_paying, key=lambda o: o.best_speedup)
+        label = "n-gram lookup" if winner.method == "ngram" else "suffix decoding"
         return (
-            f"n-gram lookup ({winner.name}) wins: {winner.best_speedup:.2f}× at γ={winner.best_gamma} with no second "
-            f"model, while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) predicts only "
+            f"{label} ({winner.name}) wins: {winner.best_speedup:.2f}× at γ={winner.best_gamma} with no second "
+            f"model (no added load at peak), while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) predicts only "
             f"{d.best_speedup:.2f}×."
         )
     higher_alpha = [o for o in others if o.alpha > winner.alpha + TIE]

@@ -117,7 +117,7 @@ def _confidence_keys(which: str) -> tuple[str, str]:
 
 
 def trace_usable(trace: Mapping[str, Any]) -> bool:
-    return trace.get("method") in ("draft_model", "ngram") and bool(trace.get("runs"))
+    return trace.get("method") in ("draft_model", "ngram", "suffix") and bool(trace.get("runs"))
 
 
 def _step_cost(tally: _Tally, weight: float, drafted: float, forwards: float, cost: CostModel, fit: VerifyFit | None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-METHODS = ("draft_model", "ngram", "none")
+METHODS = ("draft_model", "ngram", "suffix", "none")
 OBJECTIVES = ("latency", "cost", "latency_within_budget")
 DEFAULT_GAMMAS = range(1, 33)
 SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64)

@@ -135,3 +135,20 @@ def suffix_runs(
         context.append(token)
     draft.finish(context)
     return runs, proposable
+
+
+def suffix_state(runs: dict[str, object], prompt_ids: Sequence[str]) -> dict[str, object]:
+    """What a session keeps of its suffix caches: the order its prompts ran in and, per run (label → its draft
+    source), how many earlier responses were cached when each prompt began (0: cold). Empty without suffix runs."""
+    caches = {label: source for label, source in runs.items() if isinstance(source, SuffixDraft)}
+    if not caches:
+        return {}
+    per_run = {
+        label: [
+            {"prompt_id": prompt_ids[r.order] if r.order < len(prompt_ids) else None, "cached_before": r.cached_before,
+             "warm": r.warm}
+            for r in source.requests
+        ]
+        for label, source in caches.items()
+    }  # fmt: skip
+    return {"suffix_cache": {"prompt_order": list(prompt_ids), "runs": per_run}}

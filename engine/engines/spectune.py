@@ -18,6 +18,7 @@ from engine.core.proposal import DraftSource, NoDraft
 from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
+from engine.drafts.suffix import suffix_state
 from engine.measure.agreement import draft_trace
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
@@ -125,6 +126,7 @@ class SpectuneRunner:
         traces: dict[str, list[dict[str, Any]]] = {}
         for done, (ref, source) in enumerate(self.drafts.items()):
             ctx.phase("agreement pass", done, len(self.drafts), None)
+            source = for_one_run(source)  # a suffix cache sees the prompts in the runs' order, from empty
             traces[ref] = [
                 draft_trace(source, ids, out.token_ids, self.spec.max_new_tokens, target=self.target, samplings=hot)
                 for (_, ids), out in zip(self.encoded, outputs, strict=True)
@@ -133,7 +135,7 @@ class SpectuneRunner:
         return EngineOutputs(traces=traces, draft_costs=costs, notes=notes if traces else [])
 
     def describe(self) -> dict[str, Any]:
-        return {}
+        return suffix_state({k.label(): s for k, s in self.run_drafts.items()}, [p.prompt_id for p, _ in self.encoded])
 
     def stop(self) -> None:
         self.drafts.clear()

@@ -27,6 +27,7 @@ from engine.core.proposal import DraftSource
 from engine.core.sampling import SamplingConfig, probabilities
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
+from engine.drafts.suffix import SuffixDraft, suffix_runs
 
 TRACE_VERSION = 1
 LLAMACPP_TOP_K = 10  # llama.cpp's draft sampler keeps the top 10 candidates; its p-min compares their softmax
@@ -116,7 +117,10 @@ def draft_trace(
     below `floor` (recorded, then stop) or `continuation` tokens, whichever first (only as far as a step could
     draft before max_new_tokens). With `target` and sampling configs at temperature > 0: `beta[str(T)]`, the
     acceptance probability Σ min(p, q) per position. N-gram lookup: `runs` and `proposable` (how many tokens
-    the lookup has at each position; a step drafts min(γ, proposable)). Other drafts: an empty trace."""
+    the lookup has at each position; a step drafts min(γ, proposable)). Suffix decoding: the same two, from the
+    draft's cache as it stands (this request is then learnt into it: call it on a run's prompts in their order),
+    plus `order` (requests before this one in the cache) and `cached_before` (responses cached when it began;
+    0: cold). Other drafts: an empty trace."""
     output_ids = list(output_ids)
     n_out = len(output_ids)
     max_new = int(max_new_tokens) if max_new_tokens is not None else n_out
@@ -127,6 +131,12 @@ def draft_trace(
         proposals = _ngram_proposals(draft, list(prompt_ids), output_ids, cap)
         trace |= {"method": "ngram", "runs": _ngram_runs(proposals, output_ids),
                   "proposable": [len(p) for p in proposals]}  # fmt: skip
+        return trace
+    if isinstance(draft, SuffixDraft):
+        runs, proposable = suffix_runs(draft, prompt_ids, output_ids, cap)
+        state = draft.requests[-1]
+        trace |= {"method": "suffix", "runs": runs, "proposable": proposable, "order": state.order,
+                  "cached_before": state.cached_before}  # fmt: skip
         return trace
     if not isinstance(draft, ModelDraft):
         trace["method"] = "unsupported"

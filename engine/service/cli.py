@@ -37,7 +37,8 @@ def _dtype(value: str) -> str:
 def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="bundled name, .gguf path, model dir or id")
     p.add_argument("--draft", default=None if multi else "qwen2.5-coder-0.5b", action="append" if multi else "store",
-                   help="draft model reference, 'ngram', or 'none' (target alone)" + (" (repeatable)" if multi else ""))
+                   help="draft model reference, 'ngram', 'suffix[:DEPTH[:SPEC_FACTOR[:MIN_PROB[:CACHED]]]]', or 'none' "
+                        "(target alone)" + (" (repeatable)" if multi else ""))
     p.add_argument("--prompts", required=True, help="plain text (one prompt a line) or JSONL with prompt/turns")
     p.add_argument("--gamma", type=int, default=None if multi else 4, action="append" if multi else "store")
     p.add_argument("--temperature", type=float, default=None if multi else 0.0, action="append" if multi else "store")
@@ -189,6 +190,7 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "engine": report.get("engine", "spectune"),
         "llama_cpp": report.get("llama_cpp"),  # the llama-server build, for llama.cpp runs
         "unavailable": report.get("unavailable", []),  # fields this engine cannot measure (null above)
+        "suffix_cache": report.get("suffix_cache"),  # suffix runs: the prompts' order, each one's cache warm or cold
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.theory import REGIMES, measured_verify_points
-from engine.drafts.refs import is_ngram, parse_ngram_spec
+from engine.drafts.refs import draft_method, parse_ngram_spec
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import sweep_engines
 from engine.errors import SpectuneError
@@ -175,17 +175,17 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
     verify: dict[int, float] = {}
     for r in runs:
         verify |= measured_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))
-    method = "ngram" if is_ngram(draft) else "draft_model"
+    method = draft_method(draft)  # "ngram" and "suffix" need no second model: c = 0
     window = {}
     if method == "ngram":
         lo, hi = parse_ngram_spec(draft)
         window = {"ngram_max": hi, "ngram_min": lo}
-    c = median(cs) if cs and method != "ngram" else 0.0
-    c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if method != "ngram" else (0.0, "")
+    c = median(cs) if cs and method == "draft_model" else 0.0
+    c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if method == "draft_model" else (0.0, "")
     return DraftMeasurement(
         name=draft,
         method=method,
-        model_ref=None if method == "ngram" else draft,
+        model_ref=draft if method == "draft_model" else None,
         alpha=sum(alphas) / len(alphas) if alphas else 0.0,
         per_position_acceptance=list(widest.get("per_position_acceptance") or []),
         c=c,
