@@ -28,8 +28,8 @@ def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
         label = "n-gram lookup" if winner.method == "ngram" else "suffix decoding"
         return (
             f"{label} ({winner.name}) wins: {winner.best_speedup:.2f}× at γ={winner.best_gamma} with no second "
-            f"model (no added load at peak), while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) predicts only "
-            f"{d.best_speedup:.2f}×."
+            f"model (no added load at peak), while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) "
+            f"predicts only {d.best_speedup:.2f}×."
         )
     higher_alpha = [o for o in others if o.alpha > winner.alpha + TIE]
     if higher_alpha:
