@@ -18,6 +18,7 @@ GAMMA_CHOICES = list(range(1, 17))
 DTYPES = ["float32", "bfloat16", "float16"]
 DEFAULT_PROMPTS = 8
 NGRAM = "ngram"
+SUFFIX = "suffix"  # suffix decoding with vLLM's defaults; suffix:DEPTH:SPEC_FACTOR:MIN_PROB:CACHED typed
 _QUANT = re.compile(r"\b(I?Q\d\w*|BF16|F16|F32)\b")
 
 
@@ -45,8 +46,8 @@ def effective_target(choice: str | None, text: str | None) -> str:
 
 
 def draft_options(target: str) -> list[str]:
-    """The bundled models and 'ngram', without the target itself."""
-    return [name for name in [*bundled_names(), NGRAM] if name != target]
+    """The bundled models, 'ngram' and 'suffix', without the target itself."""
+    return [name for name in [*bundled_names(), NGRAM, SUFFIX] if name != target]
 
 
 def default_drafts(options: Sequence[str]) -> list[str]:

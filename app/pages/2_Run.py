@@ -65,11 +65,12 @@ with st.container(border=True):
         draft_options = rv.draft_options(target)
         col_d.multiselect(
             "Draft candidates", draft_options, default=rv.default_drafts(draft_options), key="drafts_choice",
-            help="'ngram' drafts by prompt lookup: no second model. The target itself is not offered.",
+            help="'ngram' drafts by prompt lookup, 'suffix' by suffix decoding (a suffix tree of the prompt and of "
+            "earlier responses, warm after the first prompt): no second model. The target itself is not offered.",
         )  # fmt: skip
         col_d.text_input(
             "…and other drafts (comma-separated)", key="drafts_text",
-            placeholder="path, model id, tiny:1:48:2:64~0.15, ngram:3",
+            placeholder="path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)",
         )  # fmt: skip
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
-from engine.drafts.refs import is_ngram, parse_ngram_spec
+from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
 from engine.errors import SettingsError, SpectuneError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import LlamaBuild, find_llama
@@ -39,6 +39,8 @@ TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity ver
 def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     """The common checks, then what llama-server can run: fixed γ and the confidence stop, with a draft model."""
     validate(spec, n_prompts)
+    if any(is_suffix(d) for d in spec.drafts):
+        raise SettingsError("llama.cpp has no suffix decoding: measure suffix drafts with the spectune engine")
     gammas, varying = gammas_and_policies(spec)
     for policy in varying:
         if llamacpp_fields(policy) is None:

@@ -1,0 +1,34 @@
+"""Suffix decoding on the Run page: offered beside n-gram, queued like any draft, a bad spec one clear error."""
+
+from __future__ import annotations
+
+from test_app_pages import add_prompts, assert_clean, env, fill_run_form, page, texts  # noqa: F401 - env: fixture
+
+
+def test_run_page_offers_suffix_beside_ngram_and_queues_it(env):  # noqa: F811
+    add_prompts(env.store, [("p1", None), ("p2", None)])
+    at = page("pages/2_Run.py")
+    options = at.multiselect(key="drafts_choice").options
+    assert "ngram" in options and "suffix" in options
+    fill_run_form(at)
+    at.multiselect(key="drafts_choice").set_value(["suffix"])
+    at.text_input(key="drafts_text").input("suffix:24:1:0.1:0")
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    (session,) = env.store.list_sessions()
+    assert session["drafts"] == ["suffix", "suffix:24:1:0.1:0"]
+
+
+def test_run_page_names_a_bad_suffix_spec(env):  # noqa: F811
+    add_prompts(env.store, [("p1", None), ("p2", None)])
+    for ref, needle in (("suffix:0", "DEPTH"), ("suffix:abc", "bad suffix spec")):
+        at = page("pages/2_Run.py")
+        fill_run_form(at)
+        at.text_input(key="drafts_text").input(ref)
+        at.button(key="start_session").click()
+        at.run()
+        assert_clean(at)
+        assert needle in texts(at.error) and "Traceback" not in texts(at.error)
+    assert env.store.list_sessions() == []
