@@ -115,6 +115,7 @@ class RunForm:
     stratified: bool = False  # the prompts: a sample stratified by category, or the first n in file order
     engine: str = "spectune"
     policies_text: str = ""  # speculation policies also run live, separated by spaces or ';'
+    concurrency_text: str = ""  # requests in flight per measurement (an engine that batches); "" = its default
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -160,6 +161,9 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         engine=form.engine,
         policies=policy_specs(form.policies_text),
     )
+    levels = (form.concurrency_text or "").strip()
+    spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels
+                                                else None)  # fmt: skip
     return spec, int(form.prompt_set_id), int(form.n_prompts)
 
 

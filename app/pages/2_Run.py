@@ -100,6 +100,10 @@ with st.container(border=True):
             b3.checkbox("detect regime afterwards", value=True, key="detect_regime")
             b3.caption(md_escape(regime_cost))
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
+            st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
+                          placeholder="1,2,4,8 (vLLM's default; other engines decode one request at a time)",
+                          help="Each configuration is measured with this many requests in flight, level by level; "
+                          "its speedup is against the target alone at the same level.")  # fmt: skip
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
 
 if submitted:

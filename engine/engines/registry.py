@@ -34,7 +34,7 @@ class EngineEntry:
     export_format: str | None = None  # the export format of this engine itself (its sessions measured that engine)
     runs_policy: Callable[[str], bool] | None = None  # which policies it runs live (None: every one)
     availability: Callable[[], tuple[bool, str]] = lambda: (True, "")  # (usable here, one line saying so)
-
+    batches: bool = False  # batches requests continuously: each configuration is measured at the spec's concurrency
 
     @property
     def measures_a_deployment(self) -> bool:
@@ -90,6 +90,19 @@ def runner_for(spec: SessionSpec, pool: ModelPool | None = None) -> Runner:
     return entry.runner()(pool=pool or ModelPool())
 
 
+DEFAULT_LEVELS = (1, 2, 4, 8)
+
+
+def concurrency_for(name: str, levels: Sequence[int] | None) -> list[int]:
+    """The concurrency levels a session in engine `name` is measured at: those given, else 1, 2, 4, 8 for an engine
+    that batches and 1 elsewhere; levels above 1 for one that does not batch are refused."""
+    entry = get(name)
+    chosen = list(levels) if levels else list(DEFAULT_LEVELS if entry.batches else (1,))
+    if not entry.batches and chosen != [1]:
+        raise SettingsError(f"{entry.label} decodes one request at a time: concurrency levels need vLLM")
+    return chosen
+
+
 def replays_like_llamacpp(name: str) -> bool:
     """Whether the engine drafts in llama-server's loop (the policy replay models that loop for its sessions)."""
     entry = get(name)
@@ -101,7 +114,8 @@ def sweep(
 ) -> SweepReport:
     """Validate `spec` for its engine and run its sweep there."""
     validate(spec, len(prompts))
-    return run_sweep(runner_for(spec, pool), spec, prompts, hooks)
+    levels = spec.concurrency if get(spec.engine).batches else (1,)
+    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels)
 
 
 def _spectune() -> Any:
@@ -126,6 +140,27 @@ def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     from engine.engines.llamacpp import validate_llamacpp
 
     validate_llamacpp(spec, n_prompts)
+
+
+def _vllm() -> Any:
+    from engine.engines.vllm import VllmRunner
+
+    return VllmRunner
+
+
+def _validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    from engine.engines.vllm import validate_vllm
+
+    validate_vllm(spec, n_prompts)
+
+
+def _vllm_availability() -> tuple[bool, str]:
+    from engine.vllm.binaries import vllm_status
+
+    found, line = vllm_status()
+    if found is None:
+        return False, f"vLLM is not available: {line}"
+    return True, f"{line}: tokens/s, TTFT and acceptance at each concurrency; β per position is not reported."
 
 
 def _validate_endpoint(spec: SessionSpec, n_prompts: int | None = None) -> None:
@@ -155,5 +190,9 @@ register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
     fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
     runs_policy=_llamacpp_runs,
+))  # fmt: skip
+register(EngineEntry(
+    "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,
+    export_format="vllm", batches=True,
 ))  # fmt: skip
 register(EngineEntry("endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint))

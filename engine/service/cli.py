@@ -34,6 +34,13 @@ def _dtype(value: str) -> str:
     return value
 
 
+def _levels(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a comma-separated list of whole numbers") from None
+
+
 def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="bundled name, .gguf path, model dir or id")
     p.add_argument("--draft", default=None if multi else "qwen2.5-coder-0.5b", action="append" if multi else "store",
@@ -51,6 +58,8 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
+    p.add_argument("--concurrency", type=_levels, default=None,
+                   help="requests in flight, e.g. 1,2,4,8 (the default for vLLM, which batches; 1 elsewhere)")
     p.add_argument("--engine", choices=registry.sweep_cli_choices(), default="spectune",
                    help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration")
 
@@ -125,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         engine=registry.engine_from_cli(args.engine),
     )
+    settings.concurrency = registry.concurrency_for(settings.engine, args.concurrency)
     registry.validate(settings)
     out_path = Path(args.json_out)
     if out_path.parent and not out_path.parent.exists():
@@ -191,7 +201,21 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "llama_cpp": report.get("llama_cpp"),  # the llama-server build, for llama.cpp runs
         "unavailable": report.get("unavailable", []),  # fields this engine cannot measure (null above)
         "suffix_cache": report.get("suffix_cache"),  # suffix runs: the prompts' order, each one's cache warm or cold
+        "vllm": report.get("vllm"),  # the vLLM install, its CPU kernel and start-up times, for vLLM runs
+        "levels": _levels_table(report),  # per concurrency level (an engine that batches), else []
     }
+
+
+LEVEL_FIELDS = ("draft", "gamma", "temperature", "concurrency", "tokens_per_s", "speedup_measured", "speedup_noisy",
+                "mean_acceptance_length", "draft_acceptance_rate", "ttft_p50_s", "itl_p50_s")  # fmt: skip
+
+
+def _levels_table(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each run at each concurrency, the baselines included, when the engine measured more than one level."""
+    runs = [*report["baselines"], *report["runs"]]
+    if len({r.get("concurrency", 1) for r in runs}) < 2:
+        return []
+    return [{k: r.get(k) for k in LEVEL_FIELDS} for r in runs]
 
 
 def cmd_theory(args: argparse.Namespace) -> int:

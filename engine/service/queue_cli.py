@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.engines.registry import engine_from_cli
+from engine.engines.registry import concurrency_for, engine_from_cli
 from engine.errors import SpectuneError
 from engine.session.spec import SessionSpec
 
@@ -70,6 +70,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         engine=engine_from_cli(args.engine),
         serving_batch=args.serving_batch, detect_regime=not args.no_regime,
     )
+    settings.concurrency = concurrency_for(settings.engine, args.concurrency)
     parsed = load_prompt_file(Path(args.prompts))
     for issue in parsed.issues:
         print(f"warning: {args.prompts}: {issue}", file=sys.stderr)

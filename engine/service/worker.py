@@ -27,6 +27,7 @@ from engine.session.regime_evidence import detect_regime
 from engine.session.runner import PromptText
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
+from engine.vllm.server import stop_all as stop_all_vllm
 from foundation.jsonable import jsonable
 
 log = logging.getLogger("spectune.worker")
@@ -197,6 +198,9 @@ def serve(
         stopped = stop_all()  # no llama-server outlives the worker, whatever ended the loop
         if stopped:
             log.info("stopped %d llama-server process(es)", stopped)
+        stopped = stop_all_vllm()  # nor a vLLM server
+        if stopped:
+            log.info("stopped %d vLLM server(s)", stopped)
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return ran

@@ -28,12 +28,18 @@ class PromptText:
 @dataclass(frozen=True)
 class RunKey:
     """One configuration of a session's plan: the target alone at a temperature, a draft at a fixed γ, or a draft
-    under a policy whose γ varies step by step (stored with γ 0, its spec under `policy`)."""
+    under a policy whose γ varies step by step (stored with γ 0, its spec under `policy`), measured with
+    `concurrency` requests in flight (engines that batch continuously; 1 elsewhere)."""
 
     draft: str
     gamma: int
     temperature: float
     policy: SpeculationPolicy | None = None
+    concurrency: int = 1
+
+    def baseline(self) -> RunKey:
+        """The target alone at this configuration's temperature and concurrency: what its speedup divides by."""
+        return RunKey("none", 0, self.temperature, concurrency=self.concurrency)
 
     @property
     def kind(self) -> str:
@@ -50,24 +56,27 @@ class RunKey:
                                "kind": self.kind}  # fmt: skip
         if self.policy is not None:
             key["policy"] = self.policy.spec()
+        if self.concurrency != 1:
+            key["concurrency"] = self.concurrency
         return key
 
     def label(self) -> str:
         """'baseline T=0', 'draft γ=2 T=0' or 'draft confidence:… T=0.8' for messages."""
+        level = f" ×{self.concurrency}" if self.concurrency != 1 else ""
         if self.kind == "baseline":
-            return f"baseline T={self.temperature:g}"
+            return f"baseline T={self.temperature:g}{level}"
         how = self.policy.spec() if self.policy is not None else f"γ={self.gamma}"
-        return f"{self.draft} {how} T={self.temperature:g}"
+        return f"{self.draft} {how} T={self.temperature:g}{level}"
 
 
-def plan_runs(spec: SessionSpec) -> list[RunKey]:
+def plan_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
     """The baseline at each temperature, then each draft × γ × temperature, then each draft × policy × temperature
-    (a fixed:G policy is γ = G)."""
+    (a fixed:G policy is γ = G); each at every concurrency level of `levels` (an engine that batches)."""
     gammas, policies = gammas_and_policies(spec)
     drafts = [d for d in spec.drafts if d != "none"]
-    plan = [RunKey("none", 0, t) for t in spec.temperatures]
-    plan += [RunKey(d, g, t) for d in drafts for g in gammas for t in spec.temperatures]
-    plan += [RunKey(d, 0, t, p) for d in drafts for p in policies for t in spec.temperatures]
+    plan = [RunKey("none", 0, t, None, n) for n in levels for t in spec.temperatures]
+    plan += [RunKey(d, g, t, None, n) for d in drafts for g in gammas for n in levels for t in spec.temperatures]
+    plan += [RunKey(d, 0, t, p, n) for d in drafts for p in policies for n in levels for t in spec.temperatures]
     return plan
 
 
@@ -77,11 +86,16 @@ class RunFailed(SpectuneError):
 
 @dataclass
 class Decoded:
-    """One prompt through one configuration: its output, its counters, and the engine's decode seconds."""
+    """One prompt through one configuration: its output, its counters, and the engine's decode seconds. At a
+    concurrency above 1 the prompt went with others in flight: `tokens` are all their tokens over `decode_s` (the
+    batch's wall time), the counters theirs, and `ttft_s`/`itl_s` every request's."""
 
     output: PromptOutput
     counters: SpecCounters
     decode_s: float
+    tokens: int | None = None  # None: the output's own tokens
+    ttft_s: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -111,9 +125,9 @@ class Runner(Protocol):
     unavailable: ClassVar[tuple[str, ...]]  # contract fields this engine cannot give (reported as None)
     replays_like_llamacpp: ClassVar[bool]  # the policy replay models llama-server's drafting loop
 
-    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
-        RunKey, str
-    ]:
+    def start(
+        self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
+    ) -> dict[RunKey, str]:
         """Load the models or start the servers for `plan`; returns the configurations that failed, with why."""
         ...
 

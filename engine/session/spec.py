@@ -19,8 +19,11 @@ MAX_TEMPERATURE = 10.0
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies",
+    "prompt_sample", "endpoint", "policies", "concurrency",
 )  # fmt: skip
+MAX_CONCURRENCY = 64
+
+
 @dataclass
 class SessionSpec:
     """Everything one session needs, built once by the page or the CLI and validated once.
@@ -50,6 +53,7 @@ class SessionSpec:
     prompt_sample: str = "first"  # "first" n in file order, or "stratified" by category (engine.session.sampling)
     endpoint: dict = field(default_factory=dict)  # engine "endpoint": EndpointSessionSettings as a dict (no secrets)
     policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
+    concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -117,7 +121,19 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError(f"prompt sample '{s.prompt_sample}': choose first or stratified")
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
+    validate_concurrency(s.concurrency)
     return s
+
+
+def validate_concurrency(levels: list[int]) -> None:
+    """Concurrency levels: whole numbers from 1 to MAX_CONCURRENCY, each once."""
+    if not levels:
+        raise SettingsError("no concurrency level given: use 1 for one request at a time")
+    for n in levels:
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_CONCURRENCY:
+            raise SettingsError(f"concurrency {n!r}: must be a whole number from 1 to {MAX_CONCURRENCY}")
+    if len(set(levels)) != len(levels):
+        raise SettingsError(f"concurrency levels {levels}: each level once")
 
 
 def parse_policies(texts: list[str]) -> list[SpeculationPolicy]:

@@ -28,6 +28,9 @@ class RunTally:
     counters: SpecCounters = field(default_factory=SpecCounters)
     stats: StepStats = field(default_factory=StepStats)  # from step records: β (α) where the engine reports it
     draft_calls: int = 0
+    tokens: int = 0  # every request's tokens (at a concurrency above 1, the prompts decoded alongside too)
+    ttft_s: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)
     decode_s: float = 0.0
     wall_s: float = 0.0
     failed: str | None = None
@@ -41,8 +44,12 @@ class RunTally:
         self.counters = self.counters.plus(decoded.counters)
         self.decode_s += decoded.decode_s
         self.wall_s += wall_s
-        if decoded.decode_s > 0 and decoded.output.token_ids:
-            self.rates[index] = len(decoded.output.token_ids) / decoded.decode_s
+        tokens = decoded.tokens if decoded.tokens is not None else len(decoded.output.token_ids)
+        self.tokens += tokens
+        self.ttft_s += decoded.ttft_s
+        self.itl_s += decoded.itl_s
+        if decoded.decode_s > 0 and tokens:
+            self.rates[index] = tokens / decoded.decode_s
 
     def ratios(self, baseline: RunTally | None) -> list[float]:
         """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
@@ -61,11 +68,12 @@ def summarise(
     """α (mean β where the engine reports β, and from the mean acceptance length), acceptance, c, v(k), the
     measured speedup (the median of per-prompt ratios, with its spread) and the predicted one."""
     counters = tally.counters
-    tokens = sum(len(o.token_ids) for o in tally.outputs)
+    tokens = tally.tokens
     common: dict[str, Any] = {
         "tokens_per_s": tokens / tally.decode_s if tally.decode_s > 0 else 0.0, "steps": int(counters.target_calls),
         "tokens": tokens, "mean_acceptance_length": counters.tokens_per_call(), "verify_cost": dict(verify_cost),
         "machine_load": noise.load_summary(tally.loads), "wall_s": tally.wall_s, "engine": engine,
+        "concurrency": tally.key.concurrency, **latency(tally.ttft_s, "ttft"), **latency(tally.itl_s, "itl"),
     }  # fmt: skip
     if tally.key.kind == "baseline":
         return RunSummary(**common)
@@ -89,6 +97,17 @@ def summarise(
         mean_drafted_per_step=counters.drafted_per_call(),
         draft_calls=tally.draft_calls,
     )
+
+
+def latency(values: list[float], name: str) -> dict[str, float | None]:
+    """The p50 and p95 of a latency (time to first token, inter-token gap); None where the engine gives none."""
+    if not values:
+        return {f"{name}_p50_s": None, f"{name}_p95_s": None}
+    ordered = sorted(values)
+    return {
+        f"{name}_p50_s": ordered[len(ordered) // 2],
+        f"{name}_p95_s": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+    }
 
 
 def _alpha_from(mean_length: float | None, gamma: int) -> float | None:
@@ -144,10 +163,14 @@ NOT_PUBLIC = ("verify_cost", "policy_trace")  # v(k) is the report's; a trace is
 
 def public_run(tally: RunTally, summary: RunSummary) -> dict[str, Any]:
     """A run as the report (and the CLI's JSON) shows it: its key, its summary and its outputs."""
-    return tally.key.as_dict() | {k: v for k, v in summary.to_dict().items() if k not in NOT_PUBLIC} | {
-        "outputs": [
-            {"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": o.from_draft or None}
-            for o in tally.outputs
-        ],
-        "divergences": tally.divergences if tally.key.kind != "baseline" else None,
-    }
+    return (
+        tally.key.as_dict()
+        | {k: v for k, v in summary.to_dict().items() if k not in NOT_PUBLIC}
+        | {
+            "outputs": [
+                {"prompt_id": o.prompt_id, "text": o.text, "token_ids": o.token_ids, "from_draft": o.from_draft or None}
+                for o in tally.outputs
+            ],
+            "divergences": tally.divergences if tally.key.kind != "baseline" else None,
+        }
+    )

@@ -40,6 +40,12 @@ class RunSummary:
     engine: str = "spectune"  # the engine registry's name for where it was measured
     method: str | None = None
     wall_s: float | None = None
+    # an engine that batches: requests in flight while measured, and their latencies (None where not measured)
+    concurrency: int = 1
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
     agreement_runs: list[list[int]] | None = None
     # speculation policies (engine.core.policy): every run's drafting, and a policy run's own figures
     mean_drafted_per_step: float | None = None  # draft tokens sent to verification per target call

@@ -57,14 +57,16 @@ class SweepReport:
 
 
 def run_sweep(
-    runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None
-) -> SweepReport:
-    """The baseline at each temperature + every draft × γ × temperature + every draft × policy × temperature,
-    measured in `runner` (which is stopped on the way out, whatever happens)."""
+    runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
+    levels: Sequence[int] = (1,),
+) -> SweepReport:  # fmt: skip
+    """The baseline at each temperature + every draft × γ × temperature + every draft × policy × temperature, each
+    at every concurrency of `levels` (an engine that batches), measured in `runner` (which is stopped on the way
+    out, whatever happens)."""
     validate(spec, len(prompts))
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
-    plan = plan_runs(spec)
+    plan = plan_runs(spec, levels)
     ctx = DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start)
     try:
         failures = runner.start(spec, prompts, plan, ctx)
@@ -77,7 +79,8 @@ def run_sweep(
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
         _decode_all(runner, prompts, tallies, hooks, clock)
         baselines = _baselines(tallies)
-        extra = runner.finish({t: tally.outputs for t, tally in baselines.items()}, ctx)
+        alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == min(levels)}
+        extra = runner.finish(alone, ctx)
         return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock)
     finally:
         runner.stop()
@@ -135,7 +138,7 @@ def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, in
         return
     tally.add(index, decoded, time.perf_counter() - t0)
     divergence = None
-    reference = _baseline_output(tallies, key.temperature, index)
+    reference = _baseline_output(tallies, key, index)
     if key.kind != "baseline" and reference is not None:
         greedy = key.temperature == 0
         divergence = classify(reference, decoded.output, runner.dtype, greedy).__dict__
@@ -143,8 +146,8 @@ def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, in
     hooks.output(tally.handle, decoded.output, divergence)
 
 
-def _baseline_output(tallies: dict[RunKey, RunTally], temperature: float, index: int) -> PromptOutput | None:
-    base = tallies.get(RunKey("none", 0, temperature))
+def _baseline_output(tallies: dict[RunKey, RunTally], key: RunKey, index: int) -> PromptOutput | None:
+    base = tallies.get(key.baseline())
     if base is None or base.failed is not None or len(base.outputs) <= index:
         return None
     return base.outputs[index]
@@ -161,19 +164,19 @@ def _require_a_baseline(tallies: dict[RunKey, RunTally]) -> None:
         raise RunFailed(bases[0].failed or "the target alone could not be measured")
 
 
-def _baselines(tallies: dict[RunKey, RunTally]) -> dict[float, RunTally]:
-    """The baseline measured at each temperature (a failed one left out)."""
-    return {key.temperature: t for key, t in tallies.items() if key.kind == "baseline" and t.failed is None}
+def _baselines(tallies: dict[RunKey, RunTally]) -> dict[RunKey, RunTally]:
+    """The baseline measured at each temperature and concurrency (a failed one left out)."""
+    return {key: t for key, t in tallies.items() if key.kind == "baseline" and t.failed is None}
 
 
 def _report(
-    runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], baselines: dict[float, RunTally],
+    runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], baselines: dict[RunKey, RunTally],
     verify_cost: dict[int, float], notes: list[str], extra: EngineOutputs, hooks: Hooks, clock: PhaseClock,
 ) -> SweepReport:  # fmt: skip
     """Every run summarised the same way (noise verdict included), handed to the hooks, and the report."""
     if not baselines:
         raise RunFailed(next((t.failed for t in tallies.values() if t.failed), "the baseline was not measured"))
-    first = baselines.get(0.0) or next(iter(baselines.values()))
+    first = next((t for key, t in baselines.items() if key.temperature == 0.0), next(iter(baselines.values())))
     public_bases: list[dict[str, Any]] = []
     report = SweepReport(
         target=spec.target, engine=runner.name, dtype=runner.dtype, device=str(runner.device),
@@ -185,7 +188,7 @@ def _report(
         if tally.failed is not None:
             report.failed.append({**key.as_dict(), "error": tally.failed})
             continue
-        baseline = baselines.get(key.temperature)
+        baseline = baselines.get(key.baseline())
         summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name)
         traces = extra.traces.get(key.draft)
         if key.kind != "baseline":

@@ -1,0 +1,228 @@
+"""vLLM as a session engine: one managed vLLM server on 127.0.0.1 per distinct configuration, measured like a
+deployment.
+
+Configurations are the target alone, each draft model × γ (`{"method": "draft_model", …}`) and n-gram lookup × γ
+(`{"method": "ngram", "prompt_lookup_min/max": …}`); temperatures and concurrency levels share a server. vLLM
+batches continuously, so every configuration is measured at each concurrency level of the session (n prompts in
+flight at once, streamed): tokens/s over the batch, time to first token, inter-token gaps, and acceptance from
+vLLM's own /metrics counters over exactly that batch. What vLLM cannot give is named, not guessed: β per position
+(so α as mean β), which output tokens came from the draft, v(k) and c. The dtype is chosen per CPU: bfloat16 only
+where the CPU has bf16 instructions (AVX512_BF16 or AMX), float32 otherwise; a CUDA build takes the session's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
+from engine.endpoint.transport import EndpointError
+from engine.errors import SettingsError
+from engine.models.pool import ModelPool
+from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
+from engine.session.spec import SessionSpec, gammas_and_policies, validate
+from engine.vllm import client
+from engine.vllm.binaries import VllmInstall, find_vllm
+from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
+
+TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+MAX_MODEL_LEN = 4096
+REQUEST_TIMEOUT_S = 600.0
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
+    """The common checks, then what vLLM runs here: fixed γ with a draft model or n-gram lookup."""
+    validate(spec, n_prompts)
+    _, varying = gammas_and_policies(spec)
+    if varying:
+        specs = ", ".join(p.spec() for p in varying)
+        raise SettingsError(f"vLLM sessions run fixed γ only ({specs} varies γ per step): use spectune or llama.cpp")
+    for draft in spec.drafts:
+        if is_suffix(draft):
+            raise SettingsError(f"{draft}: vLLM sessions do not run suffix decoding yet: use spectune's loop")
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has bf16 instructions (AVX512_BF16 or AMX-BF16), from /proc/cpuinfo's flags."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return False
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return any(flag in flags for flag in BF16_FLAGS)
+
+
+def choose_dtype(requested: str, build: str, cpuinfo: str | None = None) -> tuple[str, str | None]:
+    """(dtype, note): on the CPU build bfloat16/float16 only with bf16 instructions, float32 otherwise."""
+    if build != "cpu" or requested == "float32":
+        return requested, None
+    if cpu_has_bf16(cpuinfo):
+        return "bfloat16", None if requested == "bfloat16" else f"{requested} → bfloat16 (vLLM's CPU build)"
+    return "float32", f"{requested} requested; this CPU has no bf16 instructions (avx512_bf16, amx_bf16): float32"
+
+
+def speculative_config(key: RunKey, draft_dir: str | None) -> dict[str, Any] | None:
+    """vLLM's --speculative-config for one configuration (None for the target alone)."""
+    if key.kind == "baseline":
+        return None
+    if is_ngram(key.draft):
+        lo, hi = parse_ngram_spec(key.draft)
+        return {"method": "ngram", "num_speculative_tokens": key.gamma, "prompt_lookup_max": hi,
+                "prompt_lookup_min": lo}  # fmt: skip
+    return {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": key.gamma}
+
+
+def _model_dir(ref: str) -> str:
+    from engine.models.loading import resolve_model_dir
+
+    return resolve_model_dir(ref)
+
+
+class VllmRunner:
+    """Managed vLLM servers behind the Runner interface."""
+
+    name: ClassVar[str] = "vllm"
+    unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft", "verify_cost", "c")
+    replays_like_llamacpp: ClassVar[bool] = False
+    device = "cpu"
+
+    def __init__(self, pool: ModelPool | None = None, install: VllmInstall | None = None,
+                 threads: int | None = None) -> None:  # fmt: skip
+        """`pool` is not used: the models live in the vLLM servers."""
+        self.install = install
+        self.threads = threads
+        self.dtype = "float32"
+        self.spec: SessionSpec | None = None
+        self.configs: dict[RunKey, VllmConfig] = {}
+        self.servers: dict[VllmConfig, VllmServer] = {}
+        self.prompts: list[list[int] | str] = []
+        self.prompt_ids: list[str] = []
+        self.notes: list[str] = []
+        self.startups: list[dict[str, Any]] = []
+
+    def _config(self, key: RunKey, target: str, drafts: dict[str, str]) -> VllmConfig:
+        assert self.spec is not None
+        spec = speculative_config(key, drafts.get(key.draft))
+        common = {"dtype": self.dtype, "threads": self.threads, "seed": self.spec.seed,
+                  "max_num_seqs": max(self.spec.concurrency), "max_model_len": MAX_MODEL_LEN}  # fmt: skip
+        return VllmConfig.with_speculation(Path(target), spec, **common)
+
+    def start(
+        self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
+    ) -> dict[RunKey, str]:
+        self.spec = spec
+        self.install = self.install or find_vllm()
+        self.device = "cpu" if self.install.build == "cpu" else "cuda"
+        self.dtype, note = choose_dtype(spec.dtype, self.install.build)
+        self.notes += [note] if note else []
+        target = _model_dir(spec.target)
+        drafts = {k.draft: _model_dir(k.draft) for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+        self.configs = {key: self._config(key, target, drafts) for key in plan}
+        wanted = list(dict.fromkeys(self.configs.values()))
+        why: dict[VllmConfig, str] = {}
+        for started, config in enumerate(wanted):
+            if ctx.should_stop():
+                raise Cancelled()
+            ctx.phase(f"starting vLLM {started + 1} of {len(wanted)}", started, len(wanted), None)
+            try:
+                self.servers[config] = self._start(config)
+            except VllmServerError as exc:
+                why[config] = str(exc)
+        live = next(iter(self.servers.values()), None)
+        if live is None:
+            raise RunFailed(next(iter(why.values()), "no vLLM server could be started"))
+        self.prompt_ids = [p.prompt_id for p in prompts]
+        model = str(live.config.model)
+        self.prompts = [client.tokenize_chat(live.url, model, p.text) if spec.chat_template else p.text
+                        for p in prompts]  # fmt: skip
+        return {key: why[config] for key, config in self.configs.items() if config in why}
+
+    def _start(self, config: VllmConfig) -> VllmServer:
+        server = VllmServer(config, install=self.install).start()
+        self.startups.append({"speculative_config": config.speculative_config, "startup_s": server.startup_s})
+        return server
+
+    def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
+        return {}, ["v(k) not measured: vLLM serves whole requests, it has no single-forward timing here"]
+
+    def warm_up(self, plan: list[RunKey]) -> None:
+        """One short request per server: first-request initialisation lands on no measurement."""
+        assert self.spec is not None
+        for server in self.servers.values():
+            try:
+                client.batch(server.url, str(server.config.model), self.prompts[:1], {"max_tokens": 4}, 0, 120.0)
+            except EndpointError:
+                pass
+
+    def _sampling(self, temperature: float) -> dict[str, Any]:
+        assert self.spec is not None
+        s = self.spec
+        return {"max_tokens": s.max_new_tokens, "temperature": temperature, "seed": s.seed, "top_p": s.top_p,
+                "top_k": s.top_k if s.top_k > 0 else -1, "ignore_eos": False}  # fmt: skip
+
+    def _batch(self, key: RunKey, index: int, reference: bool, ctx: DecodeContext) -> client.Batch:
+        config = self.configs[key]
+        server = self.servers.get(config)
+        if server is None:
+            raise RunFailed("its vLLM server is not running")
+        order = [(index + j) % len(self.prompts) for j in range(key.concurrency)]
+        prompts = [self.prompts[i] for i in order]
+        top = TOP_LOGPROBS if reference else 0
+        try:
+            return client.batch(server.url, str(config.model), prompts, self._sampling(key.temperature), top,
+                                REQUEST_TIMEOUT_S, ctx.should_stop)  # fmt: skip
+        except EndpointError as exc:
+            tail = server.log_tail()
+            if server.alive() and server.healthy():
+                raise RunFailed(f"{exc}; its log ends:\n{tail}") from None
+            server.stop()
+            self.servers.pop(config, None)
+            raise RunFailed(f"{exc}; its vLLM server is down, its log ends:\n{tail}") from None
+
+    def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
+        """Prompt `index` with concurrency − 1 neighbours in flight; logged as one step record for the batch."""
+        t0 = time.time()
+        batch = self._batch(key, index, reference, ctx)
+        done = batch.completions[0]
+        counters = batch.counters
+        ctx.on_step(StepRecord(
+            prompt_index=index, step_index=0, gamma=int(counters.draft_tokens), accepted=int(counters.accepted_tokens),
+            accept_mask=[], beta=[], draft_time_s=0.0, verify_time_s=batch.wall_s, draft_forwards=0,
+            emitted=int(counters.emitted), target_calls=int(counters.target_calls),
+        ))  # fmt: skip
+        top = done.top if reference else None
+        output = PromptOutput(
+            prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_tokens,
+            token_ids=done.token_ids, text=done.text, from_draft=[], wall_time_s=time.time() - t0,
+            steps=int(counters.target_calls), prefill_time_s=done.ttft_s or 0.0,
+            top_logits=[[lp for _, lp in t] for t in top] if top is not None else None,
+            top_ids=[[tid for tid, _ in t] for t in top] if top is not None else None,
+        )  # fmt: skip
+        ttft = [c.ttft_s for c in batch.completions if c.ttft_s is not None]
+        itl = [gap for c in batch.completions for gap in c.itl_s]
+        return Decoded(output, counters, batch.wall_s, tokens=int(counters.emitted), ttft_s=ttft, itl_s=itl)
+
+    def side_measure(self, index: int) -> None:
+        pass
+
+    def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
+        return EngineOutputs(notes=list(self.notes))
+
+    def describe(self) -> dict[str, Any]:
+        """The vLLM install, the version the servers reported, the CPU kernel they loaded, start-up times."""
+        if self.install is None:
+            return {}
+        live = next(iter(self.servers.values()), None)
+        info = self.install.describe() | {"dtype": self.dtype, "startups": list(self.startups)}
+        if live is not None:
+            info |= {"server_version": live.version, "kernel": live.kernel}
+        return {"vllm": info}
+
+    def stop(self) -> None:
+        for server in list(self.servers.values()):
+            server.stop()
+        self.servers.clear()

@@ -1,0 +1,105 @@
+"""vLLM as a session engine, the parts that need no server: the plan at concurrency levels, the configurations'
+speculative configs, the dtype chosen per CPU, the settings it refuses, the spec stored and read back, the
+registry entry and the CLI's one-line errors. (The servers themselves: tests/test_vllm_server.py and
+tests/test_vllm_real.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.engines import registry
+from engine.engines.vllm import choose_dtype, cpu_has_bf16, speculative_config
+from engine.errors import SettingsError
+from engine.session.runner import RunKey, plan_runs
+from engine.session.spec import SessionSpec
+from engine.vllm.binaries import find_vllm
+from engine.vllm.server import VllmConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+AVX512_ONLY = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n"
+WITH_BF16 = "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"
+
+
+def spec(**kw) -> SessionSpec:
+    return SessionSpec(**{"target": "smollm2-135m", "drafts": ["ngram"], "gammas": [2], "engine": "vllm", **kw})
+
+
+def test_the_plan_measures_every_configuration_at_every_level() -> None:
+    plan = plan_runs(spec(temperatures=[0.0, 0.8]), levels=[1, 4])
+    assert [k for k in plan if k.kind == "baseline"] == [
+        RunKey("none", 0, 0.0), RunKey("none", 0, 0.8), RunKey("none", 0, 0.0, concurrency=4),
+        RunKey("none", 0, 0.8, concurrency=4),
+    ]  # fmt: skip
+    assert RunKey("ngram", 2, 0.8, concurrency=4).baseline() == RunKey("none", 0, 0.8, concurrency=4)
+    assert len(plan) == 8 and plan_runs(spec()) == [RunKey("none", 0, 0.0), RunKey("ngram", 2, 0.0)]
+    assert RunKey("ngram", 2, 0.0, concurrency=4).label() == "ngram γ=2 T=0 ×4"
+    assert "concurrency" not in RunKey("ngram", 2, 0.0).as_dict()
+
+
+def test_each_configuration_is_the_speculative_config_vllm_takes() -> None:
+    assert speculative_config(RunKey("none", 0, 0.0), None) is None
+    assert speculative_config(RunKey("ngram:2-4", 3, 0.0), None) == {
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2,
+    }  # fmt: skip
+    assert speculative_config(RunKey("d", 5, 0.0), "/m/d") == {"method": "draft_model", "model": "/m/d",
+                                                                 "num_speculative_tokens": 5}  # fmt: skip
+    config = VllmConfig.with_speculation(Path("/m/t"), {"method": "ngram", "num_speculative_tokens": 1})
+    flags = config.flags()
+    assert flags[flags.index("--speculative-config") + 1] == '{"method":"ngram","num_speculative_tokens":1}'
+    assert "--enforce-eager" in flags and VllmConfig.from_json(config.to_json()) == config
+    assert config.environment("cpu")["VLLM_CPU_OMP_THREADS_BIND"].startswith("0")
+    assert config.environment("cuda") == {}
+
+
+def test_the_dtype_is_chosen_per_cpu() -> None:
+    assert not cpu_has_bf16(AVX512_ONLY) and cpu_has_bf16(WITH_BF16)
+    dtype, note = choose_dtype("bfloat16", "cpu", AVX512_ONLY)
+    assert dtype == "float32" and "no bf16 instructions" in note
+    assert choose_dtype("bfloat16", "cpu", WITH_BF16) == ("bfloat16", None)
+    assert choose_dtype("float32", "cpu", WITH_BF16) == ("float32", None)
+    assert choose_dtype("bfloat16", "cuda", AVX512_ONLY) == ("bfloat16", None)
+
+
+def test_what_vllm_sessions_refuse() -> None:
+    with pytest.raises(SettingsError, match="fixed γ only"):
+        registry.validate(spec(policies=["confidence:0.6:8:0"]))
+    with pytest.raises(SettingsError, match="concurrency 0"):
+        registry.validate(spec(concurrency=[0, 2]))
+    with pytest.raises(SettingsError, match="each level once"):
+        registry.validate(spec(concurrency=[2, 2]))
+    with pytest.raises(SettingsError, match="one request at a time"):
+        registry.concurrency_for("spectune", [1, 2])
+    assert registry.concurrency_for("vllm", None) == [1, 2, 4, 8]
+    assert registry.concurrency_for("llama.cpp", None) == [1]
+
+
+def test_the_levels_are_stored_and_an_older_row_reads_back_as_one() -> None:
+    row = spec(concurrency=[1, 2, 8]).to_row()
+    assert SessionSpec.from_row(row).concurrency == [1, 2, 8]
+    del row["options"]["concurrency"]
+    assert SessionSpec.from_row(row).concurrency == [1]
+
+
+def test_the_registry_entry_says_vllm_batches_and_names_its_version() -> None:
+    entry = registry.get("vllm")
+    assert entry.batches and entry.export_format == "vllm" and "vllm" in registry.sweep_cli_choices()
+    usable, line = entry.availability()
+    assert usable and f"vLLM {find_vllm().version}" in line
+
+
+def test_a_missing_vllm_is_one_clear_line(tmp_path: Path) -> None:
+    env = {"SPECTUNE_VLLM_PYTHON": str(tmp_path / "nope" / "python"), "PATH": "/usr/bin:/bin"}
+    code = "from engine.engines import registry; print(registry.get('vllm').availability())"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert "(False, 'vLLM is not available: vLLM is not installed" in done.stdout and "make setup" in done.stdout
+    run = [sys.executable, "-m", "engine", "run", "--engine", "vllm", "--target", "smollm2-135m", "--draft", "ngram",
+           "--prompts", str(ROOT / "samples" / "prose.txt"), "--json", str(tmp_path / "o.json")]  # fmt: skip
+    failed = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 2 and "vLLM is not installed" in failed.stderr and "Traceback" not in failed.stderr
+    bad = subprocess.run([*run[:-2], "--concurrency", "1,x", "--json", "o.json"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "comma-separated" in bad.stderr and "Traceback" not in bad.stderr
