@@ -626,6 +626,36 @@ def load_dynamic_sd_validator(pkg_root: str):
 # ---------------------------------------------------------------------------
 
 
+def method_bounds(cls: ast.ClassDef, name: str) -> dict[str, tuple[Any, Any]]:
+    """field -> (lowest, highest) allowed, read from a validator method's ``if self.F < N: raise`` and
+    ``if not A <= self.F <= B: raise`` tests (vLLM's _validate_suffix_decoding); None where a side is open."""
+    fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    bounds: dict[str, tuple[Any, Any]] = {}
+    for node in ast.walk(fn) if fn is not None else ():
+        if not isinstance(node, ast.If) or not any(isinstance(b, ast.Raise) for b in node.body):
+            continue
+        test = node.test
+        if (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Lt)
+            and isinstance(test.left, ast.Attribute)
+            and isinstance(test.comparators[0], ast.Constant)
+        ):
+            bounds[test.left.attr] = (test.comparators[0].value, None)
+        elif (
+            isinstance(test, ast.UnaryOp)
+            and isinstance(test.op, ast.Not)
+            and isinstance(test.operand, ast.Compare)
+            and [type(o) for o in test.operand.ops] == [ast.LtE, ast.LtE]
+        ):
+            cmp = test.operand
+            lo, (mid, hi) = cmp.left, cmp.comparators
+            if isinstance(lo, ast.Constant) and isinstance(mid, ast.Attribute) and isinstance(hi, ast.Constant):
+                bounds[mid.attr] = (lo.value, hi.value)
+    return bounds
+
+
 class Schema:
     def __init__(self, pkg_root: str):
         self.pkg_root = pkg_root
@@ -648,6 +678,7 @@ class Schema:
             m for m in (mtp.values if isinstance(mtp, T) and mtp.kind == "literal" else []) if m != "mtp"
         ]
         self.dynamic_v1_methods = v1_dynamic_sd_methods(self.idx)
+        self.suffix_bounds = method_bounds(cls, "_validate_suffix_decoding")
         self.schedule_validator = load_dynamic_sd_validator(pkg_root)
         self.version = vllm_version(pkg_root)
 
@@ -731,6 +762,9 @@ class Schema:
             lo, hi = norm.get("prompt_lookup_min"), norm.get("prompt_lookup_max")
             if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
                 errors.append(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+        if eff_method == "suffix":
+            errors += suffix_problems(norm, self.suffix_bounds)
+            warnings.append("method 'suffix' needs Arctic Inference beside vLLM (pip install arctic-inference)")
         syn = norm.get("synthetic_acceptance_rates") is not None or norm.get("synthetic_acceptance_length") is not None
         if syn and norm.get("rejection_sample_method", "standard") != "synthetic":
             errors.append("synthetic_acceptance_* are only valid with rejection_sample_method='synthetic'")
@@ -767,6 +801,22 @@ class Schema:
                 )
             warnings.append("num_speculative_tokens_per_batch_size is dropped when data_parallel_size > 1")
         return errors, warnings
+
+
+def suffix_problems(norm: dict, bounds: dict[str, tuple[Any, Any]]) -> list[str]:
+    """The suffix_decoding_* values outside what vLLM's _validate_suffix_decoding allows."""
+    if not bounds:
+        return ["method 'suffix': vLLM's _validate_suffix_decoding not found; its bounds were not checked"]
+    out = []
+    for name, (lo, hi) in sorted(bounds.items()):
+        v = norm.get(name)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            if (lo is not None and v < lo) or (hi is not None and v > hi):
+                out.append(
+                    f"{name}={v}: _validate_suffix_decoding needs {lo if lo is not None else '-inf'} <= "
+                    f"{name}{f' <= {hi}' if hi is not None else ''}"
+                )
+    return out
 
 
 def main(argv: list[str]) -> int:

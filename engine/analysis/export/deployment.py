@@ -24,6 +24,7 @@ from engine.analysis.export.formats import LLAMACPP_BUILD
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy
+from engine.drafts.refs import SuffixParams, is_suffix, parse_suffix_spec
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,33 @@ class Deployment:
 
     @property
     def ngram(self) -> bool:
-        return self.rec.method == "ngram"
+        """N-gram lookup; also suffix decoding where an engine has only n-gram lookup, its closest method."""
+        return self.rec.method in ("ngram", "suffix")
+
+    @property
+    def suffix(self) -> bool:
+        return self.rec.method == "suffix"
+
+    def suffix_params(self) -> SuffixParams:
+        """The measured suffix decoding's parameters (its draft reference names them)."""
+        name = self.rec.draft_name
+        return parse_suffix_spec(name) if is_suffix(name) else SuffixParams()
+
+    def closest_fit(self, fit: Fit, engine: str, closest: str) -> Fit:
+        """`fit`, marked inexact with what is lost when suffix decoding runs as `engine`'s closest method."""
+        if not self.suffix:
+            return fit
+        return Fit(False, fit.runs, (*fit.lost, self.suffix_lost(engine, closest)), fit.remarks)
+
+    def suffix_lost(self, engine: str, closest: str) -> str:
+        """What an engine without suffix decoding loses running `closest` instead."""
+        p = self.suffix_params()
+        return (
+            f"{engine} has no suffix decoding: {closest} is its closest method. Lost: the global tree of earlier "
+            f"responses (up to {p.max_cached_requests} requests), continuations scored by frequency (min token "
+            f"probability {p.min_token_prob:g}) and a draft length that grows with the match (spec factor "
+            f"{p.max_spec_factor:g} × match, depth {p.max_tree_depth}); expect lower acceptance on repetitive traffic"
+        )
 
     @property
     def notes(self) -> list[str]:
@@ -60,7 +87,9 @@ class Deployment:
         return self.rec.model_ref
 
     def ngram_window(self) -> tuple[int, int]:
-        """The longest and shortest n-gram the measurement looked up."""
+        """The longest and shortest n-gram the measurement looked up (suffix decoding: up to its depth − 1)."""
+        if self.suffix:
+            return max(1, self.suffix_params().max_tree_depth - 1), 1
         m = self.rec.measurement
         return (m.ngram_max, m.ngram_min) if m is not None else (4, 1)
 

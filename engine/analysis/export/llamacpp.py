@@ -33,6 +33,7 @@ def config(dep: Deployment) -> FlagsFile:
     legacy = build < LLAMACPP_SPEC_PARAMS_BUILD
     notes = note_comments(dep.notes)
     runnable, fit = _fit(dep)
+    fit = dep.closest_fit(fit, "llama.cpp", "ngram-simple (a lookup of the last n tokens in this context)")
     if dep.off:
         return FlagsFile((_build_line(build), dep.rec.explanation, "launch llama-server without -md / --spec-type",
                           *notes), (), fit)  # fmt: skip
@@ -58,6 +59,8 @@ def config(dep: Deployment) -> FlagsFile:
             f"ngram-simple looks up the last {size_n} tokens only (spectune tried {window_max} down to {window_min}) "
             "and drafts the m = γ tokens that followed; it drafts nothing when fewer than n follow"
         )
+        if dep.suffix:
+            comments.append(fit.lost[-1])
     else:
         other, assumed = other_tokenizer(dep.rec.model_ref, dep.target)
         if other:

@@ -22,7 +22,7 @@ def config(dep: Deployment) -> FlagsFile:
     """The launch_server flags; off, or a draft SGLang cannot use → only comments saying why."""
     head = f"SGLang {SGLANG_VERSION} flags for python -m sglang.launch_server"
     notes = note_comments(dep.notes)
-    fit = _fit(dep)
+    fit = dep.closest_fit(_fit(dep), f"SGLang {SGLANG_VERSION}", SGLANG_CLOSEST)
     if dep.off:
         return FlagsFile((head, dep.rec.explanation, "launch SGLang without --speculative-* flags", *notes), (), fit)
     model, model_notes = target_value(dep.target, "hf", "<target model>")
@@ -47,6 +47,8 @@ def config(dep: Deployment) -> FlagsFile:
             f"suffixes of up to {window_max} tokens plus γ drafted in a trie of recent n-grams (trie depth "
             f"{window_max}+γ), not spectune's prompt lookup, so acceptance can differ"
         )
+        if dep.suffix:
+            comments.append(fit.lost[-1])
     else:
         other, assumed = other_tokenizer(dep.rec.model_ref, dep.target)
         if other:
@@ -69,6 +71,9 @@ def config(dep: Deployment) -> FlagsFile:
     if dep.per_batch and not dep.as_policy:
         comments.append(f"SGLang has no per-batch γ flag; schedule {dict(sorted(dep.per_batch.items()))} not applied")
     return FlagsFile((*comments, *notes), tuple(flags), fit)
+
+
+SGLANG_CLOSEST = "NGRAM (a trie of recent n-grams, greedy, no scores)"
 
 
 def _fit(dep: Deployment) -> Fit:

@@ -40,6 +40,7 @@ def config(dep: Deployment) -> JsonFile:
     if rec.temperature > 0:
         sampling["temperature"] = rec.temperature
     assistant, fit = _assistant(dep) if not dep.ngram else ({}, _prompt_lookup_fit(dep))
+    fit = dep.closest_fit(fit, f"transformers {TRANSFORMERS_VERSION}", "prompt lookup (this prompt's n-grams)")
     if dep.off:
         doc = {**head, "speculation": "off", "generate_kwargs": sampling,
                "note": f"No assistant model or prompt lookup: {rec.explanation}"}  # fmt: skip
@@ -48,6 +49,8 @@ def config(dep: Deployment) -> JsonFile:
         kwargs = {"prompt_lookup_num_tokens": dep.gamma, "max_matching_ngram_size": window_max, **sampling}
         doc = {**head, "spectune": dep.headline, "speculation": rec.method, "generate_kwargs": kwargs,
                "note": PROMPT_LOOKUP_NOTE}  # fmt: skip
+        if dep.suffix:
+            doc |= {"speculation": "prompt_lookup", "lost": fit.lost[-1]}
     else:
         doc = _assisted(dep, head, assistant, sampling)
     if dep.as_policy:

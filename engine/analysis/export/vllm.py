@@ -1,6 +1,7 @@
 """vLLM 0.33.0: JSON whose "speculative_config" is the dict for `vllm serve --speculative-config`.
 
-method "draft_model" | "ngram", model, num_speculative_tokens, prompt_lookup_max / _min (n-gram),
+method "draft_model" | "ngram" | "suffix", model, num_speculative_tokens, prompt_lookup_max / _min (n-gram),
+suffix_decoding_* (suffix decoding: Arctic Inference's trees, which vLLM imports),
 use_heterogeneous_vocab for a draft with another tokenizer (vLLM then drafts from the tokens both vocabularies
 share), and num_speculative_tokens_per_batch_size ([[bs_lo, bs_hi, K], ...]; vLLM ≥ 0.24.0; it switches on
 dynamic speculative decoding) only when the schedule varies. Checked against vLLM's own source by
@@ -70,11 +71,32 @@ def config(dep: Deployment) -> JsonFile:
     return JsonFile(with_notes(doc, dep.notes), fit)
 
 
+def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's suffix decoding with the measured parameters; num_speculative_tokens is its cap per step."""
+    p = dep.suffix_params()
+    config = {
+        "method": "suffix", "num_speculative_tokens": dep.gamma,
+        "suffix_decoding_max_tree_depth": p.max_tree_depth,
+        "suffix_decoding_max_cached_requests": p.max_cached_requests,
+        "suffix_decoding_max_spec_factor": p.max_spec_factor,
+        "suffix_decoding_min_token_prob": p.min_token_prob,
+    }  # fmt: skip
+    comments = [
+        "suffix decoding needs Arctic Inference in vLLM's environment (pip install arctic-inference; vLLM imports "
+        "arctic_inference.suffix_decoding); spectune measured with Arctic Inference 0.3.0's suffix tree",
+        "the global tree is shared by all the server's requests: acceptance depends on the traffic it has seen "
+        "(spectune's runs started from an empty cache and learnt the session's prompts in order)",
+    ]
+    return config, comments
+
+
 def _speculative_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     """vLLM's speculative_config and the comments on it."""
     comments: list[str] = []
     config: dict[str, Any]
-    if dep.ngram:
+    if dep.suffix:
+        config, comments = _suffix_config(dep)
+    elif dep.ngram:
         window_max, window_min = dep.ngram_window()
         config = {"method": "ngram", "num_speculative_tokens": dep.gamma, "prompt_lookup_max": window_max,
                   "prompt_lookup_min": window_min}  # fmt: skip
