@@ -238,3 +238,19 @@ def versus_concurrency(
     if flip is not None:
         layers += labelled_rule("concurrency", flip, f"stops paying at {flip} (measured)")
     return alt.layer(*layers).properties(title=title)
+
+
+def concurrency_surface(surface: pd.DataFrame) -> alt.LayerChart:
+    """The γ × concurrency speedup surface of a session measured at several levels (vLLM): speedup
+    against concurrency (log-2 axis), one line per configuration and γ, a dashed rule at 1× where speculation
+    stops paying."""
+    frame = surface.assign(series=[f"{c} γ={g}" for c, g in zip(surface["configuration"], surface["γ"], strict=True)])
+    base = alt.Chart(frame)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="requests in flight"),
+        y=alt.Y("speedup:Q", title="speedup vs target alone at the same level (×)"),
+        color=alt.Color("series:N", title="configuration"),
+        tooltip=["series", "concurrency", alt.Tooltip("speedup:Q", format=".2f"), "verdict"],
+    )
+    one = base.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(1.0))
+    return alt.layer(lines, one)

@@ -82,12 +82,22 @@ def prompt_set_label(prompt_set: Mapping[str, Any]) -> str:
     return f"#{prompt_set['id']} {name} ({prompt_set.get('n_prompts') or 0} prompts)"
 
 
+def run_concurrency(run: Mapping[str, Any]) -> int:
+    """Requests in flight while the run was measured (an engine that batches, such as vLLM; 1 elsewhere)."""
+    try:
+        return int((run.get("summary") or {}).get("concurrency") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
 def run_label(run: Mapping[str, Any]) -> str:
+    level = run_concurrency(run)
+    at = f" ×{level}" if level != 1 else ""
     if run.get("kind") == "baseline":
-        return "baseline (target alone)"
+        return f"baseline (target alone){at}"
     policy = run_policy(run)
     how = f"policy {policy}" if policy else f"γ={run.get('gamma')}"
-    return f"{run.get('draft')} {how} T={_num(run.get('temperature'))}"
+    return f"{run.get('draft')} {how} T={_num(run.get('temperature'))}{at}"
 
 
 def _num(x: Any) -> str:

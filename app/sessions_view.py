@@ -113,6 +113,36 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return frame
 
 
+def concurrency_surface(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The speedup surface of a session measured at several concurrency levels (vLLM): one row per speculative
+    run (configuration, γ, concurrency, measured speedup against the baseline at the same level, noisy or not);
+    empty when every run was measured at one level."""
+    levels = {data.run_concurrency(r) for r in runs}
+    if len(levels) < 2:
+        return pd.DataFrame()
+    rows = []
+    for run in runs:
+        if run.get("kind") == "baseline" or run.get("speedup_measured") is None:
+            continue
+        spread = _spread(run)
+        rows.append({"configuration": f"{run.get('draft')} T={data._num(run.get('temperature'))}",
+                     "γ": int(run.get("gamma") or 0), "concurrency": data.run_concurrency(run),
+                     "speedup": float(run["speedup_measured"]),
+                     "verdict": _verdict(spread) if spread else None})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def stops_paying(surface: pd.DataFrame) -> list[str]:
+    """Per configuration and γ, the lowest measured concurrency where speculation no longer pays (speedup ≤ 1)."""
+    lines = []
+    for (config, gamma), group in surface.groupby(["configuration", "γ"], sort=False):
+        losing = group[group["speedup"] <= 1.0].sort_values("concurrency")
+        where = f"stops paying at concurrency {int(losing['concurrency'].iloc[0])} (measured)" if len(losing) else (
+            f"pays at every level measured (up to {int(group['concurrency'].max())})")  # fmt: skip
+        lines.append(f"{config} γ={gamma}: {where}")
+    return lines
+
+
 def machine_note(session: Mapping[str, Any]) -> str | None:
     """The session-level warning when it was measured on a busy machine (from its summary), else None."""
     note = (session.get("summary") or {}).get("machine_note")

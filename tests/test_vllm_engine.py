@@ -103,3 +103,24 @@ def test_a_missing_vllm_is_one_clear_line(tmp_path: Path) -> None:
     bad = subprocess.run([*run[:-2], "--concurrency", "1,x", "--json", "o.json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "comma-separated" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_sessions_page_draws_the_gamma_by_concurrency_surface() -> None:
+    from app import charts, data
+    from app import sessions_view as sv
+
+    def run(draft: str, gamma: int, level: int, speedup: float | None) -> dict:
+        kind = "baseline" if draft == "none" else "speculative"
+        return {"kind": kind, "draft": draft, "gamma": gamma, "temperature": 0.0, "speedup_measured": speedup,
+                "summary": {"concurrency": level}}  # fmt: skip
+
+    runs = [run("none", 0, 1, 1.0), run("none", 0, 4, 1.0), run("ngram", 2, 1, 1.3), run("ngram", 2, 4, 0.95),
+            run("ngram", 4, 1, 1.5), run("ngram", 4, 4, 1.1)]  # fmt: skip
+    assert data.run_label(runs[3]) == "ngram γ=2 T=0 ×4" and data.run_label(runs[2]) == "ngram γ=2 T=0"
+    surface = sv.concurrency_surface(runs)
+    assert sorted(zip(surface["γ"], surface["concurrency"], surface["speedup"], strict=True)) == [
+        (2, 1, 1.3), (2, 4, 0.95), (4, 1, 1.5), (4, 4, 1.1)]  # fmt: skip
+    assert sv.stops_paying(surface) == ["ngram T=0 γ=2: stops paying at concurrency 4 (measured)",
+                                        "ngram T=0 γ=4: pays at every level measured (up to 4)"]  # fmt: skip
+    assert charts.vega_spec(charts.concurrency_surface(surface))["layer"]
+    assert sv.concurrency_surface(runs[:1] + runs[2:3]).empty  # one level: no surface

@@ -122,6 +122,12 @@ def show_session(session: dict[str, Any]) -> None:
                 "predicted from the measured α, c and verify cost**"
             )
             st.altair_chart(charts.speedup_grouped(speed, "which"), width="stretch")
+        surface = sv.concurrency_surface(runs)
+        if not surface.empty:
+            st.markdown("**Speedup surface: γ × concurrency** (each against the target alone at the same level, "
+                        "measured side by side)")  # fmt: skip
+            st.altair_chart(charts.concurrency_surface(surface), width="stretch")
+            st.markdown("\n".join(f"- {md_escape(line)}" for line in sv.stops_paying(surface)))
 
         outputs_by_run = {r["id"]: store.get_outputs(r["id"]) for r in runs}
         set_id = session.get("prompt_set_id")
