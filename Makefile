@@ -75,6 +75,13 @@ $(VLLM_STAMP): | $(STAMP)
 	@SPECTUNE_VLLM_PYTHON=$(abspath $(VENV_VLLM))/bin/python $(BIN)/python -c "from engine.vllm.binaries import vllm_status; print('>>', vllm_status()[1])"
 vllm: $(VLLM_STAMP)
 
+# Arctic Inference's suffix tree in .venv-vllm too (the same cached wheel, no vLLM plugin): vLLM's method "suffix"
+# imports arctic_inference.suffix_decoding. Reinstalled whenever .venv-vllm is rebuilt.
+VLLM_ARCTIC := $(VENV_VLLM)/.arctic-installed
+$(VLLM_ARCTIC): $(VLLM_STAMP) $(ARCTIC)
+	$(VENV_VLLM)/bin/pip install --no-deps --no-index --find-links $(WHEELS) "$(ARCTIC_PIN)"
+	touch $(VLLM_ARCTIC)
+
 # Arctic Inference's suffix tree (the `suffix` draft): only its C++ suffix tree, compiled once from the pinned
 # PyPI sdist (about 20 s), kept in $(WHEELS) as a wheel with no vLLM plugin (scripts/build_arctic_suffix.py).
 ARCTIC_PIN := arctic-inference==0.3.0+spectune.suffix
@@ -99,7 +106,7 @@ postgres:
 	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
 	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
 
-setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) browser
+setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) $(VLLM_ARCTIC) browser
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
 
