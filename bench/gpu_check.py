@@ -9,7 +9,9 @@ a JSON report. The phases make the GPM wiring checkable: tensor activity should 
 matmuls and DRAM bandwidth during the copies.
 
 Exit status: 0 when NVML worked (or when there is no GPU at all, which is not this script's
-business), 1 when a GPU is present but NVML telemetry did not work. Runs in well under 2 min.
+business), 1 when a GPU is present but NVML telemetry did not work, or a vLLM (SPECTUNE_VLLM_PYTHON) is installed
+and did not speculate (its step: a managed vLLM server with n-gram speculation, one request, drafts in /metrics).
+Runs in well under 2 min, plus the vLLM start.
 """
 
 from __future__ import annotations
@@ -154,6 +156,49 @@ def check(report: dict[str, Any], hw: dict[str, Any]) -> bool:
     return not problems
 
 
+def vllm_step(report: dict[str, Any]) -> None:
+    """On a GPU: the vLLM that SPECTUNE_VLLM_PYTHON names (the official CUDA `vllm`) started by spectune's runner code
+    with n-gram speculation (γ 3) on SPECTUNE_GPU_CHECK_MODEL (default: the bundled SmolLM2-135M's directory) in
+    bfloat16; one greedy request; its /metrics must show drafts. Recorded under "vllm"; a missing vLLM is a warning."""
+    import os
+    import urllib.request
+
+    from engine.endpoint.metrics import parse_metrics
+    from engine.vllm.binaries import VllmMissing, find_vllm
+    from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
+
+    try:
+        install = find_vllm()
+    except VllmMissing as exc:
+        report["warnings"].append(f"vLLM step skipped: {exc}")
+        return
+    model = os.environ.get("SPECTUNE_GPU_CHECK_MODEL")
+    if not model:
+        from engine.models.loading import prepare_bundled
+
+        model = str(prepare_bundled("smollm2-135m"))
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    config = VllmConfig.with_speculation(Path(model), spec, dtype="bfloat16", enforce_eager=False, max_model_len=2048)
+    step: dict[str, Any] = {"install": install.describe()}
+    try:
+        with VllmServer(config, install=install) as server:
+            body = json.dumps({"model": model, "prompt": "a b c a b c a b c a b c a b", "max_tokens": 32,
+                               "temperature": 0}).encode()  # fmt: skip
+            request = urllib.request.Request(f"{server.url}/v1/completions", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=300) as reply:
+                step["text"] = json.loads(reply.read())["choices"][0]["text"]
+            with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as reply:
+                counters = parse_metrics(reply.read().decode())
+            step |= {"version": server.version, "startup_s": server.startup_s, "drafts": counters.drafts,
+                     "accepted": counters.accepted_tokens}  # fmt: skip
+    except VllmServerError as exc:
+        report["problems"].append(f"vLLM did not serve: {exc}")
+    else:
+        if not step.get("drafts"):
+            report["problems"].append(f"vLLM served but drafted nothing: {step}")
+    report["vllm"] = step
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1]) if len(argv) > 1 else Path("gpu_check.json")
     # INFO shows why GPM is off (e.g. "GPM unavailable on ...") and each metric NVML disables.
@@ -178,6 +223,8 @@ def main(argv: list[str]) -> int:
     if report["nvml_available"]:
         try:
             ok = check(report, hw)
+            vllm_step(report)
+            ok = ok and not any(p.startswith("vLLM") for p in report["problems"])
         except Exception:  # noqa: BLE001 -- report whatever broke, then fail
             report["problems"].append("exception:\n" + traceback.format_exc())
             ok = False
