@@ -167,9 +167,9 @@ def test_one_mean_acceptance_length_for_every_source() -> None:
 
 
 def test_the_registry_is_the_one_place_an_engine_is_named() -> None:
-    assert registry.names() == ("spectune", "llama.cpp", "endpoint")
+    assert registry.names() == ("spectune", "llama.cpp", "vllm", "endpoint")
     assert registry.engine_from_cli("llamacpp") == "llama.cpp" and registry.get("llama.cpp").cli == "llamacpp"
-    with pytest.raises(SettingsError, match="engine 'vllm-gpu': choose one of spectune, llama.cpp, endpoint"):
+    with pytest.raises(SettingsError, match="engine 'vllm-gpu': choose one of spectune, llama.cpp, vllm, endpoint"):
         registry.validate(spec(engine="vllm-gpu"))
     with pytest.raises(SettingsError, match="llama.cpp cannot run heuristic"):
         registry.validate(spec(engine="llama.cpp", drafts=["qwen2.5-coder-0.5b"], policies=["heuristic:8"]))

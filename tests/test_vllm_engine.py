@@ -5,6 +5,7 @@ tests/test_vllm_real.py.)"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from engine.engines import registry
 from engine.engines.vllm import choose_dtype, cpu_has_bf16, speculative_config
 from engine.errors import SettingsError
 from engine.session.runner import RunKey, plan_runs
-from engine.session.spec import SessionSpec
+from engine.session.spec import SessionSpec, VllmOptions
 from engine.vllm.binaries import find_vllm
 from engine.vllm.server import VllmConfig
 
@@ -77,11 +78,16 @@ def test_what_vllm_sessions_refuse() -> None:
     assert registry.concurrency_for("llama.cpp", None) == [1]
 
 
-def test_the_levels_are_stored_and_an_older_row_reads_back_as_one() -> None:
-    row = spec(concurrency=[1, 2, 8]).to_row()
-    assert SessionSpec.from_row(row).concurrency == [1, 2, 8]
-    del row["options"]["concurrency"]
-    assert SessionSpec.from_row(row).concurrency == [1]
+def test_the_levels_and_vllm_options_are_stored_and_an_older_row_reads_back_with_defaults() -> None:
+    row = spec(concurrency=[1, 2, 8], vllm=VllmOptions(threads=2, kv_cache_mib=256)).to_row()
+    assert row["options"]["vllm"] == {"threads": 2, "kv_cache_mib": 256, "max_model_len": 4096, "enforce_eager": True}
+    back = SessionSpec.from_row(json.loads(json.dumps(row)))
+    assert back.concurrency == [1, 2, 8] and back.vllm == VllmOptions(threads=2, kv_cache_mib=256)
+    del row["options"]["concurrency"], row["options"]["vllm"]
+    old = SessionSpec.from_row(row)
+    assert old.concurrency == [1] and old.vllm == VllmOptions()
+    with pytest.raises(SettingsError, match="vLLM threads = 0"):
+        registry.validate(spec(vllm=VllmOptions(threads=0)))
 
 
 def test_the_registry_entry_says_vllm_batches_and_names_its_version() -> None:

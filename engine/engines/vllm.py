@@ -22,13 +22,12 @@ from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
-from engine.session.spec import SessionSpec, gammas_and_policies, validate
+from engine.session.spec import SessionSpec, VllmOptions, gammas_and_policies, validate
 from engine.vllm import client
 from engine.vllm.binaries import VllmInstall, find_vllm
 from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
-MAX_MODEL_LEN = 4096
 REQUEST_TIMEOUT_S = 600.0
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -36,6 +35,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     """The common checks, then what vLLM runs here: fixed γ with a draft model or n-gram lookup."""
     validate(spec, n_prompts)
+    spec.vllm = VllmOptions.from_dict(spec.vllm).validate()
     _, varying = gammas_and_policies(spec)
     if varying:
         specs = ", ".join(p.spec() for p in varying)
@@ -95,6 +95,7 @@ class VllmRunner:
         """`pool` is not used: the models live in the vLLM servers."""
         self.install = install
         self.threads = threads
+        self.request_timeout_s = REQUEST_TIMEOUT_S  # a request that takes longer: the server hangs
         self.dtype = "float32"
         self.spec: SessionSpec | None = None
         self.configs: dict[RunKey, VllmConfig] = {}
@@ -107,8 +108,10 @@ class VllmRunner:
     def _config(self, key: RunKey, target: str, drafts: dict[str, str]) -> VllmConfig:
         assert self.spec is not None
         spec = speculative_config(key, drafts.get(key.draft))
-        common = {"dtype": self.dtype, "threads": self.threads, "seed": self.spec.seed,
-                  "max_num_seqs": max(self.spec.concurrency), "max_model_len": MAX_MODEL_LEN}  # fmt: skip
+        options = VllmOptions.from_dict(self.spec.vllm)
+        common = {"dtype": self.dtype, "threads": self.threads or options.threads, "seed": self.spec.seed,
+                  "max_num_seqs": max(self.spec.concurrency), "max_model_len": options.max_model_len,
+                  "kv_cache_mib": options.kv_cache_mib, "enforce_eager": options.enforce_eager}  # fmt: skip
         return VllmConfig.with_speculation(Path(target), spec, **common)
 
     def start(
@@ -174,14 +177,14 @@ class VllmRunner:
         top = TOP_LOGPROBS if reference else 0
         try:
             return client.batch(server.url, str(config.model), prompts, self._sampling(key.temperature), top,
-                                REQUEST_TIMEOUT_S, ctx.should_stop)  # fmt: skip
+                                self.request_timeout_s, ctx.should_stop)  # fmt: skip
         except EndpointError as exc:
             tail = server.log_tail()
-            if server.alive() and server.healthy():
+            if exc.kind != "timeout" and server.alive() and server.healthy():
                 raise RunFailed(f"{exc}; its log ends:\n{tail}") from None
             server.stop()
             self.servers.pop(config, None)
-            raise RunFailed(f"{exc}; its vLLM server is down, its log ends:\n{tail}") from None
+            raise RunFailed(f"{exc}; its vLLM server is down or hung (stopped), its log ends:\n{tail}") from None
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Prompt `index` with concurrency − 1 neighbours in flight; logged as one step record for the batch."""

@@ -60,6 +60,8 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
     p.add_argument("--concurrency", type=_levels, default=None,
                    help="requests in flight, e.g. 1,2,4,8 (the default for vLLM, which batches; 1 elsewhere)")
+    p.add_argument("--vllm-threads", type=int, default=None,
+                   help="vLLM: compute cores (default every core, as llama-server's -t); see README")
     p.add_argument("--engine", choices=registry.sweep_cli_choices(), default="spectune",
                    help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration")
 
@@ -135,6 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         engine=registry.engine_from_cli(args.engine),
     )
     settings.concurrency = registry.concurrency_for(settings.engine, args.concurrency)
+    settings.vllm.threads = args.vllm_threads
     registry.validate(settings)
     out_path = Path(args.json_out)
     if out_path.parent and not out_path.parent.exists():

@@ -71,6 +71,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         serving_batch=args.serving_batch, detect_regime=not args.no_regime,
     )
     settings.concurrency = concurrency_for(settings.engine, args.concurrency)
+    settings.vllm.threads = args.vllm_threads
     parsed = load_prompt_file(Path(args.prompts))
     for issue in parsed.issues:
         print(f"warning: {args.prompts}: {issue}", file=sys.stderr)

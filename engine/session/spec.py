@@ -19,9 +19,40 @@ MAX_TEMPERATURE = 10.0
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency",
+    "prompt_sample", "endpoint", "policies", "concurrency", "vllm",
 )  # fmt: skip
 MAX_CONCURRENCY = 64
+
+
+@dataclass
+class VllmOptions:
+    """A vLLM session's own settings (engine.vllm.server.VllmConfig): its compute cores (None: every core), the
+    KV cache it may hold, the longest sequence, and whether to skip torch.compile (start-up ≈2 min faster)."""
+
+    threads: int | None = None
+    kv_cache_mib: int = 512
+    max_model_len: int = 4096
+    enforce_eager: bool = True
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | VllmOptions | None) -> VllmOptions:
+        """From the stored options (unknown keys ignored; an older row without them: the defaults)."""
+        if isinstance(data, VllmOptions):
+            return data
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def validate(self) -> VllmOptions:
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise SettingsError(f"vLLM threads = {self.threads}: 1 to 1024, or none for every core")
+        if not 64 <= self.kv_cache_mib <= 1 << 20:
+            raise SettingsError(f"vLLM KV cache = {self.kv_cache_mib} MiB: at least 64")
+        if not 128 <= self.max_model_len <= 1 << 20:
+            raise SettingsError(f"vLLM max model length = {self.max_model_len}: at least 128")
+        return self
+
+
+_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict}  # options stored as dicts, read back typed
 
 
 @dataclass
@@ -54,6 +85,7 @@ class SessionSpec:
     endpoint: dict = field(default_factory=dict)  # engine "endpoint": EndpointSessionSettings as a dict (no secrets)
     policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
     concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
+    vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,8 +113,16 @@ class SessionSpec:
             seed=int(row.get("seed") or 0),
             dtype=row.get("dtype") or defaults.dtype,
             device=row.get("device") or defaults.device,
-            **{key: type(getattr(defaults, key))(options.get(key, getattr(defaults, key))) for key in _OPTIONS},
+            **{key: _option(key, options, defaults) for key in _OPTIONS},
         )
+
+
+def _option(key: str, options: Mapping[str, Any], defaults: SessionSpec) -> Any:
+    """One stored option as the spec's field takes it (the default when an older row lacks it)."""
+    default = getattr(defaults, key)
+    if key in _TYPED_OPTIONS:
+        return _TYPED_OPTIONS[key](options.get(key))
+    return type(default)(options.get(key, default))
 
 
 def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
