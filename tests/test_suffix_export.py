@@ -76,3 +76,8 @@ def test_vllm_checker_holds_suffix_to_vllms_own_bounds(check_python: Path, tmp_p
         path.write_text(json.dumps(wrong))
         result = run_checker(check_python, CHECK_VLLM, path)
         assert result.returncode == 1 and f"{field}={bad}" in result.stdout + result.stderr
+
+
+def test_the_evidence_says_suffix_needs_no_second_model() -> None:
+    rec = suffix_rec()
+    assert any("no second model" in n and "no draft load at peak" in n for n in rec.notes)

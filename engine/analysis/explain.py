@@ -172,4 +172,12 @@ def notes(
             out.append(f"{cand.name}: {flag.message}")
     if m is None or row is None:
         return out
-    return out + _verify_and_arithmetic_notes(m, row, regime) + _calibration_notes(m, row)
+    free = [SUFFIX_NOTE] if m.method == "suffix" else []
+    return out + _verify_and_arithmetic_notes(m, row, regime) + _calibration_notes(m, row) + free
+
+
+SUFFIX_NOTE = (
+    "suffix decoding needs no second model and adds no draft load at peak (c = 0); its global tree learns from "
+    "earlier responses, so its acceptance depends on the traffic it has seen: the session recorded the prompts' "
+    "order and how warm the cache was for each (suffix_cache)"
+)
