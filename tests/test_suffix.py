@@ -169,17 +169,23 @@ def test_one_hot_suffix_proposals_follow_target_distribution():
     assert source.cached_requests > 100  # it drafted from earlier samples' outputs
 
 
+@pytest.fixture(scope="module")
+def fp32_baselines():
+    target, _ = real_pair("float32")
+    encoded = [encode_prompt(target.tokenizer, text, True) for text in REAL_PROMPTS[::2]]
+    return target, encoded, [decode_prompt(target, None, ids, greedy_config(0, 16))[0] for ids in encoded]
+
+
 @pytest.mark.real_model
 @pytest.mark.parametrize("gamma", [3, 8])
-def test_fp32_suffix_is_exact(gamma):
+def test_fp32_suffix_is_exact(fp32_baselines, gamma):
     """The bundled Qwen 1.5B in fp32: suffix decoding over the prompts in order equals the target's greedy output."""
-    target, _ = real_pair("float32")
+    target, encoded, baselines = fp32_baselines
     source = SuffixDraft()
-    for text in REAL_PROMPTS[::2]:
-        ids = encode_prompt(target.tokenizer, text, True)
-        base, _ = decode_prompt(target, None, ids, greedy_config(0, 16))
+    for ids, base in zip(encoded, baselines, strict=True):
         out, _ = decode_prompt(target, source, ids, greedy_config(gamma, 16))
         assert out.token_ids == base.token_ids
+    assert [r.warm for r in source.requests] == [False, True]
 
 
 @pytest.fixture(scope="module")
