@@ -160,6 +160,21 @@ def noisy_note(session: Mapping[str, Any]) -> str | None:
     )
 
 
+def suffix_cache_note(session: Mapping[str, Any]) -> str | None:
+    """The order a session's prompts ran in and how warm each suffix run's cache was, from its summary."""
+    state = (session.get("summary") or {}).get("suffix_cache")
+    if not state:
+        return None
+    order = ", ".join(map(str, state.get("prompt_order") or []))
+    runs = []
+    for label, requests in (state.get("runs") or {}).items():
+        cached = ", ".join(str(r.get("cached_before")) for r in requests)
+        first = next((i for i, r in enumerate(requests) if r.get("warm")), None)
+        runs.append(f"{label}: cold throughout" if first is None else f"{label}: warm from prompt {first + 1} "
+                    f"(responses cached: {cached})")  # fmt: skip
+    return f"Suffix decoding learns from earlier responses: prompts ran in the order {order}. " + "; ".join(runs)
+
+
 def fidelity_message(counts: Mapping[str, int]) -> tuple[str, str] | None:
     """(kind, text) summing up the fidelity verdicts: kind is "error", "info" or "success"."""
     if counts.get("bug"):

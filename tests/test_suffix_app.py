@@ -32,3 +32,18 @@ def test_run_page_names_a_bad_suffix_spec(env):  # noqa: F811
         assert_clean(at)
         assert needle in texts(at.error) and "Traceback" not in texts(at.error)
     assert env.store.list_sessions() == []
+
+
+def test_sessions_view_states_the_order_and_the_cache_warmth() -> None:
+    from app import sessions_view
+
+    summary = {"suffix_cache": {"prompt_order": ["p0", "p1", "p2"], "runs": {
+        "suffix γ=4 T=0": [{"cached_before": 0, "warm": False}, {"cached_before": 1, "warm": True},
+                           {"cached_before": 2, "warm": True}],
+        "suffix:24:1:0.1:0 γ=4 T=0": [{"cached_before": 0, "warm": False}] * 3,
+    }}}  # fmt: skip
+    note = sessions_view.suffix_cache_note({"summary": summary})
+    assert "order p0, p1, p2" in note
+    assert "suffix γ=4 T=0: warm from prompt 2 (responses cached: 0, 1, 2)" in note
+    assert "suffix:24:1:0.1:0 γ=4 T=0: cold throughout" in note
+    assert sessions_view.suffix_cache_note({"summary": {}}) is None

@@ -98,6 +98,8 @@ def show_session(session: dict[str, Any]) -> None:
         if note:
             st.warning(md_escape(note), icon="⚠️")
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
+    if suffix_note := sv.suffix_cache_note(session):
+        st.caption(md_escape(suffix_note))
     created = common.fmt_time(session.get("created_at"))
     st.caption(f"Hardware: {md_escape(sv.hardware_label(session))} · created {created}")
 
