@@ -1,0 +1,46 @@
+"""The suffix export run for real: vLLM CPU 0.32.0 (.venv-vllm, with the suffix-tree wheel `make setup` installs)
+serves SmolLM2-135M with exactly the exported `method: "suffix"` config, drafts, accepts, and accepts more on a
+request its global tree has seen (the warm cache). One server start, about a minute on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from test_suffix_export import suffix_rec
+from test_vllm_server import smollm
+
+from engine.analysis.export import export
+from engine.endpoint.metrics import parse_metrics
+from engine.vllm.server import VllmConfig, VllmServer
+
+PROMPT = "Count: one two three four five six seven eight nine ten. Again: one two three"
+
+
+def _complete(server: VllmServer, prompt: str) -> str:
+    body = json.dumps({"model": str(server.config.model), "prompt": prompt, "max_tokens": 48, "temperature": 0,
+                       "ignore_eos": True})  # fmt: skip
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(f"{server.url}/v1/completions", body.encode(), headers)
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())["choices"][0]["text"]
+
+
+def _counters(server: VllmServer) -> tuple[int, int]:
+    with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as reply:
+        c = parse_metrics(reply.read().decode())
+    return int(c.drafts or 0), int(c.accepted_tokens or 0)
+
+
+def test_vllm_runs_the_suffix_export_and_learns_across_requests() -> None:
+    speculative = json.loads(export(suffix_rec("suffix"), "vllm")[1])["speculative_config"]
+    assert speculative["method"] == "suffix"
+    config = VllmConfig.with_speculation(smollm(), speculative, max_model_len=512, kv_cache_mib=256)
+    with VllmServer(config) as server:
+        first = _complete(server, PROMPT)
+        drafts_1, accepted_1 = _counters(server)
+        second = _complete(server, PROMPT)  # the same request again: its response is in the global tree
+        drafts_2, accepted_2 = _counters(server)
+    assert first.strip() and second == first, (first, second)  # greedy, speculative or not
+    assert drafts_1 > 0 and accepted_1 > 0
+    assert accepted_2 - accepted_1 > accepted_1  # warm: the earlier response is drafted back
