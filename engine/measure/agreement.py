@@ -27,7 +27,7 @@ from engine.core.proposal import DraftSource
 from engine.core.sampling import SamplingConfig, probabilities
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
-from engine.drafts.suffix import SuffixDraft, suffix_runs
+from engine.drafts.suffix import SuffixDraft, gamma_exceptions, suffix_runs
 
 TRACE_VERSION = 1
 LLAMACPP_TOP_K = 10  # llama.cpp's draft sampler keeps the top 10 candidates; its p-min compares their softmax
@@ -119,8 +119,9 @@ def draft_trace(
     acceptance probability Σ min(p, q) per position. N-gram lookup: `runs` and `proposable` (how many tokens
     the lookup has at each position; a step drafts min(γ, proposable)). Suffix decoding: the same two, from the
     draft's cache as it stands (this request is then learnt into it: call it on a run's prompts in their order),
-    plus `order` (requests before this one in the cache) and `cached_before` (responses cached when it began;
-    0: cold). Other drafts: an empty trace."""
+    plus `order` (requests before this one in the cache), `cached_before` (responses cached when it began;
+    0: cold) and `gamma_exceptions` (engine.drafts.suffix.gamma_exceptions: where a step allowed γ ≤ 16 tokens
+    drafts other than the first γ of the cap's draft). Other drafts: an empty trace."""
     output_ids = list(output_ids)
     n_out = len(output_ids)
     max_new = int(max_new_tokens) if max_new_tokens is not None else n_out
@@ -133,10 +134,11 @@ def draft_trace(
                   "proposable": [len(p) for p in proposals]}  # fmt: skip
         return trace
     if isinstance(draft, SuffixDraft):
-        runs, proposable = suffix_runs(draft, prompt_ids, output_ids, cap)
+        by_cap = suffix_runs(draft, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
+        runs, proposable = by_cap[cap]
         state = draft.requests[-1]
         trace |= {"method": "suffix", "runs": runs, "proposable": proposable, "order": state.order,
-                  "cached_before": state.cached_before}  # fmt: skip
+                  "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
         return trace
     if not isinstance(draft, ModelDraft):
         trace["method"] = "unsupported"
