@@ -150,7 +150,7 @@ def test_suffix_runs_follow_the_live_drafts(tiny_pair):
     gamma = 4
     cfg = DecodeConfig(gamma, SamplingConfig(0.0), 40, stop_on_eos=False)
     live, steps = decode_prompt(target, SuffixDraft(), ids, cfg)
-    runs, proposable = suffix_runs(SuffixDraft(), ids, live.token_ids, gamma)
+    runs, proposable = suffix_runs(SuffixDraft(), ids, live.token_ids, [gamma])[gamma]
     t = 0
     for step in steps:
         assert step.gamma == min(proposable[t], 40 - t - 1)
@@ -250,3 +250,26 @@ def test_cli_rejects_bad_suffix_specs_with_one_line(tmp_path):
         )  # fmt: skip
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert r.stderr.startswith("error: ") and "suffix" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_parameter_grid_replays_what_each_point_does_live(tiny_pair):
+    """From one recorded pass (the target's greedy outputs), every grid point's tokens per call equal a live run
+    with those parameters over the same prompts in the same order."""
+    from engine.analysis.suffix_grid import suffix_grid
+
+    target, _ = tiny_pair
+    prompts = [target.tokenizer.encode(t) for t in ("abcabcabc", "hello hello", "abcab abcab")]
+    plain = DecodeConfig(0, SamplingConfig(0.0), 24, stop_on_eos=False)
+    outputs = [decode_prompt(target, None, ids, plain)[0].token_ids for ids in prompts]
+    grid = [SuffixParams(8, 0.5, 0.3, 0), SuffixParams(24, 2.0, 0.0, 10000), SuffixParams()]
+    points = suffix_grid(prompts, outputs, gammas=(2, 6), grid=grid)
+    assert len(points) == 6 and points[0].tokens_per_call >= points[-1].tokens_per_call
+    for point in points:
+        live = SuffixDraft(point.params)
+        emitted = calls = 0
+        for ids, out in zip(prompts, outputs, strict=True):
+            got, steps = decode_prompt(target, live, ids, DecodeConfig(point.gamma, SamplingConfig(0.0), 24,
+                                                                        stop_on_eos=False))  # fmt: skip
+            assert got.token_ids == out
+            emitted, calls = emitted + len(got.token_ids), calls + len(steps)
+        assert point.tokens_per_call == pytest.approx(emitted / calls), point

@@ -114,27 +114,68 @@ class SuffixDraft:
 
 
 def suffix_runs(
-    draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int
-) -> tuple[list[int], list[int]]:
-    """Along a finished output: (runs, proposable) per position — how many of the draft's up-to-`cap` tokens from
-    there match the output, and how many it proposed. The request is started and finished in `draft`'s cache, so
-    it learns this output as a live request would."""
+    draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: Sequence[int], caps: Sequence[int]
+) -> dict[int, tuple[list[int], list[int]]]:
+    """Along a finished output, per cap in `caps`: (runs, proposable) per position — how many of the draft's
+    up-to-cap tokens from there match the output, and how many it proposed. A cap is γ as vLLM passes it (its
+    max_spec_tokens): the best-scoring draft within `cap` tokens may start differently from a longer one's, so
+    each cap is looked up for itself. The request is started and finished in `draft`'s cache, so it learns this
+    output as a live request would."""
     draft.start(list(prompt_ids))
     context = list(prompt_ids)
-    runs: list[int] = []
-    proposable: list[int] = []
+    out: dict[int, tuple[list[int], list[int]]] = {cap: ([], []) for cap in caps}
     for t, token in enumerate(output_ids):
-        proposal = draft.lookup(context, cap)
+        for cap, (runs, proposable) in out.items():
+            proposal = draft.lookup(context, cap)
+            run = 0
+            for p, o in zip(proposal, output_ids[t:], strict=False):
+                if p != o:
+                    break
+                run += 1
+            runs.append(run)
+            proposable.append(len(proposal))
+        context.append(token)
+    draft.finish(context)
+    return out
+
+
+def replay_fixed(draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: Sequence[int], gamma: int) -> int:
+    """Target calls the loop makes at fixed γ (temperature 0) to produce `output_ids`, the target's greedy output:
+    each step drafts from the cache as the loop would (at most γ and at most the tokens left but one), keeps the
+    drafted tokens that match the output and one more. Exact without a model: the draft is a function of the text.
+    The request is learnt into `draft`'s cache as a live one."""
+    draft.start(list(prompt_ids))
+    context, t, calls = list(prompt_ids), 0, 0
+    n = len(output_ids)
+    while t < n:
+        proposal = draft.lookup(context, min(gamma, n - t - 1))
         run = 0
         for p, o in zip(proposal, output_ids[t:], strict=False):
             if p != o:
                 break
             run += 1
-        runs.append(run)
-        proposable.append(len(proposal))
-        context.append(token)
+        context.extend(output_ids[t : t + run + 1])
+        t, calls = t + run + 1, calls + 1
     draft.finish(context)
-    return runs, proposable
+    return calls
+
+
+def gamma_exceptions(by_cap: dict[int, tuple[list[int], list[int]]], cap: int) -> dict[str, dict[str, list[int]]]:
+    """Where a smaller γ's draft is not the cap's draft cut to γ: {γ: {position: [run, proposable]}} (JSON keys).
+    Empty for most texts; a replay at γ reads these positions instead of min(γ, …) of the cap's."""
+    runs_cap, prop_cap = by_cap[cap]
+    out: dict[str, dict[str, list[int]]] = {}
+    for gamma, (runs, proposable) in sorted(by_cap.items()):
+        if gamma == cap:
+            continue
+        diff = {
+            str(t): [r, p]
+            for t, (r, p) in enumerate(zip(runs, proposable, strict=True))
+            if (r, p) != (min(gamma, runs_cap[t]), min(gamma, prop_cap[t]))
+        }
+        if diff:
+            out[str(gamma)] = diff
+    return out
 
 
 def suffix_state(runs: dict[str, object], prompt_ids: Sequence[str]) -> dict[str, object]:
