@@ -1,0 +1,150 @@
+"""Suffix decoding vs n-gram lookup vs the 0.5B draft model, per Spec-Bench category and on a repetitive set.
+
+For each prompt, in order, the target alone and then every draft decode it greedily in spectune's loop, side by
+side (so the speedup is a ratio of neighbouring measurements): n-gram lookup, the 0.5B draft, suffix decoding
+cold (no global tree: the prompt tree only) and suffix decoding warm (one global tree over all the prompts so
+far, in the order printed). The repetitive set is built from the same Spec-Bench prompts: each asked again
+(the warm cache then holds the first answer), and asked again with a follow-up line. Tokens per target call
+and the measured speedup per prompt; the cache state (responses cached when the prompt began) is printed. Then
+suffix decoding's parameter grid replayed from the recorded baselines (engine.analysis.suffix_grid): the best
+settings by tokens per call over all the prompts in order.
+
+Usage: python bench/suffix_vs_ngram.py [--categories 13] [--new-tokens 64] [--gamma 4] [--suffix-gamma 16]
+       [--repetitive 3] [--no-draft-model]
+Writes bench/results/suffix_vs_ngram.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
+TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+FOLLOW_UP = "\n\nAnswer once more, exactly as before."
+
+
+def spec_bench(categories: int, max_chars: int = 600) -> list[tuple[str, str]]:
+    """One prompt per Spec-Bench category (the first of at most `max_chars`), categories in name order."""
+    from engine.prompts import load_prompt_file
+
+    by_category: dict[str, str] = {}
+    for prompt in load_prompt_file(SPEC_BENCH).prompts:
+        if len(prompt.text) <= max_chars and prompt.category not in by_category:
+            by_category[prompt.category] = prompt.text
+    return sorted(by_category.items())[:categories]
+
+
+def repetitive(prompts: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
+    """The first n prompts asked again, then asked again with a follow-up line: requests a cache has seen."""
+    chosen = prompts[:n]
+    return [(f"again:{c}", t) for c, t in chosen] + [(f"follow-up:{c}", t + FOLLOW_UP) for c, t in chosen]
+
+
+def _decode(target: Any, source: Any, ids: list[int], gamma: int, new_tokens: int) -> dict[str, Any]:
+    from engine.core.decoder import DecodeConfig, decode_prompt
+    from engine.core.sampling import SamplingConfig
+
+    out, steps = decode_prompt(target, source, ids, DecodeConfig(gamma, SamplingConfig(0.0), new_tokens))
+    seconds = out.wall_time_s - out.prefill_time_s
+    return {"tokens": len(out.token_ids), "calls": len(steps), "seconds": seconds, "ids": out.token_ids,
+            "tokens_per_call": len(out.token_ids) / max(1, len(steps))}  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.drafts.model import ModelDraft
+    from engine.drafts.ngram import NgramDraft
+    from engine.drafts.refs import SuffixParams
+    from engine.drafts.suffix import SuffixDraft
+    from engine.models.chat import encode_prompt
+    from engine.models.pool import ModelPool
+
+    pool = ModelPool()
+    target = pool.get(TARGET, args.dtype)
+    warm = SuffixDraft(SuffixParams(), name="suffix (warm)")
+    sources: dict[str, tuple[Any, int]] = {"ngram": (NgramDraft(), args.gamma)}
+    if not args.no_draft_model:
+        sources[DRAFT] = (ModelDraft(pool.get(DRAFT, args.dtype), target.vocab_size, name=DRAFT), args.gamma)
+    sources["suffix cold"] = (SuffixDraft(SuffixParams(max_cached_requests=0)), args.suffix_gamma)
+    sources["suffix warm"] = (warm, args.suffix_gamma)
+    base_set = spec_bench(args.categories)
+    rows, recorded = [], []
+    for kind, prompts in (("spec-bench", base_set), ("repetitive", repetitive(base_set, args.repetitive))):
+        for category, text in prompts:
+            ids = encode_prompt(target.tokenizer, text, True)
+            cached = warm.cached_requests
+            base = _decode(target, None, ids, 0, args.new_tokens)
+            recorded.append((ids, base["ids"]))
+            row: dict[str, Any] = {"set": kind, "category": category, "warm_cached_before": cached, "methods": {}}
+            for name, (source, gamma) in sources.items():
+                got = _decode(target, source, ids, gamma, args.new_tokens)
+                assert got["ids"] == base["ids"], f"{name} changed the greedy output on {category}"
+                row["methods"][name] = {"tokens_per_call": round(got["tokens_per_call"], 3),
+                                        "speedup": round(base["seconds"] / got["seconds"], 3)}  # fmt: skip
+            rows.append(row)
+            print(f"{kind:10s} {category:22s} cached {cached:2d} " + "  ".join(
+                f"{n} {m['tokens_per_call']:.2f}/{m['speedup']:.2f}×" for n, m in row["methods"].items()),
+                flush=True)  # fmt: skip
+    from engine.analysis.suffix_grid import suffix_grid
+
+    grid = suffix_grid([p for p, _ in recorded], [o for _, o in recorded], gammas=(4, 8, 16))
+    best = [{"ref": g.ref, "gamma": g.gamma, "tokens_per_call": round(g.tokens_per_call, 3)} for g in grid[:8]]
+    return {"target": TARGET, "dtype": args.dtype, "new_tokens": args.new_tokens, "gamma": args.gamma,
+            "suffix_gamma": args.suffix_gamma, "machine": platform.platform(), "rows": rows,
+            "medians": _medians(rows), "grid_best": best}  # fmt: skip
+
+
+def _medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for kind in {r["set"] for r in rows}:
+        chosen = [r for r in rows if r["set"] == kind]
+        for name in chosen[0]["methods"]:
+            out[kind][name] = {
+                key: round(median(r["methods"][name][key] for r in chosen), 3) for key in ("tokens_per_call", "speedup")
+            }
+    return dict(out)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    names = list(result["rows"][0]["methods"])
+    lines = ["| set | category | cached before | " + " | ".join(f"{n}: tokens/call, speedup" for n in names) + " |",
+             "|---" * (3 + len(names)) + "|"]  # fmt: skip
+    for r in result["rows"]:
+        cells = [f"{r['methods'][n]['tokens_per_call']:.2f}, {r['methods'][n]['speedup']:.2f}×" for n in names]
+        lines.append(f"| {r['set']} | {r['category']} | {r['warm_cached_before']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--categories", type=int, default=13)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--gamma", type=int, default=4, help="γ for n-gram and the draft model")
+    parser.add_argument("--suffix-gamma", type=int, default=16, help="most tokens suffix decoding drafts a step")
+    parser.add_argument("--repetitive", type=int, default=3, help="prompts of the repetitive set (asked twice more)")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--no-draft-model", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "suffix_vs_ngram.json"))
+    args = parser.parse_args()
+    started = time.perf_counter()
+    result = run(args)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(markdown(result))
+    print("\nsuffix grid, best by tokens per call (replayed from the baselines):")
+    for g in result["grid_best"]:
+        print(f"  {g['ref']:28s} γ={g['gamma']:2d}  {g['tokens_per_call']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
