@@ -14,7 +14,7 @@ import altair as alt
 import pandas as pd
 
 from engine.analysis.export import FORMATS, POLICY_SUPPORT
-from engine.service.policies import DraftPolicies, PolicyReport, export_best, pays
+from engine.service.policies import DraftPolicies, PolicyReport, export_best
 
 INTRO = (
     "A fixed γ drafts the same number of tokens every step. A **policy** decides per step: stop drafting when the "
@@ -137,11 +137,11 @@ def best_banner(report: PolicyReport, escape: Callable[[Any], str]) -> tuple[str
     if best is None or fixed is None:
         return "No replayable draft trace in these sessions.", False
     gain = report.chosen.comparison.gain
-    if not pays(report.objective, best):
+    if not best.feasible:
         return (
             f"**No policy pays** for {escape(report.chosen.draft)}: the best, {escape(best.policy)}, predicts "
-            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} — serve the target alone "
-            f"(its exports turn speculation off).",
+            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} ({escape(best.infeasible_why)}) — "
+            f"serve the target alone (its exports turn speculation off).",
             False,
         )
     if best.kind == "fixed":

@@ -42,6 +42,7 @@ RECOMMENDED_MARK = "◀ recommended"
 CROSSOVER_MARK = "crossover"
 MEASUREMENT_ERROR_MARK = "⚠ measurement error"
 EXTRAPOLATED_MARK = "v(γ+1) extrapolated"
+BEYOND_DEPTH_MARK = "beyond the measured depth"
 HIGHLIGHT = "background-color: rgba(46, 160, 67, 0.25); font-weight: bold"
 FORMAT_LABELS = {
     "vllm": "vLLM",
@@ -319,10 +320,9 @@ def verify_frame(verify_cost: Mapping[int, float] | None, max_k: int = 9) -> pd.
 CURVE_COLUMNS = [
     "γ",
     "mark",
-    "mean acceptance length",
-    "speedup (model)",
-    "speedup (calibrated)",
-    "speedup (Thm 3.8, one α)",
+    "tokens per call",
+    "predicted speedup",
+    "reference: Thm 3.8 (one α)",
     "ops multiplier",
     "cost / token",
     "measured speedup",
@@ -333,10 +333,10 @@ CURVE_COLUMNS = [
 def curve_frame(
     curve: Sequence[GammaPoint], regime: str, recommended: int | None, batch_size: int = 1, knee: int | None = None
 ) -> pd.DataFrame:
-    """One row per γ: expected tokens, the three speedups, ops, cost change in the regime, measured, marks.
+    """One row per γ: tokens per call, the one model's predicted speedup (Theorem 3.8's single-α figure beside it
+    as a labelled reference), ops, cost change in the regime, measured, marks.
 
-    'speedup (calibrated)' is what the recommender ranks on (the model bent through the measured
-    speedups); the crossover is the first γ where the ops multiplier exceeds it. 'cost / token' is
+    The crossover is the first γ where the ops multiplier exceeds the predicted speedup. 'cost / token' is
     judged in the regime each γ's verify step runs in (the knee at width batch·(γ+1) when there is
     one, else `regime`). 'check' says when a measured speedup is impossible or v(γ+1) extrapolated.
     """
@@ -354,16 +354,18 @@ def curve_frame(
             checks.append(MEASUREMENT_ERROR_MARK)
         if p.verify_extrapolated:
             checks.append(EXTRAPOLATED_MARK)
+        if p.extrapolated:
+            checks.append(BEYOND_DEPTH_MARK)
+        checks.extend(p.flags)
         rows.append(
             {
                 "γ": int(p.gamma),
-                "mean acceptance length": p.expected_tokens,
-                "speedup (model)": p.speedup_predicted,
-                "speedup (calibrated)": p.speedup_estimate,
-                "speedup (Thm 3.8, one α)": p.speedup_one_alpha,
+                "tokens per call": p.expected_tokens,
+                "predicted speedup": p.speedup_predicted,
+                "reference: Thm 3.8 (one α)": p.speedup_one_alpha,
                 "ops multiplier": p.ops_multiplier,
                 "cost / token": pct(
-                    cost_per_token_multiplier(p.speedup_estimate, p.ops_multiplier, regime_at(p.gamma)) - 1.0
+                    cost_per_token_multiplier(p.speedup_predicted, p.ops_multiplier, regime_at(p.gamma)) - 1.0
                 ),
                 "measured speedup": p.measured_speedup,
                 "mark": " · ".join(marks),
@@ -381,7 +383,7 @@ def curve_chart_frames(curve: Sequence[GammaPoint]) -> tuple[pd.DataFrame, pd.Da
     lines = []
     measured = []
     for p in curve:
-        lines.append({"γ": p.gamma, "quantity": "predicted speedup", "×": p.speedup_estimate})
+        lines.append({"γ": p.gamma, "quantity": "predicted speedup", "×": p.speedup_predicted})
         lines.append({"γ": p.gamma, "quantity": "ops multiplier", "×": p.ops_multiplier})
         if p.measured_speedup is not None:
             what = "measurement error (impossible)" if p.measured_flag else "measured speedup"
@@ -461,12 +463,15 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
         curve, highlight = gamma_curve(m), summary.best_gamma
         mark = "◀ best γ for this draft" + (" (speculation off)" if rec.off else " (not recommended)")
     cross = crossover_from_curve(curve)
-    table = curve_frame(curve, rec.regime, highlight, rec.batch_size, rec.knee_batch)
+    table = curve_frame(curve, rec.regime_given, highlight, rec.batch_size, rec.knee_batch)
     if mark != RECOMMENDED_MARK:
         table["mark"] = table["mark"].str.replace(RECOMMENDED_MARK, mark, regex=False)
     source = curve[0].expected_tokens_source if curve else "positional"
-    source_text = "the greedy agreement runs" if source == "agreement_runs" else "per-position acceptance"
-    c_fit = f" (fitted to the measured speedups: {summary.c_effective:.3f})" if summary.c_effective is not None else ""
+    source_text = {"exact": "the recorded pass, replayed step by step", "estimated": "the recorded pass, β per "
+                   "position (expected values)"}.get(source, "per-position acceptance")  # fmt: skip
+    c_fit = ""
+    if summary.c_effective is not None and summary.calibration_flag is None:
+        c_fit = f" (the model uses c {summary.c_effective:.3f}, fitted to the measured speedups)"
     headline = (
         f"α {m.alpha:.3f} (T = {m.temperature:g}), c {m.c:.3f}{c_fit}, ĉ {m.c_hat:.3f}; tokens per call from "
         f"{source_text} · crossover {'γ = ' + str(cross) if cross is not None else 'none up to γ = 32'} · "
@@ -475,7 +480,7 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
     warning = None
     chosen = next((p for p in curve if p.gamma == highlight), None)
     if chosen is not None and cross is not None and highlight >= cross:
-        at = regime_of(rec.regime, rec.batch_size, rec.knee_batch)(highlight)
+        at = regime_of(rec.regime_given, rec.batch_size, rec.knee_batch)(highlight)
         if at == COMPUTE_BOUND:
             warning = (
                 f"γ = {highlight} is at or past the crossover γ = {cross}: on a compute-bound server the arithmetic "

@@ -158,6 +158,6 @@ def test_impossible_measured_speedup_from_the_store_is_flagged_not_calibrated(st
     rec, ev, _ = recommend_from_store(store, [sid], "latency")
     m = ev.measurements[0]
     assert m.measured_tokens_per_call == {4: 1.35} and m.measured_speedup == {4: 3.07}
-    assert rec.predicted_speedup <= rec.gamma + 1 and all(p.speedup_estimate <= p.gamma + 1 for p in rec.curve)
+    assert rec.predicted_speedup <= rec.gamma + 1 and all(p.speedup_predicted <= p.gamma + 1 for p in rec.curve)
     assert any("measurement error" in n and "load changed between runs" in n for n in rec.notes)
     assert not any("scaled" in n for n in rec.notes)

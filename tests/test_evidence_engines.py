@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from engine.analysis.calibrate import calibration
 from engine.errors import SpectuneError
 from engine.service.evidence import choose_engine, engine_comparison, gather, recommend_from_store
 from store import Store, open_store
@@ -68,8 +69,8 @@ def test_engine_choice_follows_the_export_target(store: Store) -> None:
     assert choose_engine(store, both, None, "llamacpp") == "llama.cpp"
     assert choose_engine(store, both[:1], None, "llamacpp") == "spectune"  # no llama.cpp session chosen
     assert choose_engine(store, both[1:], None) == "llama.cpp"
-    with pytest.raises(SpectuneError, match="engine 'vllm'"):
-        choose_engine(store, both, "vllm")
+    with pytest.raises(SpectuneError, match="engine 'nonesuch'"):
+        choose_engine(store, both, "nonesuch")
     with pytest.raises(SpectuneError, match="none of the chosen sessions was measured with llama.cpp"):
         gather(store, both[:1], "llama.cpp")
 
@@ -93,7 +94,10 @@ def test_engines_side_by_side_and_noisy_speedups_are_not_calibrated_to(store: St
     assert rows[0]["α measured as"] == "from acceptance length" and rows[1]["α measured as"] == "mean β"
     assert "too noisy to tell" in rows[0]["spread"]
     ev = gather(store, both[1:], "llama.cpp")
-    assert ev.measurements[0].measured_speedup == {}  # a speedup straddling 1 is never calibrated to
+    m = ev.measurements[0]
+    assert m.measured_speedup == {4: 0.7}  # shown as measured …
+    assert "too noisy to calibrate to" in m.noisy_speedup[4]  # … but never calibrated to
+    assert calibration(m) is None
 
 
 def test_cli_recommend_uses_llamacpp_numbers_for_a_llamacpp_export(store: Store, tmp_path: Path) -> None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.analysis.feasibility import Judge
 from engine.analysis.policy_replay import (
     TRANSFORMERS_DEFAULT,
     CostModel,
     compare_policies,
+    judged,
     policy_grid,
-    ranked,
     replay,
 )
 from engine.core.decoder import DecodeConfig, decode_prompt
@@ -357,7 +358,7 @@ def test_comparison_prefers_a_fixed_gamma_within_noise(recorded):
     assert cmp.best.predicted_speedup >= cmp.best_fixed.predicted_speedup
     top = cmp.top(3)
     assert len({r.kind for r in top}) == len(top)
-    tie = ranked([replay(traces, FixedGamma(3)), replay(traces, parse_policy("batch:1=3"))])
+    tie = judged([replay(traces, FixedGamma(3)), replay(traces, parse_policy("batch:1=3"))], Judge())
     assert tie[0].kind == "fixed"  # identical figures: the simpler policy first
     kinds = {p.kind for p in policy_grid()}
     assert kinds == {"fixed", "confidence", "heuristic", "adaptive"}

@@ -97,7 +97,7 @@ def test_effective_c_passes_through_the_measurement() -> None:
     c_eff = effective_c(m)
     assert c_eff is not None and c_eff > m.c  # the measured 2.8× hides overhead beyond c = 0.04
     row = gamma_curve(m, [7])[0]
-    assert row.speedup_estimate == pytest.approx(2.8)
+    assert row.speedup_predicted == pytest.approx(2.8)
     assert row.measured_speedup == 2.8
     assert f"{row.speedup_one_alpha:.2f}" == "3.25"
     assert effective_c(t5("T5-base")) is None
@@ -123,13 +123,15 @@ def test_gamma_curve_uses_runs_when_greedy() -> None:
     rows = gamma_curve(m, [1, 2, 3])
     assert [r.gamma for r in rows] == [1, 2, 3]
     row2 = rows[1]
-    assert row2.expected_tokens_source == "agreement_runs"
+    assert row2.expected_tokens_source == "exact"  # the runs replayed step by step
     assert row2.expected_tokens == pytest.approx(2.2)
     assert row2.verify_cost == pytest.approx(1.1)
-    assert row2.speedup_predicted == pytest.approx(2.2 / (2 * 0.05 + 1.1))
+    # step by step, as the loop runs: prompt 1 drafts 2, 2, then 0 (its last token), prompt 2 drafts 2 then 1 (one
+    # token left): 7 draft forwards, verifies v(3) 1.1 ×3, v(2) 1.05 (the fit between v(1) and v(3)), v(1) once
+    assert row2.speedup_predicted == pytest.approx(11 / (7 * 0.05 + 3 * 1.1 + 1.05 + 1.0))
     assert row2.speedup_one_alpha == pytest.approx(walltime_improvement(0.6, 2, 0.05))
     assert row2.expected_tokens_one_alpha == pytest.approx(expected_tokens_per_call(0.6, 2))
-    assert row2.ops_multiplier == pytest.approx(3 / 2.2)
+    assert row2.ops_multiplier == pytest.approx((7 + 5) / 11)  # 7 drafted + 5 target positions for 11 tokens
     assert row2.measured_speedup is None
     # sampled decoding: greedy agreement runs would overstate acceptance, so the positional model is used
     m.temperature = 0.8
@@ -180,7 +182,7 @@ def test_budget_objective_respects_budget() -> None:
 
 
 def test_cost_objective_by_regime() -> None:
-    m = DraftMeasurement("d", "draft_model", "d-ref", 0.9, [0.9], 0.0)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.9, [], 0.0)
     off = recommend([m], "cost", "compute-bound")
     assert off.off and "compute-bound" in off.explanation
     # memory-bound: cheapest per token is the fastest
@@ -191,7 +193,7 @@ def test_cost_objective_by_regime() -> None:
 
 
 def test_money_per_million_tokens() -> None:
-    m = DraftMeasurement("d", "draft_model", "d-ref", 0.75, [0.75], 0.0)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.75, [], 0.0)
     rec = recommend([m], "latency", "memory-bound", price_per_hour=3.6, baseline_tokens_per_s=10.0, gammas=[7])
     # $3.60/h at 10 tok/s = 36,000 tok/h → $100 per million tokens; 3.60× faster → $27.78
     assert rec.cost_per_million_baseline == pytest.approx(100.0)
@@ -233,7 +235,7 @@ def test_gamma_schedule_caps_below_crossover_near_the_knee() -> None:
     # α 0.6, c 0, free verification: the crossover is γ=5 (chapter table). At batch 1 γ ≤ 14 verifies fewer than 16
     # token rows (memory-bound: the latency optimum, γ=8 within 1%); from batch 4 every γ ≥ 3 verifies ≥ 16 rows
     # (compute-bound: below the crossover, γ ≤ 4), and from batch 8 every γ does — still γ=4, never off
-    m = DraftMeasurement("d", "draft_model", "d-ref", 0.6, [0.6], 0.0)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.6, [], 0.0)
     assert gamma_schedule(m, batch_sizes=(1, 4, 8, 12, 16, 64), knee_batch=16) == {
         1: 8,
         4: 4,
@@ -288,7 +290,7 @@ def test_verify_cost_dip_does_not_move_gamma_and_never_extrapolates_down() -> No
     base = {2: 1.02, 3: 1.04, 4: 1.06, 5: 1.08}
 
     def rec_for(table: dict[int, float]):
-        return recommend([DraftMeasurement("d", "draft_model", "d-ref", 0.8, [0.8], 0.03, table)], "latency",
+        return recommend([DraftMeasurement("d", "draft_model", "d-ref", 0.8, [], 0.03, table)], "latency",
                          "memory-bound")  # fmt: skip
 
     ref = rec_for(base)
@@ -297,10 +299,10 @@ def test_verify_cost_dip_does_not_move_gamma_and_never_extrapolates_down() -> No
     assert dip.predicted_speedup == pytest.approx(ref.predicted_speedup, rel=0.05)
     steep = rec_for(base | {5: 0.90})  # was extrapolated downwards: an 12× prediction
     assert steep.predicted_speedup == pytest.approx(ref.predicted_speedup, rel=0.10)
-    assert all(p.speedup_estimate <= p.gamma + 1 for p in steep.curve)
+    assert all(p.speedup_predicted <= p.gamma + 1 for p in steep.curve)
     # γ+1 past the largest measured k is said, per point and in the notes
     row = next(p for p in ref.curve if p.gamma == ref.gamma)
-    assert ref.gamma + 1 > 5 and row.verify_extrapolated
+    assert ref.gamma + 1 > 5 and row.verify_extrapolated and ref.gamma <= 4 + 2  # within the measured depth + 2
     assert not next(p for p in ref.curve if p.gamma == 3).verify_extrapolated
     assert any("extrapolated beyond the largest measured k = 5" in n for n in ref.notes)
 
@@ -329,7 +331,7 @@ def test_draft_arithmetic_is_charged_when_compute_bound() -> None:
 
 def test_smallest_gamma_within_tolerance() -> None:
     # with c = 0 the speedup creeps towards 1/(1-α) = 2.5 forever; γ=9 (2.485×) is within 1% of γ=32
-    m = DraftMeasurement("d", "draft_model", "d-ref", 0.6, [0.6], 0.0)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.6, [], 0.0)  # the single-α model: no measured depth
     rec = recommend([m], "latency", "memory-bound")
     assert rec.gamma == 9
     assert f"{rec.predicted_speedup:.3f}" == "2.485"
@@ -337,24 +339,42 @@ def test_smallest_gamma_within_tolerance() -> None:
 
 def test_calibration_when_measurement_beats_the_model() -> None:
     # E at γ=4 from a single α of 0.5 is 1.9375; with c = 0.02, v = 1 the model says 1.80×, but 2.5× was measured:
-    # no c ≥ 0 explains that, so the expected tokens are scaled (×2.5/1.80) and the profiled c is kept
-    m = DraftMeasurement("d", "draft_model", "d-ref", 0.5, [0.5], 0.02, measured_speedup={4: 2.5})
+    # no c ≥ 0 explains that, so the measurement is flagged and not calibrated to (expected tokens are never scaled)
+    m = DraftMeasurement("d", "draft_model", "d-ref", 0.5, [], 0.02, measured_speedup={4: 2.5})
     cal = calibration(m)
-    assert cal is not None and cal.source == "acceptance" and cal.c == 0.02
-    assert cal.scale == pytest.approx(2.5 / (1.9375 / 1.08))
+    assert cal is not None and cal.source == "profiled" and cal.c == 0.02
+    assert cal.flag is not None and "2.50× at γ=4" in cal.flag and "c = " in cal.flag
     row = gamma_curve(m, [4])[0]
-    assert row.speedup_estimate == pytest.approx(2.5)
     assert row.speedup_predicted == pytest.approx(1.9375 / 1.08)
+    assert row.expected_tokens == pytest.approx(1.9375)  # never scaled past what the acceptance gives
     rec = recommend([m], "latency", "memory-bound", gammas=[4])
-    assert any("scaled" in n for n in rec.notes)
+    assert any("beat the model even with a free draft" in n for n in rec.notes)
+    assert rec.comparison[0].calibration_flag == cal.flag
+
+
+def test_calibration_runs_forwards() -> None:
+    # the case: α 0.8, c 0.05, v(5) 1.05 measured at γ=4. A slower measurement fits a larger c and never
+    # predicts a longer γ or a faster best than a quicker one
+    def rec_for(measured: float):
+        m = DraftMeasurement("d", "draft_model", "d-ref", 0.8, [], 0.05, {5: 1.05}, measured_speedup={4: measured})
+        return recommend([m], "latency", "memory-bound"), calibration(m)
+
+    (slow, cal_slow), (fast, cal_fast) = rec_for(2.50), rec_for(2.70)
+    assert cal_slow.flag is None and cal_fast.flag is None and cal_slow.c > cal_fast.c
+    assert slow.gamma <= fast.gamma and slow.predicted_speedup <= fast.predicted_speedup
+    for rec in (slow, fast):
+        row = next(p for p in rec.curve if p.gamma == 4)
+        assert row.expected_tokens <= 5 and row.speedup_predicted <= row.expected_tokens
+    assert next(p for p in slow.curve if p.gamma == 4).speedup_predicted == pytest.approx(2.50)
+
 
 
 def test_calibration_never_scales_expected_tokens_past_gamma_plus_one() -> None:
     # one measured γ=4 at 2.5× scales E by ×1.39; at γ=1 that would be 2.08 tokens per call (more than γ+1 = 2)
     m = DraftMeasurement("d", "draft_model", "d-ref", 0.5, [0.5], 0.02, measured_speedup={4: 2.5})
     for row in gamma_curve(m, range(1, 9)):
-        assert row.speedup_estimate <= (row.gamma + 1) / (row.gamma * 0.02 + row.verify_cost) + 1e-12
-        assert row.speedup_estimate <= row.gamma + 1
+        assert row.speedup_predicted <= (row.gamma + 1) / (row.gamma * 0.02 + row.verify_cost) + 1e-12
+        assert row.speedup_predicted <= row.gamma + 1
 
 
 def test_an_impossible_measured_speedup_is_flagged_and_never_calibrated_to() -> None:
@@ -365,7 +385,7 @@ def test_an_impossible_measured_speedup_is_flagged_and_never_calibrated_to() -> 
     assert measurement_flags(m)[4].bound == pytest.approx(1.35)
     assert calibration(m) is None  # nothing possible to calibrate to
     rec = recommend([m], "latency", "memory-bound")
-    assert all(p.speedup_estimate <= p.gamma + 1 for p in rec.curve)
+    assert all(p.speedup_predicted <= p.gamma + 1 for p in rec.curve)
     assert rec.predicted_speedup <= rec.gamma + 1
     assert not any("scaled" in n for n in rec.notes)
     flagged = [n for n in rec.notes if "measurement error" in n]
@@ -375,10 +395,10 @@ def test_an_impossible_measured_speedup_is_flagged_and_never_calibrated_to() -> 
     assert rec.comparison[0].measured_flags == {4: row.measured_flag}
     # without a tokens-per-call figure the bound is γ+1: 3.07× at γ=1 is just as impossible
     assert measurement_flags(DraftMeasurement("n", "ngram", None, 0.35, [0.35], measured_speedup={1: 3.07}))
-    # a possible measurement is still calibrated to
+    # a possible measurement is not flagged; n-gram lookup has no draft forward, so there is no c to fit
     fine = DraftMeasurement("n", "ngram", None, 0.35, [0.35], measured_speedup={4: 1.3},
                             measured_tokens_per_call={4: 1.5})  # fmt: skip
-    assert not measurement_flags(fine) and calibration(fine) is not None
+    assert not measurement_flags(fine) and calibration(fine) is None
 
 
 def test_duplicate_names_are_kept_apart() -> None:

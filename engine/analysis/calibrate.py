@@ -1,4 +1,4 @@
-"""Expected tokens per call for a draft, and the calibration of its cost c to the measured speedups."""
+"""The measured speedups a draft may be calibrated to, and its cost c fitted to them."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.analysis.bounds import BoundFlag, check_measured_speedup
+from engine.analysis.prediction import Prediction
 from engine.analysis.recommend_types import DraftMeasurement
-from engine.analysis.theory import expected_tokens_per_call_positional, verify_cost_per_call
-from engine.core.counters import per_call_rates
+from engine.core.policy import FixedGamma
 
 
 def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: int) -> float:
@@ -33,77 +33,75 @@ def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: in
     return tokens / calls if calls else 0.0
 
 
-def _acceptance(m: DraftMeasurement) -> list[float]:
-    """Acceptance per draft position, per target call: a call without a draft accepts nothing at position 1."""
-    return per_call_rates(list(m.per_position_acceptance) or [m.alpha], m.drafting_fraction)
-
-
-def runs_usable(m: DraftMeasurement) -> bool:
-    """Are the agreement runs usable? They are against the target's greedy output: under sampling they overstate E."""
-    return m.temperature <= 0.0 and any(len(r) for r in m.agreement_runs)
-
-
-def expected_tokens(m: DraftMeasurement, gamma: int) -> float:
-    """Tokens per target call at this γ: replayed from the agreement runs when usable, else the positional model."""
-    if runs_usable(m):
-        return accepted_curve_from_runs(m.agreement_runs, gamma)
-    return expected_tokens_per_call_positional(_acceptance(m), gamma)
-
-
 def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
-    """γ -> why its measured speedup is impossible (above the run's tokens per call, or above γ+1)."""
+    """γ -> why its measured speedup is impossible: above the run's own tokens per call ÷ (1 + the draft's share
+    of a call, c · draft forwards per step), or above γ+1."""
     flags: dict[int, BoundFlag] = {}
     for gamma, measured in m.measured_speedup.items():
         gamma = int(gamma)
         if gamma < 1:
             continue
-        flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma))
+        share = m.c * _at_c(m, gamma, 0.0).draft_calls_per_step if m.method == "draft_model" else 0.0
+        flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma), share)
         if flag is not None:
             flags[gamma] = flag
     return flags
 
 
+def _at_c(m: DraftMeasurement, gamma: int, c: float) -> Prediction:
+    from engine.analysis.predictor import cost_of, predict
+
+    return predict(m, FixedGamma(gamma), cost_of(m, c=c))
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """How predictions are bent to pass through measured speedups: S_est = min(scale·E, γ+1)/(γ·c + v(γ+1))."""
+    """The draft cost the one model uses: c fitted to the measured speedups, or the profiled c (with why)."""
 
-    c: float  # effective draft cost
-    scale: float  # multiplier on expected tokens (1 unless the measurements beat the model even at c = 0)
-    source: str  # "overhead" (c fitted) | "acceptance" (E scaled, profiled c kept)
+    c: float
+    source: str  # "fitted" (to the measured speedups) | "profiled" (the fit was impossible: see `flag`)
+    flag: str | None = None  # why the measurements were not calibrated to
 
 
 def calibration(m: DraftMeasurement) -> Calibration | None:
-    """Fit the model to the measured speedups, or None when nothing (possible) was measured.
+    """c fitted to the measured speedups, or None when nothing (possible) was measured or there is no draft
+    forward to charge (n-gram lookup).
 
-    Measured speedups include overheads the formula leaves out (scheduling, KV bookkeeping, a draft
-    slower in practice than its profile). Charging them to c keeps the curve's shape while passing
-    through the measurements: S = E/(γc + v) ⇒ γc = E/S − v, least squares over measured γ. When
-    the fit would need c < 0 the measurements beat the model even with a free draft, so the
-    expected tokens are underestimated instead (e.g. runs from other prompts): keep the profiled c
-    and scale E by the mean ratio measured/predicted — never past γ+1 tokens per call.
-    Measurements that break a physical bound (measurement_flags) are never calibrated to.
+    Measured speedups include overheads the model leaves out (scheduling, KV bookkeeping, a draft slower in the
+    loop than alone). Charging them to c keeps the model's shape while passing through the measurements: per
+    token, 1/S = c·F + V (F draft forwards and V verify cost per token, from the prediction at c = 0), so c is the
+    least-squares fit of F·c ≈ 1/S − V over the measured γ. A fit below 0 means the measurements beat the model
+    even with a free draft: a measurement problem (load, noise, prompts unlike the recorded ones), flagged and
+    not calibrated to — the expected tokens are never scaled. Measurements that break a bound never count.
     """
+    if m.method != "draft_model":
+        return None
     rejected = measurement_flags(m)
     num = den = 0.0
-    points: list[tuple[int, float, float, float]] = []
-    for gamma, measured in m.measured_speedup.items():
+    seen = []
+    for gamma, measured in sorted(m.measured_speedup.items()):
         gamma = int(gamma)
-        if gamma < 1 or measured <= 0 or gamma in rejected:
+        if gamma < 1 or measured <= 0 or gamma in rejected or gamma in m.noisy_speedup:
             continue
-        expected = expected_tokens(m, gamma)
-        if expected <= 0:
+        free = _at_c(m, gamma, 0.0)
+        if free.tokens <= 0:
             continue
-        v = verify_cost_per_call(m.verify_cost, gamma + 1, m.drafting_fraction)
-        points.append((gamma, float(measured), expected, v))
-        num += gamma * (expected / measured - v)
-        den += gamma * gamma
-    if not points:
+        forwards = free.draft_calls / free.tokens
+        verify = 1.0 / free.predicted_speedup if free.predicted_speedup > 0 else 0.0
+        num += forwards * (1.0 / float(measured) - verify)
+        den += forwards * forwards
+        seen.append(f"{float(measured):.2f}× at γ={gamma}")
+    if not seen or den <= 0:
         return None
     c_fit = num / den
     if c_fit >= 0:
-        return Calibration(c=c_fit, scale=1.0, source="overhead")
-    ratios = [measured * (gamma * m.c + v) / expected for gamma, measured, expected, v in points]
-    return Calibration(c=m.c, scale=sum(ratios) / len(ratios), source="acceptance")
+        return Calibration(c=c_fit, source="fitted")
+    flag = (
+        f"the measured {', '.join(seen)} beat the model even with a free draft (it would need c = {c_fit:.3f} < 0): "
+        f"a measurement problem (load changed, or the prompts differ from the recorded pass); not calibrated to, "
+        f"the profiled c {m.c:.3f} is used"
+    )
+    return Calibration(c=m.c, source="profiled", flag=flag)
 
 
 def effective_c(m: DraftMeasurement) -> float | None:

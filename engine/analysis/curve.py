@@ -1,80 +1,57 @@
-"""A draft's γ curve: predicted, calibrated and measured speedup and arithmetic per γ, and its crossover."""
+"""A draft's γ curve: the one model's prediction at each fixed γ, the measurement beside it, and its crossover."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 
-from engine.analysis.bounds import check_predicted_speedup
-from engine.analysis.calibrate import calibration, expected_tokens, measurement_flags, runs_usable
+from engine.analysis.calibrate import measurement_flags
+from engine.analysis.prediction import CostModel, bound_flags
+from engine.analysis.predictor import cost_of, predict
 from engine.analysis.recommend_types import DEFAULT_GAMMAS, DraftMeasurement, GammaPoint
-from engine.analysis.theory import (
-    expected_tokens_per_call,
-    largest_measured_k,
-    verify_cost_per_call,
-    walltime_improvement,
-)
+from engine.analysis.theory import expected_tokens_per_call, largest_measured_k, walltime_improvement
+from engine.core.policy import FixedGamma
 
 
-def _bounded(speedup: float, gamma: int, flags: list[str]) -> float:
-    """The speedup, capped at its physical bound at this γ (the breach is appended to `flags`)."""
-    flag = check_predicted_speedup(speedup, gamma)
-    if flag is None:
-        return speedup
-    flags.append(flag.message)
-    return flag.bound
+def gamma_curve(
+    m: DraftMeasurement, gammas: Iterable[int] = DEFAULT_GAMMAS, cost: CostModel | None = None
+) -> list[GammaPoint]:
+    """The predicted (and measured, where a session ran it) speedup and arithmetic at each γ.
 
-
-def gamma_curve(m: DraftMeasurement, gammas: Iterable[int] = DEFAULT_GAMMAS) -> list[GammaPoint]:
-    """Predicted (and measured, where a session ran it) speedup and arithmetic for each γ.
-
-    Every prediction is checked against γ+1 (engine.analysis.bounds); a measured speedup that
-    breaks its bound carries `measured_flag`. `verify_extrapolated` marks γ+1 beyond the largest
-    measured k.
+    `cost` defaults to the draft's own (c calibrated to its measured speedups, engine.analysis.predictor.cost_of).
+    A measured speedup that breaks its bound carries `measured_flag`; `verify_extrapolated` marks γ+1 beyond the
+    largest measured k.
     """
-    cal = calibration(m)
+    cost = cost or cost_of(m)
     rejected = measurement_flags(m)
-    source = "agreement_runs" if runs_usable(m) else "positional"
     top_k = largest_measured_k(m.verify_cost)
+    alpha = min(max(m.alpha, 0.0), 1.0)
     rows: list[GammaPoint] = []
     for gamma in gammas:
         gamma = int(gamma)
         if gamma < 1:
             raise ValueError(f"gammas must be >= 1, got {gamma}")
-        expected = expected_tokens(m, gamma)
-        v = verify_cost_per_call(m.verify_cost, gamma + 1, m.drafting_fraction)
-        flags: list[str] = []
-        predicted = _bounded(expected / (gamma * m.c + v), gamma, flags)
-        ops = (gamma * m.c_hat + gamma + 1.0) / expected if expected > 0 else math.inf
-        if cal is None:
-            estimate = predicted
-        else:
-            estimate = _bounded(min(cal.scale * expected, gamma + 1.0) / (gamma * cal.c + v), gamma, flags)
+        pred = predict(m, FixedGamma(gamma), cost)
         measured = m.measured_speedup.get(gamma)
         flag = rejected.get(gamma)
         rows.append(
             GammaPoint(
                 gamma=gamma,
-                expected_tokens=expected,
-                expected_tokens_one_alpha=expected_tokens_per_call(m.alpha, gamma),
-                speedup_predicted=predicted,
-                speedup_one_alpha=walltime_improvement(m.alpha, gamma, m.c),
-                ops_multiplier=ops,
+                prediction=pred,
+                expected_tokens_one_alpha=expected_tokens_per_call(alpha, gamma),
+                speedup_one_alpha=walltime_improvement(alpha, gamma, m.c),
                 measured_speedup=None if measured is None else float(measured),
-                verify_cost=v,
-                speedup_estimate=estimate,
-                expected_tokens_source=source,
+                verify_cost=cost.v(gamma + 1),
                 verify_extrapolated=top_k is not None and gamma + 1 > top_k,
                 measured_flag=None if flag is None else flag.message,
-                flags=flags,
+                flags=bound_flags(pred),
             )
         )
     return rows
 
 
 def crossover_from_curve(rows: Sequence[GammaPoint]) -> int | None:
-    """First γ of the curve where the ops multiplier exceeds the (estimated) speedup, else None."""
+    """First γ of the curve where the ops multiplier exceeds the predicted speedup, else None."""
     for row in rows:
-        if row.ops_multiplier > row.speedup_estimate:
+        if row.ops_multiplier > row.speedup_predicted:
             return row.gamma
     return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.analysis.calibrate import calibration, measurement_flags
-from engine.analysis.recommend_types import TIE, UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
+from engine.analysis.feasibility import TIE
+from engine.analysis.recommend_types import UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, largest_measured_k
 
 
@@ -47,32 +48,31 @@ def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
     return f"{winner.name}: {head}."
 
 
-def explain_off(summaries: list[DraftSummary], objective: str, regime: str, budget: float | None) -> str:
-    """One sentence on why speculation is off: no candidate, compute-bound, over the budget, or too slow."""
+def explain_off(summaries: list[DraftSummary], objective: str, budget: float | None) -> str:
+    """One sentence on why speculation is off: no candidate, or why the best one may not be recommended (the very
+    rule that refused it, in the regime of its own verify width)."""
     if not summaries:
         return "Speculation off: there is no draft or n-gram measurement to base a recommendation on."
     best = max(summaries, key=lambda s: (s.best_speedup, -s.ops_multiplier))
-    if objective == "cost" and regime == COMPUTE_BOUND:
-        cheapest = min(summaries, key=lambda s: s.ops_multiplier)
+    figures = f"{best.best_speedup:.2f}× at γ={best.best_gamma}, cost per token {_pct(best.cost_change)}"
+    why = best.why_not or "it does not pay"
+    if objective == "cost":
         return (
-            f"Speculation off: the server is compute-bound, so every rejected guess displaces real work — even the "
-            f"cheapest option ({cheapest.name} at γ={cheapest.best_gamma}) costs {_pct(cheapest.cost_change)} per "
-            f"token."
+            f"Speculation off: no candidate lowers the cost per token — the best ({best.name}: {figures}, "
+            f"{best.regime} at its verify width) {why}."
         )
-    if regime == COMPUTE_BOUND and best.crossover_gamma == 1 and best.best_speedup > 1.0:
+    if objective == "latency_within_budget" and "budget" in why:
         return (
-            f"Speculation off: the server is compute-bound and even γ=1 is past the crossover for the best candidate "
-            f"({best.name}): its arithmetic grows faster than its speed ({best.best_speedup:.2f}× at "
-            f"{_pct(best.cost_change)} per token)."
+            f"Speculation off: nothing fits the {_pct(budget or 0.0)} cost-per-token budget — {best.name}: {figures}."
         )
-    if objective == "latency_within_budget" and best.best_speedup > 1.0:
+    if "crossover" in why:
         return (
-            f"Speculation off: nothing fits the {_pct(budget or 0.0)} cost-per-token budget — {best.name}'s "
-            f"{best.best_speedup:.2f}× at γ={best.best_gamma} costs {_pct(best.cost_change)} per token."
+            f"Speculation off: even the best candidate ({best.name}: {figures}) is past the crossover — compute-bound "
+            f"at its verify width, its arithmetic grows faster than its speed."
         )
     return (
         f"Speculation off: the best candidate ({best.name}: α {best.alpha:.2f} at c {best.c:.2f}) predicts only "
-        f"{best.best_speedup:.2f}× at γ={best.best_gamma}, so speculating would not make decoding faster."
+        f"{figures}: {why}."
     )
 
 
@@ -87,10 +87,12 @@ def _regime_notes(
             "arithmetic is treated as free — if the server is compute-bound the cost per token is understated. "
             "Run a batch sweep at the serving batch."
         )
-    if regime == MEMORY_BOUND:
+    if regime == MEMORY_BOUND and row is not None:
         notes.append(
             "Memory-bound: the extra arithmetic runs in idle capacity, so cost per token falls by the speedup."
         )
+    elif regime == MEMORY_BOUND:
+        notes.append("Memory-bound: the extra arithmetic would be free, but no candidate is faster than the target.")
     else:
         notes.append(
             "Compute-bound: the extra arithmetic displaces real work, so cost per token rises by the ops "
@@ -125,7 +127,7 @@ def _verify_and_arithmetic_notes(m: DraftMeasurement, row: GammaPoint, regime: s
     elif row.verify_extrapolated:
         notes.append(
             f"v(γ+1) = v({row.gamma + 1}) = {row.verify_cost:.2f} is extrapolated beyond the largest measured "
-            f"k = {top_k} (monotone fit, slope ≥ 0): measure v(k) up to k = {row.gamma + 1} to confirm."
+            f"k = {top_k} (monotone fit, 0 ≤ slope ≤ 1, v(k) ≤ k): measure v(k) up to k = {row.gamma + 1} to confirm."
         )
     if regime == COMPUTE_BOUND and m.method == "draft_model":
         if m.c_hat > 0:
@@ -145,13 +147,17 @@ def _verify_and_arithmetic_notes(m: DraftMeasurement, row: GammaPoint, regime: s
 def _calibration_notes(m: DraftMeasurement, row: GammaPoint) -> list[str]:
     """The chosen row's capped predictions, and how the draft was calibrated to its measured speedups."""
     notes = [f"{m.name}: {flag}" for flag in row.flags]
+    if row.extrapolated:
+        notes.append(f"{m.name}: γ={row.gamma} lies beyond the measured depth: extrapolated, confirm it live.")
     cal = calibration(m)
-    if cal is not None and cal.source == "overhead":
+    if cal is not None and cal.flag is None:
         notes.append(f"{m.name}: c fitted to the measured speedups is {cal.c:.3f} (profiled {m.c:.3f}).")
     elif cal is not None:
+        notes.append(f"{m.name}: {cal.flag}.")
+    if len(m.c_values) > 1 and min(m.c_values) > 0 and max(m.c_values) / min(m.c_values) > 1.5:
         notes.append(
-            f"{m.name}: measured speedups beat the model even with a free draft; expected tokens scaled "
-            f"×{cal.scale:.2f} to match them (never past γ+1 per call)."
+            f"{m.name}: c was measured between {min(m.c_values):.3f} and {max(m.c_values):.3f} across runs "
+            f"(median {m.c:.3f}): the draft's cost is noisy on this machine."
         )
     return notes
 

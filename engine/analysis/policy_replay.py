@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.analysis.theory import MEMORY_BOUND, VerifyFit, cost_per_token_multiplier, fit_verify_cost
+from engine.analysis.feasibility import Judge
+from engine.analysis.prediction import CostModel, Prediction, Tally, finish
 from engine.core.policy import (
     DROP,
     KEEP,
@@ -37,7 +38,6 @@ from engine.core.policy import (
     FixedGamma,
     HeuristicSchedule,
     SpeculationPolicy,
-    describe,
 )
 
 P_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -45,67 +45,8 @@ N_MAX_GRID = (4, 8, 16)
 N_MIN_GRID = (0, 2)
 HEURISTIC_STARTS = (1, 2, 4, 8, 20)
 ADAPTIVE_SETS = (((1, 3, 5, 7), 3), ((1, 2, 3, 4, 5, 6, 7, 8), 4), ((2, 4, 6, 8, 12, 16), 6))
-KIND_ORDER = ("fixed", "batch", "confidence", "heuristic", "adaptive")  # ties go to the simpler policy
-TOLERANCE = 0.01  # within 1% of the best counts as equal (below run-to-run noise): the simpler policy wins
 SIMULATIONS = 16  # seeded simulations per adaptive policy at temperature > 0
 TRANSFORMERS_DEFAULT = ConfidenceStop(0.4, 20, 0, keep_last=True)  # num_assistant_tokens 20, threshold 0.4
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """What a step costs: c per draft forward and v(k) per k-token verify, in units of one target step."""
-
-    c: float = 0.0
-    verify_cost: Mapping[int, float] | None = None  # k -> v(k); None or empty: verification free (v ≡ 1)
-    c_hat: float = 0.0  # draft arithmetic ÷ target arithmetic, for the ops multiplier
-    regime: str = MEMORY_BOUND
-
-    def fit(self) -> VerifyFit | None:
-        return fit_verify_cost(self.verify_cost) if self.verify_cost else None
-
-
-@dataclass
-class ReplayResult:
-    """One policy replayed over every recorded prompt."""
-
-    policy: str  # the spec string (engine.core.policy.parse_policy reads it back)
-    kind: str
-    setting: str
-    temperature: float
-    tokens: float
-    steps: float  # target calls
-    draft_calls: float  # draft forwards
-    drafted: float  # draft tokens sent to verification
-    tokens_per_call: float
-    draft_calls_per_step: float
-    drafted_per_step: float
-    predicted_speedup: float
-    ops_multiplier: float
-    cost_multiplier: float
-    exact: bool  # tokens per call exactly what the loop does
-    calls_exact: bool  # draft calls per step exactly what the loop does
-    confidence: str = "full"  # "full" (spectune, transformers) or "top10" (llama.cpp's p)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def basis(self) -> str:
-        return "exact" if self.exact else "estimated"
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items()}
-        data["basis"] = self.basis
-        return data
-
-
-@dataclass
-class _Tally:
-    steps: float = 0.0
-    drafted: float = 0.0
-    forwards: float = 0.0
-    time: float = 0.0
-    ops: float = 0.0
-    tokens: float = 0.0
-    truncated: bool = False
 
 
 def _confidence_keys(which: str) -> tuple[str, str]:
@@ -118,15 +59,6 @@ def _confidence_keys(which: str) -> tuple[str, str]:
 
 def trace_usable(trace: Mapping[str, Any]) -> bool:
     return trace.get("method") in ("draft_model", "ngram", "suffix") and bool(trace.get("runs"))
-
-
-def _step_cost(tally: _Tally, weight: float, drafted: float, forwards: float, cost: CostModel, fit: VerifyFit | None):
-    v = 1.0 if drafted <= 0 or fit is None else fit.at(int(drafted) + 1)
-    tally.steps += weight
-    tally.drafted += weight * drafted
-    tally.forwards += weight * forwards
-    tally.time += weight * (cost.c * forwards + v)
-    tally.ops += weight * (cost.c_hat * forwards + drafted + 1)
 
 
 def _draft_length(
@@ -173,10 +105,10 @@ def _draft_length(
 
 def _greedy(
     traces: Sequence[Mapping[str, Any]], policy: SpeculationPolicy, which: str, cost: CostModel, prefill: bool = False
-) -> _Tally:
+) -> Tally:
     conf_key, cont_key = _confidence_keys(which)
     fit = cost.fit()
-    tally = _Tally()
+    tally = Tally()
     state = policy.start()
     for trace in traces:
         runs = trace["runs"]
@@ -200,7 +132,7 @@ def _greedy(
             if 0 < drafted < policy.min_draft:
                 drafted = 0
             accepted = min(run, drafted)
-            _step_cost(tally, 1.0, drafted, forwards, cost, fit)
+            tally.step(1.0, drafted, forwards, cost, fit)
             end = n_out - t  # the loop counts a step that ends the output only up to its end
             state = policy.update(state, min(drafted, end), min(accepted, end))
             t += min(accepted + 1, end)
@@ -220,13 +152,13 @@ def _sampled(
     temperature: float,
     simulations: int,
     seed: int,
-) -> _Tally:
+) -> Tally:
     """Expected tallies at temperature > 0 from β per position: exact expectation for stateless policies
     (probability mass over step starts), the mean of seeded simulations for adaptive ones."""
     conf_key, _ = _confidence_keys(which)
     key = f"{temperature:g}"
     fit = cost.fit()
-    tally = _Tally()
+    tally = Tally()
     if _stateless(policy):
         state = policy.start()
         for trace in traces:
@@ -244,7 +176,7 @@ def _sampled(
                 tally.truncated |= truncated
                 if 0 < drafted < policy.min_draft:
                     drafted = 0
-                _step_cost(tally, mass[t], drafted, forwards, cost, fit)
+                tally.step(mass[t], drafted, forwards, cost, fit)
                 reach = 1.0  # P(the first a drafted tokens are all accepted)
                 for a in range(drafted + 1):
                     if a == drafted or t + a >= n_out:  # every drafted token accepted (or the output ends)
@@ -272,7 +204,7 @@ def _sampled(
                 accepted = 0
                 while accepted < drafted and t + accepted < n_out and rng.random() < beta[t + accepted]:
                     accepted += 1
-                _step_cost(tally, 1.0 / simulations, drafted, forwards, cost, fit)
+                tally.step(1.0 / simulations, drafted, forwards, cost, fit)
                 end = n_out - t
                 state = policy.update(state, min(drafted, end), min(accepted, end))
                 t += min(accepted + 1, end)
@@ -289,7 +221,7 @@ def replay(
     simulations: int = SIMULATIONS,
     seed: int = 0,
     llamacpp: bool = False,
-) -> ReplayResult:
+) -> Prediction:
     """What the loop would do under `policy` over these prompts, in order (adaptive state carried over them).
 
     `traces`: one engine.measure.agreement.draft_trace per prompt (unusable ones are skipped); at
@@ -320,29 +252,7 @@ def replay(
             notes.append("some drafts ran past the recorded continuation: draft calls assume the draft stayed sure")
     if policy.uses_confidence and all(t.get("method") != "draft_model" for t in usable):
         notes.append("n-gram lookup has no confidence: the confidence stop never fires")
-    steps = tally.steps or 1.0
-    speedup = tally.tokens / tally.time if tally.time > 0 else 0.0
-    ops = tally.ops / tally.tokens if tally.tokens else float("inf")
-    return ReplayResult(
-        policy=policy.spec(),
-        kind=policy.kind,
-        setting=describe(policy),
-        temperature=float(temperature),
-        tokens=tally.tokens,
-        steps=tally.steps,
-        draft_calls=tally.forwards,
-        drafted=tally.drafted,
-        tokens_per_call=tally.tokens / steps,
-        draft_calls_per_step=tally.forwards / steps,
-        drafted_per_step=tally.drafted / steps,
-        predicted_speedup=speedup,
-        ops_multiplier=ops,
-        cost_multiplier=cost_per_token_multiplier(speedup, ops, cost.regime) if speedup > 0 else float("inf"),
-        exact=exact,
-        calls_exact=calls_exact,
-        confidence=confidence,
-        notes=notes,
-    )
+    return finish(tally, policy, cost, temperature, exact, calls_exact, confidence, notes)
 
 
 def policy_grid(
@@ -370,56 +280,29 @@ def policy_grid(
     return grid
 
 
-def _score(result: ReplayResult, objective: str) -> float:
-    """Larger is better: speed for the latency objectives, cheapness for cost."""
-    return -result.cost_multiplier if objective == "cost" else result.predicted_speedup
-
-
-def _fits(result: ReplayResult, objective: str, budget: float | None) -> bool:
-    if objective == "latency_within_budget":
-        return result.cost_multiplier - 1.0 <= (budget or 0.0) + 1e-12
-    return True
-
-
-def ranked(
-    results: Iterable[ReplayResult], objective: str = "latency", budget: float | None = None
-) -> list[ReplayResult]:
-    """Best first under the objective (policies over the budget last); within TOLERANCE of a better one, the
-    simpler kind, then fewer draft calls, comes first."""
-    rows = list(results)
-    ordered = sorted(rows, key=lambda r: (not _fits(r, objective, budget), -_score(r, objective)))
-    out: list[ReplayResult] = []
-    pool = ordered
-    while pool:
-        head = pool[0]
-        top = _score(head, objective)
-        margin = TOLERANCE * abs(top)
-        near = [r for r in pool if _fits(r, objective, budget) == _fits(head, objective, budget)]
-        near = [r for r in near if _score(r, objective) >= top - margin]
-        pick = min(near, key=lambda r: (KIND_ORDER.index(r.kind), r.draft_calls_per_step, -_score(r, objective)))
-        out.append(pick)
-        pool = [r for r in pool if r is not pick]
-    return out
-
-
 @dataclass
 class PolicyComparison:
-    """The replayed grid, the best policy for the objective, the best fixed γ, and the gain between them."""
+    """The replayed grid ranked by the one set of rules (engine.analysis.feasibility), the best policy, the best
+    fixed γ, and the gain between them."""
 
     objective: str
     temperature: float
-    results: list[ReplayResult]  # best first
-    best: ReplayResult
-    best_fixed: ReplayResult
+    results: list[Prediction]  # feasible first, each group best first
+    best: Prediction  # the top of the ranking: speculation off when it is not feasible (`pays` False)
+    best_fixed: Prediction  # the best fixed γ (the recommender's headline γ when it pays)
     gain: float  # best vs best fixed γ: speedup ratio − 1 (latency objectives) or cost saved (cost)
     notes: list[str] = field(default_factory=list)
 
-    def top(self, n: int = 3) -> list[ReplayResult]:
-        """The best n policies of different kinds (the ones worth proving live)."""
+    @property
+    def pays(self) -> bool:
+        return self.best.feasible
+
+    def top(self, n: int = 3) -> list[Prediction]:
+        """The best n feasible policies of different kinds (the ones worth proving live)."""
         seen: set[str] = set()
-        picks: list[ReplayResult] = []
+        picks: list[Prediction] = []
         for r in self.results:
-            if r.kind not in seen:
+            if r.feasible and r.kind not in seen:
                 seen.add(r.kind)
                 picks.append(r)
             if len(picks) == n:
@@ -427,25 +310,35 @@ class PolicyComparison:
         return picks
 
 
-def gain_over(best: ReplayResult, reference: ReplayResult, objective: str) -> float:
+def gain_over(best: Prediction, reference: Prediction, objective: str) -> float:
     if objective == "cost":
         return 1.0 - best.cost_multiplier / reference.cost_multiplier if reference.cost_multiplier else 0.0
     return best.predicted_speedup / reference.predicted_speedup - 1.0 if reference.predicted_speedup else 0.0
+
+
+def judged(results: Iterable[Prediction], judge: Judge) -> list[Prediction]:
+    """Each prediction quoted in the regime of its own verify width, marked feasible or why not, ranked."""
+    rows = list(results)
+    for r in rows:
+        r.judged_in(judge.regime(r))
+        r.infeasible_why = judge.why_not(r)
+        r.feasible = not r.infeasible_why
+    return judge.ranked(rows)  # type: ignore[return-value]
 
 
 def compare_policies(
     traces: Sequence[Mapping[str, Any]],
     cost: CostModel | None = None,
     temperature: float = 0.0,
-    objective: str = "latency",
-    budget: float | None = None,
+    judge: Judge | None = None,
     policies: Sequence[SpeculationPolicy] | None = None,
     confidence: str = "full",
     max_gamma: int = 32,
     llamacpp: bool = False,
 ) -> PolicyComparison:
-    """Replay every policy of the grid (or `policies`) and pick the best for the objective (in llama-server's loop
-    when `llamacpp`: see replay)."""
+    """Replay every policy of the grid (or `policies`) and rank them by `judge` (default: latency, memory-bound, any
+    depth); in llama-server's loop when `llamacpp` (see replay)."""
+    judge = judge or Judge()
     usable = [t for t in traces if trace_usable(t)]
     if not usable:
         raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
@@ -453,19 +346,18 @@ def compare_policies(
     grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=has_confidence)
     if not any(isinstance(p, FixedGamma) for p in grid):
         grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
-    replayed = (replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid)
-    results = ranked(replayed, objective, budget)
+    results = judged((replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid), judge)
     best = results[0]
     best_fixed = next(r for r in results if r.kind == "fixed")
     notes = []
-    if best.kind == "fixed":
+    if best.kind == "fixed" and best.feasible:
         notes.append(f"a fixed γ is already as good: no policy beats γ={best.policy.split(':')[1]} by more than 1%")
     return PolicyComparison(
-        objective=objective,
+        objective=judge.objective,
         temperature=float(temperature),
         results=results,
         best=best,
         best_fixed=best_fixed,
-        gain=gain_over(best, best_fixed, objective),
+        gain=gain_over(best, best_fixed, judge.objective),
         notes=notes,
     )

@@ -35,9 +35,10 @@ from engine.analysis.calibrate import (
     effective_c,
     measurement_flags,
 )
-from engine.analysis.choice import RegimeOf, best_row, better, check_args, cost_multiplier, objective_key, regime_of
+from engine.analysis.choice import Judge, RegimeOf, best_row, check_args, judge_for, regime_of
 from engine.analysis.curve import crossover_from_curve, gamma_curve
 from engine.analysis.explain import explain_off, explain_on, notes
+from engine.analysis.feasibility import TIE
 from engine.analysis.recommend_types import (
     DEFAULT_GAMMAS,
     GAMMA_TOLERANCE,
@@ -71,6 +72,7 @@ __all__ = [
     "effective_c",
     "gamma_curve",
     "gamma_schedule",
+    "judge_for",
     "measurement_flags",
     "recommend",
     "regime_of",
@@ -96,6 +98,7 @@ class _Table:
     curves: list[list[GammaPoint]]
     rows: list[GammaPoint]  # each candidate's chosen row
     summaries: list[DraftSummary]
+    judges: list[Judge]
 
 
 def _validated_gammas(measurements: Sequence[DraftMeasurement], ask: _Ask, gammas: Iterable[int]) -> list[int]:
@@ -114,52 +117,51 @@ def _validated_gammas(measurements: Sequence[DraftMeasurement], ask: _Ask, gamma
     return gamma_list
 
 
-def _summary(
-    m: DraftMeasurement, rows: list[GammaPoint], row: GammaPoint, pays: bool, regime_at: RegimeOf
-) -> DraftSummary:
+def _summary(m: DraftMeasurement, rows: list[GammaPoint], row: GammaPoint, pays: bool, judge: Judge) -> DraftSummary:
     """One draft's row of the comparison table, at its chosen γ."""
+    cal = calibration(m)
     return DraftSummary(
         name=m.name,
         method=m.method,
         model_ref=m.model_ref,
         alpha=m.alpha,
         c=m.c,
-        c_effective=effective_c(m),
+        c_effective=None if cal is None else cal.c,
         best_gamma=row.gamma,
-        best_speedup=row.speedup_estimate,
+        best_speedup=row.speedup_predicted,
         ops_multiplier=row.ops_multiplier,
-        cost_change=cost_multiplier(row, regime_at(row.gamma)) - 1.0,
+        cost_change=judge.cost(row) - 1.0,
         crossover_gamma=crossover_from_curve(rows),
         measured_speedup=dict(m.measured_speedup),
         pays=pays,
         measured_flags={g: f.message for g, f in measurement_flags(m).items()},
+        why_not=judge.why_not(row),
+        regime=judge.regime(row),
+        calibration_flag=None if cal is None else cal.flag,
     )
 
 
-def _compare(candidates: list[DraftMeasurement], gammas: list[int], ask: _Ask, regime_at: RegimeOf) -> _Table:
+def _compare(candidates: list[DraftMeasurement], gammas: list[int], ask: _Ask) -> _Table:
     """Each candidate's γ curve, its best row under the objective, and its summary."""
-    table = _Table(candidates=candidates, curves=[], rows=[], summaries=[])
+    table = _Table(candidates=candidates, curves=[], rows=[], summaries=[], judges=[])
     for m in candidates:
+        judge = judge_for(m, ask.objective, ask.budget, ask.regime, ask.batch_size, ask.knee_batch)
         rows = gamma_curve(m, gammas)
-        row, pays = best_row(rows, ask.objective, regime_at, ask.budget)
+        row, pays = best_row(rows, judge)
         assert row is not None  # gammas is non-empty
         table.curves.append(rows)
         table.rows.append(row)
-        table.summaries.append(_summary(m, rows, row, pays, regime_at))
+        table.judges.append(judge)
+        table.summaries.append(_summary(m, rows, row, pays, judge))
     return table
 
 
-def _winner(table: _Table, objective: str, regime_at: RegimeOf) -> int | None:
+def _winner(table: _Table) -> int | None:
     """Index of the best candidate that pays (the earlier one on a tie), or None when none does."""
     win: int | None = None
     for i, s in enumerate(table.summaries):
-        if s.pays and (
-            win is None
-            or better(
-                objective_key(table.rows[i], objective, regime_at(table.rows[i].gamma)),
-                objective_key(table.rows[win], objective, regime_at(table.rows[win].gamma)),
-            )
-        ):
+        score = table.judges[i].score(table.rows[i])
+        if s.pays and (win is None or score > table.judges[win].score(table.rows[win]) + TIE):
             win = i
     return win
 
@@ -188,12 +190,13 @@ def _off(ask: _Ask, table: _Table, regime_at: RegimeOf, baseline_money: float | 
         cost_change=0.0,
         crossover={s.name: s.crossover_gamma for s in table.summaries},
         comparison=table.summaries,
-        explanation=explain_off(table.summaries, ask.objective, off_regime, ask.budget),
+        explanation=explain_off(table.summaries, ask.objective, ask.budget),
         temperature=min((m.temperature for m in table.candidates), default=0.0),
         cost_per_million_baseline=baseline_money,
         cost_per_million=baseline_money,
         notes=notes(None, None, off_regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates),
         knee_batch=ask.knee_batch,
+        regime_given=ask.regime,
     )
 
 
@@ -209,7 +212,7 @@ def _on(
     m, row, winner = table.candidates[win], table.rows[win], table.summaries[win]
     others = [s for i, s in enumerate(table.summaries) if i != win]
     chosen_regime = regime_at(row.gamma)
-    multiplier = cost_multiplier(row, chosen_regime)
+    multiplier = table.judges[win].cost(row)
     return Recommendation(
         objective=ask.objective,
         regime=chosen_regime,
@@ -219,7 +222,7 @@ def _on(
         method=m.method,
         model_ref=m.model_ref,
         gamma=row.gamma,
-        predicted_speedup=row.speedup_estimate,
+        predicted_speedup=row.speedup_predicted,
         ops_multiplier=row.ops_multiplier,
         cost_change=multiplier - 1.0,
         crossover={s.name: s.crossover_gamma for s in table.summaries},
@@ -233,6 +236,7 @@ def _on(
         schedule=schedule,
         notes=notes(m, row, chosen_regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates),
         knee_batch=ask.knee_batch,
+        regime_given=ask.regime,
     )
 
 
@@ -271,8 +275,8 @@ def recommend(
     ask = _Ask(objective=objective, regime=regime, budget=budget, batch_size=batch_size, knee_batch=knee_batch)
     gamma_list = _validated_gammas(measurements, ask, gammas)
     regime_at = regime_of(regime, batch_size, knee_batch)
-    table = _compare([m for m in measurements if m.method != "none"], gamma_list, ask, regime_at)
-    win = _winner(table, objective, regime_at)
+    table = _compare([m for m in measurements if m.method != "none"], gamma_list, ask)
+    win = _winner(table)
     baseline_money = _baseline_money(price_per_hour, baseline_tokens_per_s, batch_size)
     if win is None:
         return _off(ask, table, regime_at, baseline_money)

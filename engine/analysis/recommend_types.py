@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from engine.analysis.feasibility import OBJECTIVES as OBJECTIVES
+from engine.analysis.feasibility import TIE as TIE
+from engine.analysis.prediction import Prediction
 
 METHODS = ("draft_model", "ngram", "suffix", "none")
-OBJECTIVES = ("latency", "cost", "latency_within_budget")
 DEFAULT_GAMMAS = range(1, 33)
 SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 UNKNOWN = "unknown"  # a regime nothing decided: treated as memory-bound, and said so in the notes
-TIE = 1e-12  # differences this small are ties
 GAMMA_TOLERANCE = 0.01  # speedups (or costs) within 1% of the best count as equal; the smallest such γ wins
 
 
@@ -29,6 +32,7 @@ class DraftMeasurement:
     agreement_runs: list[list[int]] = field(default_factory=list)
     temperature: float = 0.0
     measured_speedup: dict[int, float] = field(default_factory=dict)  # γ -> measured speedup
+    noisy_speedup: dict[int, str] = field(default_factory=dict)  # γ -> why that measurement is too noisy to fit
     session_ids: list[int] = field(default_factory=list)
     c_hat: float = 0.0  # draft arithmetic / target arithmetic (≈ parameter ratio); 0 reproduces the chapter
     ngram_max: int = 4  # n-gram window the session used (method == "ngram" only)
@@ -38,25 +42,62 @@ class DraftMeasurement:
     # share of target calls that verified a draft at all: below 1 where the proposer drafts only sometimes
     # (llama.cpp's n-gram lookup, when it finds a match); its per-position acceptance counts only those calls
     drafting_fraction: float = 1.0
+    # per prompt, the draft's recorded pass (engine.measure.agreement.draft_trace): what the one predictor replays
+    traces: list[dict[str, Any]] = field(default_factory=list)
+    llamacpp_loop: bool = False  # measured in llama-server's drafting loop (the replay models that loop)
+    c_values: list[float] = field(default_factory=list)  # c as each run measured it (its spread)
 
 
 @dataclass
 class GammaPoint:
-    """One row of a draft's γ curve."""
+    """One row of a draft's γ curve: the one model's prediction at a fixed γ, the measurement beside it, and
+    Theorem 3.8's single-α figure as a labelled reference (never a second prediction)."""
 
     gamma: int
-    expected_tokens: float  # from agreement runs when usable, else the positional model
-    expected_tokens_one_alpha: float  # single-α model (Theorem 3.8's numerator)
-    speedup_predicted: float  # positional/runs E with the draft's c and v(γ+1)
-    speedup_one_alpha: float  # Theorem 3.8 with the measured α and c (v = 1)
-    ops_multiplier: float
+    prediction: Prediction
+    expected_tokens_one_alpha: float  # single-α model (Theorem 3.8's numerator), reference only
+    speedup_one_alpha: float  # Theorem 3.8 with the measured α and c (v = 1), reference only
     measured_speedup: float | None
     verify_cost: float  # v(γ+1) used
-    speedup_estimate: float  # speedup_predicted, or calibrated to measured speedups when there are any
-    expected_tokens_source: str  # "agreement_runs" | "positional"
     verify_extrapolated: bool = False  # γ+1 lies beyond the largest measured k: v(γ+1) is extrapolated
     measured_flag: str | None = None  # the measured speedup breaks a physical bound: shown, never calibrated to
-    flags: list[str] = field(default_factory=list)  # predictions that broke a bound (capped at it)
+    flags: list[str] = field(default_factory=list)  # a prediction that broke a bound (a model bug, shown)
+    kind = "fixed"
+
+    @property
+    def expected_tokens(self) -> float:
+        """Tokens per target call (the bonus token included)."""
+        return self.prediction.tokens_per_call
+
+    @property
+    def speedup_predicted(self) -> float:
+        return self.prediction.predicted_speedup
+
+    @property
+    def speedup(self) -> float:
+        return self.prediction.predicted_speedup
+
+    @property
+    def ops_multiplier(self) -> float:
+        return self.prediction.ops_multiplier
+
+    @property
+    def most_drafted(self) -> int:
+        return self.gamma
+
+    @property
+    def draft_calls_per_step(self) -> float:
+        return self.prediction.draft_calls_per_step
+
+    @property
+    def expected_tokens_source(self) -> str:
+        """How tokens per call were predicted: "exact" / "estimated" (a replayed pass) or "positional"."""
+        return self.prediction.basis
+
+    @property
+    def extrapolated(self) -> bool:
+        """Beyond the measured depth (acceptance or v(k))."""
+        return self.prediction.extrapolated
 
 
 @dataclass
@@ -68,7 +109,7 @@ class DraftSummary:
     model_ref: str | None
     alpha: float
     c: float
-    c_effective: float | None  # c fitted to measured speedups, when there were any
+    c_effective: float | None  # the c the model uses when measured speedups exist (fitted, or profiled with a flag)
     best_gamma: int
     best_speedup: float
     ops_multiplier: float
@@ -77,6 +118,9 @@ class DraftSummary:
     measured_speedup: dict[int, float]
     pays: bool
     measured_flags: dict[int, str] = field(default_factory=dict)  # γ -> why that measured speedup is impossible
+    why_not: str = ""  # why its best γ may not be recommended ('' when it pays)
+    regime: str = ""  # the regime its best γ's verify step runs in
+    calibration_flag: str | None = None  # why its measured speedups were not calibrated to
 
 
 @dataclass
@@ -105,6 +149,7 @@ class Recommendation:
     schedule: dict[int, int] | None = None  # batch size -> γ from gamma_schedule(); schedule[batch_size] == gamma
     notes: list[str] = field(default_factory=list)
     knee_batch: int | None = None  # the batch sweep's knee the regime per γ was judged against, if any
+    regime_given: str = "unknown"  # the regime as given (before judging per width): the policy table's too
 
     @property
     def off(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.analysis.choice import best_row, check_args, regime_of
+from engine.analysis.choice import best_row, check_args, judge_for
 from engine.analysis.curve import gamma_curve
 from engine.analysis.recommend_types import DEFAULT_GAMMAS, SCHEDULE_BATCHES, DraftMeasurement
 from engine.analysis.theory import MEMORY_BOUND
@@ -29,8 +29,8 @@ def gamma_schedule(
     The same objective and budget at every batch; the regime per γ follows from the knee at the
     verify width b·(γ+1) (memory-bound below it, compute-bound at or past it), or is `regime`
     everywhere when there is no knee (e.g. a regime set by hand, or decided by v(k) alone).
-    Compute-bound caps γ below the crossover; γ is 0 (off) only where nothing pays under the
-    objective (speedup ≤ 1, cost not reduced, over the budget, or even γ = 1 past the crossover).
+    The rules are engine.analysis.feasibility's, the ones the headline and the policy table use; γ is 0
+    (off) where nothing may be recommended at that batch.
     """
     check_args(objective, regime, budget)
     rows = gamma_curve(measurement, gammas)
@@ -38,6 +38,6 @@ def gamma_schedule(
     for b in sorted({int(x) for x in batch_sizes}):
         if b < 1:
             raise ValueError(f"batch sizes must be >= 1, got {b}")
-        best, pays = best_row(rows, objective, regime_of(regime, b, knee_batch), budget)
+        best, pays = best_row(rows, judge_for(measurement, objective, budget, regime, b, knee_batch))
         schedule[b] = best.gamma if best is not None and pays else 0
     return schedule

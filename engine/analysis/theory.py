@@ -109,11 +109,12 @@ def _pooled_blocks(points: Sequence[tuple[int, float]]) -> list[tuple[list[int],
 
 @dataclass(frozen=True)
 class VerifyFit:
-    """v(k) fitted monotone non-decreasing and never below 1, with v(1) = 1.
+    """v(k) fitted monotone non-decreasing, between 1 and k, with v(1) = 1.
 
     `values` holds the fitted value at every measured k; beyond the largest measured k the fit is
-    extended linearly with `slope` (≥ 0: the line through the last two pooled blocks' centroids),
-    so one noisy point can neither bend the extrapolation downwards nor make verification free.
+    extended linearly with `slope` (0 ≤ slope ≤ 1: the line through the last two pooled blocks'
+    centroids), so one noisy point can neither bend the extrapolation downwards, make verification
+    free, nor make a k-token forward dearer than k one-token ones (v(k) ≤ k everywhere).
     """
 
     values: dict[int, float]
@@ -124,6 +125,13 @@ class VerifyFit:
         return max(self.values)
 
     def at(self, k: int) -> float:
+        return min(self._line(k), float(k))
+
+    def extrapolated(self, k: int) -> bool:
+        """Is v(k) beyond the largest measured k (a line, not a measurement)?"""
+        return k > self.largest_k
+
+    def _line(self, k: int) -> float:
         if k in self.values:
             return self.values[k]
         ks = sorted(self.values)
@@ -135,12 +143,13 @@ class VerifyFit:
 
 
 def fit_verify_cost(verify_cost: Mapping[int, float] | None) -> VerifyFit:
-    """Isotonic (pool-adjacent-violators) fit of measured v(k): monotone non-decreasing, ≥ 1, v(1) = 1.
+    """Isotonic (pool-adjacent-violators) fit of measured v(k): monotone non-decreasing, 1 ≤ v(k) ≤ k, v(1) = 1.
 
     A k-token forward cannot be cheaper than a 1-token one, nor cheaper than a shorter one, so a
     measured dip is timing noise: it is pooled with its neighbours instead of being extrapolated.
     """
-    points = [(1, 1.0)] + sorted((k, max(v, 1.0)) for k, v in measured_verify_points(verify_cost).items())
+    measured = measured_verify_points(verify_cost).items()
+    points = [(1, 1.0)] + sorted((k, min(max(v, 1.0), float(k))) for k, v in measured)
     blocks = _pooled_blocks(points)
     values = {k: value for ks, value in blocks for k in ks}
     values[1] = 1.0
@@ -148,7 +157,7 @@ def fit_verify_cost(verify_cost: Mapping[int, float] | None) -> VerifyFit:
     if len(blocks) >= 2:
         (ks0, v0), (ks1, v1) = blocks[-2], blocks[-1]
         c0, c1 = sum(ks0) / len(ks0), sum(ks1) / len(ks1)
-        slope = max((v1 - v0) / (c1 - c0), 0.0)
+        slope = min(max((v1 - v0) / (c1 - c0), 0.0), 1.0)
     return VerifyFit(values=values, slope=slope)
 
 

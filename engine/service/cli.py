@@ -79,11 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     theory.add_argument("--alpha", type=float, required=True)
     theory.add_argument("--gamma", type=int, required=True)
     theory.add_argument("--c", type=float, default=0.0)
-    theory.add_argument("--c-hat", type=float, default=0.0)
+    theory.add_argument("--c-hat", type=float, default=None, help=C_HAT_HELP)
 
     cross = sub.add_parser("crossover", help="the γ at which the operations multiplier overtakes the speedup")
     cross.add_argument("--alpha", type=float, required=True)
     cross.add_argument("--c", type=float, default=0.0)
+    cross.add_argument("--c-hat", type=float, default=None, help=C_HAT_HELP)
     cross.add_argument("--max-gamma", type=int, default=32)
 
     prep = sub.add_parser("prepare", help="assemble, verify and convert the bundled models")
@@ -221,9 +222,22 @@ def _levels_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: r.get(k) for k in LEVEL_FIELDS} for r in runs]
 
 
+C_HAT_HELP = "draft arithmetic ÷ target arithmetic (default: c, the draft's time share; 0 reproduces the chapter)"
+
+
+def _c_hat(args: argparse.Namespace) -> float:
+    """ĉ as given, else c (a memory-bound forward's time follows the bytes streamed, i.e. the parameters); said."""
+    if args.c_hat is not None:
+        return float(args.c_hat)
+    if args.c:
+        print(f"c_hat not given: taken as c = {args.c} (pass --c-hat to set the draft's arithmetic share)")
+    return float(args.c)
+
+
 def cmd_theory(args: argparse.Namespace) -> int:
     from engine.analysis import theory
 
+    args.c_hat = _c_hat(args)
     speed = theory.walltime_improvement(args.alpha, args.gamma, args.c)
     ops = theory.operations_multiplier(args.alpha, args.gamma, args.c_hat)
     tokens = theory.expected_tokens_per_call(args.alpha, args.gamma)
@@ -238,14 +252,15 @@ def cmd_theory(args: argparse.Namespace) -> int:
 def cmd_crossover(args: argparse.Namespace) -> int:
     from engine.analysis import theory
 
-    g = theory.crossover_gamma(args.alpha, c=args.c, max_gamma=args.max_gamma)
+    c_hat = _c_hat(args)
+    g = theory.crossover_gamma(args.alpha, c=args.c, c_hat=c_hat, max_gamma=args.max_gamma)
     if g is None:
         print(f"alpha={args.alpha}: no crossover below gamma={args.max_gamma}")
         return 0
     print(f"alpha={args.alpha}: crossover at gamma={g}")
     if g > 1:
         speed = theory.walltime_improvement(args.alpha, g - 1, args.c)
-        ops = theory.operations_multiplier(args.alpha, g - 1)
+        ops = theory.operations_multiplier(args.alpha, g - 1, c_hat)
         print(f"just before it, gamma={g - 1}: {speed:.2f}x speed, {ops:.2f}x ops")
     return 0
 

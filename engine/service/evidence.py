@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from engine.analysis.policy_replay import trace_usable
 from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.theory import REGIMES, measured_verify_points
 from engine.drafts.refs import draft_method, parse_ngram_spec
 from engine.engines.registry import get as get_engine
-from engine.engines.registry import sweep_engines
+from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
@@ -120,7 +121,8 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evi
                     baseline_tps.append(run["tokens_per_s"])
                 continue
             verify_cost |= measured_verify_points(run.get("verify_cost"))
-            run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"))
+            run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"),
+                       llamacpp_loop=replays_like_llamacpp(session_engine(session)))  # fmt: skip
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
@@ -156,9 +158,30 @@ def draft_arithmetic(draft: str, target: str | None, c: float) -> tuple[float, s
 
 
 def _noisy(run: dict[str, Any]) -> bool:
-    """A measured speedup whose per-prompt ratios straddle 1 or spread widely: never calibrated to."""
+    """A measured speedup whose per-prompt ratios straddle 1 or spread widely, or that rests on one prompt (no
+    spread to judge it by): never calibrated to. A run stored without per-prompt ratios (before they were kept)
+    is taken as it is."""
     spread = (run.get("summary") or {}).get("speedup_spread")
-    return bool(spread) and noise.is_noisy(noise.Spread(**spread))
+    return bool(spread) and (int(spread.get("n") or 0) < 2 or noise.is_noisy(noise.Spread(**spread)))
+
+
+def _noise_why(run: dict[str, Any]) -> str:
+    spread = (run.get("summary") or {}).get("speedup_spread")
+    if int(spread.get("n") or 0) < 2:
+        return "measured on one prompt (no spread): too noisy to calibrate to"
+    return f"per-prompt ratios {spread['min']:.2f}–{spread['max']:.2f}×: too noisy to calibrate to"
+
+
+def traces_from_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The draft's recorded pass, one trace per prompt, from the first run of each session that kept one."""
+    traces: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for run in runs:
+        trace = (run.get("summary") or {}).get("policy_trace")
+        if trace and run["session_id"] not in seen:
+            seen.add(run["session_id"])
+            traces.extend(t for t in trace if trace_usable(t))
+    return traces
 
 
 def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> DraftMeasurement:
@@ -192,13 +215,15 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         verify_cost=verify,  # empty when v(k) was not measured: the recommender says so
         agreement_runs=[list(x) for x in summary.get("agreement_runs") or []],
         temperature=temperature,
-        measured_speedup={
-            int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured") and not _noisy(r)
-        },
+        measured_speedup={int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured")},
+        noisy_speedup={int(r["gamma"]): _noise_why(r) for r in runs if r.get("speedup_measured") and _noisy(r)},
         session_ids=sorted({int(r["session_id"]) for r in runs}),
         c_hat=c_hat,
         c_hat_source=c_hat_source,
         drafting_fraction=1.0 if summary.get("drafting_fraction") is None else float(summary["drafting_fraction"]),
+        traces=traces_from_runs(runs),
+        llamacpp_loop=bool(widest.get("llamacpp_loop")),
+        c_values=[float(x) for x in cs],
         measured_tokens_per_call={
             int(r["gamma"]): float(r["mean_acceptance_length"]) for r in runs if r.get("mean_acceptance_length")
         },

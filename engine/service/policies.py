@@ -13,16 +13,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.analysis.export import PolicyExport, export_policy
-from engine.analysis.policy_replay import (
-    CostModel,
-    PolicyComparison,
-    ReplayResult,
-    compare_policies,
-    ranked,
-    replay,
-    trace_usable,
-)
-from engine.analysis.recommend import DraftMeasurement, Recommendation, effective_c
+from engine.analysis.policy_replay import PolicyComparison, compare_policies, judged, replay
+from engine.analysis.prediction import CostModel, Prediction
+from engine.analysis.predictor import cost_of, traces_of
+from engine.analysis.recommend import DraftMeasurement, Recommendation, judge_for
 from engine.analysis.theory import MEMORY_BOUND, REGIMES
 from engine.core.policy import FixedGamma, parse_policy
 from engine.engines.registry import get as get_engine
@@ -79,11 +73,11 @@ class PolicyReport:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def best(self) -> ReplayResult | None:
+    def best(self) -> Prediction | None:
         return self.chosen.comparison.best if self.chosen else None
 
     @property
-    def best_fixed(self) -> ReplayResult | None:
+    def best_fixed(self) -> Prediction | None:
         return self.chosen.comparison.best_fixed if self.chosen else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,8 +92,13 @@ class PolicyReport:
             "gain_over_best_fixed": None if self.chosen is None else self.chosen.comparison.gain,
             "rows": [row for d in self.drafts for row in d.rows()],
             "cost_model": [
-                {"draft": d.draft, "temperature": d.temperature, "c": d.cost.c, "c_hat": d.cost.c_hat,
-                 "verify_cost": {str(k): v for k, v in sorted((d.cost.verify_cost or {}).items())}}
+                {
+                    "draft": d.draft,
+                    "temperature": d.temperature,
+                    "c": d.cost.c,
+                    "c_hat": d.cost.c_hat,
+                    "verify_cost": {str(k): v for k, v in sorted((d.cost.verify_cost or {}).items())},
+                }
                 for d in self.drafts
             ],  # fmt: skip
             "notes": self.notes + [n for d in self.drafts for n in d.notes],
@@ -115,18 +114,6 @@ def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
             if run.get("status") == "done" and run.get("kind") == "speculative":
                 out.append(run)
     return out
-
-
-def session_traces(store: Any, session_ids: list[int], draft: str) -> list[dict[str, Any]]:
-    """The draft's recorded trace, one per prompt, from the first run of each session that kept one."""
-    traces: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    for run in _runs(store, session_ids):
-        summary = run.get("summary") or {}
-        if run["draft"] == draft and summary.get("policy_trace") and run["session_id"] not in seen:
-            seen.add(run["session_id"])
-            traces.extend(t for t in summary["policy_trace"] if trace_usable(t))
-    return traces
 
 
 def live_figures(store: Any, session_ids: list[int], draft: str, temperature: float) -> dict[str, dict[str, Any]]:
@@ -154,10 +141,6 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
     return live
 
 
-def _regime(label: str | None) -> str:
-    return label if label in REGIMES else MEMORY_BOUND
-
-
 def session_policies(
     store: Any,
     session_ids: list[int] | int,
@@ -171,9 +154,11 @@ def session_policies(
 ) -> PolicyReport:
     """Replay every policy for every draft × temperature of the sessions; recommend one for the objective.
 
-    c is the draft cost the fixed-γ recommender calibrated to the measured speedups (its profiled c when none
-    were measured), v(k) the sessions' measured verify cost, the regime the one the recommendation was judged
-    in. The policy recommended is the best for the draft and temperature the fixed-γ recommendation chose
+    The one model and the one set of rules: c is the draft cost the recommender calibrated to the measured
+    speedups (its profiled c when none were measured), v(k) the sessions' measured verify cost, and every policy
+    is judged as the recommender judges a γ — the objective, the budget, the depth measured, and the regime at its
+    own verify width batch·(most drafted + 1). The policy recommended is the best for the draft and temperature
+    the fixed-γ recommendation chose
     (every draft when that is off). `engine` is whose measurements to use (default: evidence.choose_engine);
     `recommended`, the (recommendation, evidence, regime report) a caller already computed from the same inputs
     and engine, is used as it is instead of computing it again."""
@@ -183,28 +168,27 @@ def session_policies(
     rec, ev, report = recommended or recommend_from_store(
         store, ids, objective, budget, batch_size, None, regime_override, engine=engine
     )
-    regime = _regime(report.label)
+    regime = report.label if report.label in REGIMES else MEMORY_BOUND
     drafts: list[DraftPolicies] = []
     notes: list[str] = []
     for m in ev.measurements:
-        traces = session_traces(store, ids, m.name)
+        traces = [t for t in m.traces if t.get("runs")]
         if not traces:
             notes.append(f"{m.name}: {_why_no_trace(m, llamacpp)}")
             continue
-        if m.temperature > 0 and not any(f"{m.temperature:g}" in (t.get("beta") or {}) for t in traces):
+        if not traces_of(m):
             notes.append(f"{m.name} at T={m.temperature:g}: no β recorded at that temperature")
             continue
-        calibrated = effective_c(m)
-        cost = CostModel(c=calibrated if calibrated is not None else m.c, verify_cost=m.verify_cost or None,
-                         c_hat=m.c_hat, regime=regime)  # fmt: skip
-        comparison = compare_policies(traces, cost, m.temperature, objective, budget, max_gamma=max_gamma,
-                                      llamacpp=llamacpp)  # fmt: skip
+        judge = judge_for(m, objective, budget, rec.regime_given, rec.batch_size, rec.knee_batch)
+        cost = cost_of(m, regime=regime)
+        comparison = compare_policies(traces_of(m), cost, m.temperature, judge, max_gamma=max_gamma,
+                                      llamacpp=m.llamacpp_loop)  # fmt: skip
         live = live_figures(store, ids, m.name, m.temperature)
         replayed = {r.policy for r in comparison.results}
-        extra = [replay(traces, parse_policy(spec), cost, m.temperature, llamacpp=llamacpp)
+        extra = [replay(traces_of(m), parse_policy(spec), cost, m.temperature, llamacpp=m.llamacpp_loop)
                  for spec in live if spec not in replayed]  # fmt: skip
         if extra:  # live policies outside the grid get replayed too, so every live point has its prediction
-            comparison.results = ranked([*comparison.results, *extra], objective, budget)
+            comparison.results = judged([*comparison.results, *extra], judge)
         drafts.append(DraftPolicies(m.name, m.temperature, comparison, cost, live, m, list(comparison.notes)))
     chosen = None
     if drafts:
@@ -224,9 +208,11 @@ def _why_no_trace(m: DraftMeasurement, llamacpp: bool) -> str:
 
 
 def ranked_drafts(drafts: list[DraftPolicies], objective: str) -> list[DraftPolicies]:
-    def score(d: DraftPolicies) -> float:
+    """Drafts whose best policy may be recommended first, then by that policy's score under the objective."""
+
+    def score(d: DraftPolicies) -> tuple[bool, float]:
         best = d.comparison.best
-        return -best.cost_multiplier if objective == "cost" else best.predicted_speedup
+        return best.feasible, -best.cost_multiplier if objective == "cost" else best.predicted_speedup
 
     return sorted(drafts, key=score, reverse=True)
 
@@ -246,22 +232,19 @@ def recommendation_for(report: PolicyReport) -> Recommendation | None:
     return rec
 
 
-def pays(objective: str, result: ReplayResult) -> bool:
-    """Whether a replayed policy beats the target alone under the objective (cost: a lower cost per token)."""
-    return result.cost_multiplier < 1.0 if objective == "cost" else result.predicted_speedup > 1.0
-
-
 def export_best(report: PolicyReport, fmt: str) -> PolicyExport:
     """The recommended policy for one engine (the closest fixed γ where the engine cannot express it); off when
-    no replayed policy pays under the objective."""
+    no replayed policy may be recommended (the recommender's rules: objective, budget, crossover, width, depth)."""
     rec = recommendation_for(report)
     best, fixed = report.best, report.best_fixed
     if rec is None or best is None or fixed is None:
         raise SpectuneError("no policy to export: the sessions recorded no replayable trace")
     closest = int(fixed.policy.split(":")[1])
-    if not pays(report.objective, best):
-        why = f"Speculation off: no policy replayed pays for {report.objective} (best {best.policy}: " \
-              f"{best.predicted_speedup:.2f}×, cost ×{best.cost_multiplier:.2f})."
+    if not best.feasible:
+        why = (
+            f"Speculation off: no policy may be recommended for {report.objective} (best {best.policy}: "
+            f"{best.predicted_speedup:.2f}×, cost ×{best.cost_multiplier:.2f}: {best.infeasible_why})."
+        )
         return export_policy(replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target)
     predicted = {
         "tokens_per_call": best.tokens_per_call, "speedup": best.predicted_speedup,

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.analysis.theory import alpha_from_mean_accepted, speedup_positional, verify_cost_per_call
-from engine.core.counters import SpecCounters, per_call_rates
+from engine.analysis.prediction import CostModel, positional
+from engine.analysis.theory import alpha_from_mean_accepted
+from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
+from engine.drafts.refs import draft_method
 from engine.measure import noise
 from engine.measure.stats import StepStats
 from engine.session.runner import Decoded, RunKey
@@ -81,8 +83,8 @@ def summarise(
     per_pos = counters.per_position_acceptance()
     drafting = counters.drafting_fraction()
     spread = tally.spread(baseline)
-    v = verify_cost_per_call(verify_cost or None, gamma + 1, drafting if drafting is not None else 1.0)
-    per_call = per_call_rates(per_pos, drafting)
+    predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, CostModel(c, verify_cost or None),
+                           draft_method(tally.key.draft) == "draft_model")  # fmt: skip
     return RunSummary(
         **common,
         alpha=tally.stats.alpha(),
@@ -93,7 +95,7 @@ def summarise(
         c=c,
         speedup_measured=spread.median if spread else None,
         speedup_spread=spread.to_dict() if spread else None,
-        speedup_predicted=speedup_positional(per_call, gamma, c, v) if per_call else 1.0 / (gamma * c + v),
+        speedup_predicted=predicted.predicted_speedup,
         mean_drafted_per_step=counters.drafted_per_call(),
         draft_calls=tally.draft_calls,
     )

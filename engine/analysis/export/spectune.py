@@ -8,7 +8,7 @@ from typing import Any
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile
 from engine.analysis.export.formats import SPECTUNE_FORMAT
-from engine.analysis.recommend import DraftMeasurement, Recommendation
+from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import describe
 
@@ -59,9 +59,21 @@ def record(rec: Recommendation, regime: RegimeReport | None, schedule: dict[int,
         "evidence": {
             "measurement": _measurement(rec.measurement),
             "regime": regime_block,
-            "gamma_curve": [asdict(p) for p in rec.curve],
+            "gamma_curve": [curve_row(p) for p in rec.curve],
         },
     }
+
+
+def curve_row(p: GammaPoint) -> dict[str, Any]:
+    """One γ of the curve as the record keeps it: the one model's figures, the measurement, the reference line."""
+    return {
+        "gamma": p.gamma, "expected_tokens": p.expected_tokens, "speedup_predicted": p.speedup_predicted,
+        "ops_multiplier": p.ops_multiplier, "draft_calls_per_step": p.draft_calls_per_step,
+        "verify_cost": p.verify_cost, "basis": p.expected_tokens_source, "extrapolated": p.extrapolated,
+        "verify_extrapolated": p.verify_extrapolated, "measured_speedup": p.measured_speedup,
+        "measured_flag": p.measured_flag, "speedup_one_alpha": p.speedup_one_alpha,
+        "expected_tokens_one_alpha": p.expected_tokens_one_alpha, "flags": list(p.flags),
+    }  # fmt: skip
 
 
 def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:
