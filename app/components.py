@@ -225,6 +225,16 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     return engine
 
 
+def temperature_picker(store: Any, session_ids: list[int], where: Any, key: str) -> float | None:
+    """The deployment temperature, asked only when the sessions measured more than one (None: their only one)."""
+    temps = evidence.measured_temperatures(store, session_ids)
+    if len(temps) <= 1:
+        return None
+    return where.selectbox("Deployment temperature", temps, format_func=lambda t: f"T = {t:g}", key=key,
+                           help="The sessions measured several temperatures; acceptance, and so the answer, "
+                           "differs between them: choose the one you deploy at.")  # fmt: skip
+
+
 def policy_section(store: Any, session_ids: list[int], objective: str, budget: float | None, batch_size: int,
                    regime_override: str | None, engine: str, recommended: tuple) -> None:  # fmt: skip
     """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints),

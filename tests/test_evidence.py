@@ -161,3 +161,42 @@ def test_impossible_measured_speedup_from_the_store_is_flagged_not_calibrated(st
     assert rec.predicted_speedup <= rec.gamma + 1 and all(p.speedup_predicted <= p.gamma + 1 for p in rec.curve)
     assert any("measurement error" in n and "load changed between runs" in n for n in rec.notes)
     assert not any("scaled" in n for n in rec.notes)
+
+
+def _mixed_temperature_session(store) -> int:
+    """One finished n-gram session at T=0 (fast) and T=0.8 (no faster than the target)."""
+    set_id, _, _ = store.add_prompt_set("mixed", "mixed.txt", [{"text": "a"}, {"text": "b"}])
+    sid = store.create_session(name="mixed", target="t5-xxl", drafts=["ngram"], gammas=[3], temperatures=[0.0, 0.8],
+                               max_new_tokens=32, prompt_set_id=set_id, n_prompts=2)  # fmt: skip
+    store.claim_next_session("test:1")
+    for temp, alpha in ((0.0, 0.6), (0.8, 0.05)):
+        base = store.create_run(sid, "none", 0, temp, "baseline")
+        store.finish_run(base, {}, tokens_per_s=10.0, speedup_measured=1.0)
+        run = store.create_run(sid, "ngram", 3, temp, "speculative")
+        result = {"alpha": alpha, "c": 0.0, "per_position_acceptance": [alpha] * 3, "verify_cost": {},
+                  "tokens_per_s": 10.0, "speedup_measured": None}  # fmt: skip
+        store.finish_run(run, result, **result)
+    store.finish_session(sid, "done", summary={"verify_cost": {}})
+    return sid
+
+
+def test_mixed_temperatures_ask_for_the_deployment_temperature(store, tmp_path):
+    sid = _mixed_temperature_session(store)
+    with pytest.raises(SpectuneError, match="measured temperatures 0, 0.8: choose the temperature you deploy at"):
+        recommend_from_store(store, [sid], "latency")
+    greedy, ev0, _ = recommend_from_store(store, [sid], "latency", temperature=0.0)
+    sampled, ev8, _ = recommend_from_store(store, [sid], "latency", temperature=0.8)
+    assert {m.temperature for m in ev0.measurements} == {0.0} and {m.temperature for m in ev8.measurements} == {0.8}
+    assert not greedy.off and greedy.temperature == 0.0
+    assert sampled.off or sampled.predicted_speedup < greedy.predicted_speedup  # T=0.8 is never answered with T=0
+    with pytest.raises(SpectuneError, match="temperature 0.5 was not measured"):
+        recommend_from_store(store, [sid], "latency", temperature=0.5)
+    env = dict(os.environ, SPECTUNE_HOME=str(tmp_path))
+    cli = [sys.executable, "-m", "engine", "recommend", "--session", str(sid)]
+    asked = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    assert asked.returncode != 0 and "choose the temperature you deploy at" in asked.stderr
+    assert "Traceback" not in asked.stderr
+    chosen = subprocess.run([*cli, "--temperature", "0"], cwd=ROOT, capture_output=True, text=True, env=env,
+                            timeout=120)  # fmt: skip
+    assert chosen.returncode == 0, chosen.stderr
+    assert "temperature: 0" in chosen.stdout

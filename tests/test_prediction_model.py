@@ -148,3 +148,18 @@ def _vllm_gamma(doc: dict, batch: int) -> int:
         if lo <= batch <= hi:
             return int(k)
     return int(spec["num_speculative_tokens"])
+
+
+def test_crossover_and_theory_default_c_hat_to_c_and_say_so() -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    default = run("crossover", "--alpha", "0.8", "--c", "0.11")
+    assert "taken as c = 0.11" in default and "crossover at gamma=9" in default  # ĉ = c on both sides
+    assert "crossover at gamma=10" in run("crossover", "--alpha", "0.8", "--c", "0.11", "--c-hat", "0")
+    assert "c_hat=0.11" in run("theory", "--alpha", "0.8", "--gamma", "4", "--c", "0.11")

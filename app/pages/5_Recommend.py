@@ -59,10 +59,11 @@ if mixed := rv.mixed_targets(by_id[i] for i in chosen_ids):
 budget, price_per_hour = rv.budget_fraction(budget_pct), rv.price_or_none(price)
 override = rv.override_or_none(regime_choice)
 engine = components.engine_picker(store, [by_id[i] for i in chosen_ids], rv.HELP["engine"], rv.ENGINE_NUMBERS)
+temperature = components.temperature_picker(store, chosen_ids, st, "rec_temperature")
 result: Recommended | None = None
 with common.guard("compute the recommendation"):
     result = recommend_and_export(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override,
-                                  engine)  # fmt: skip
+                                  engine, temperature=temperature)  # fmt: skip
 
 
 def show_decision(rec: Any) -> None:

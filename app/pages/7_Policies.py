@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import common, components
 from app import policies_view as pv
+from app import recommend_view as rv
 from app.common import md_escape
 from engine.service.policies import prove, session_policies
 
@@ -30,19 +31,24 @@ if not finished:
 
 chosen_ids: list[int] = components.sessions_picker("Finished sessions", finished, "pol_sessions",
                                                    default=[finished[0]["id"]])  # fmt: skip
-c1, c2 = st.columns([2, 1])
+c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
 objective = c1.radio("Objective", list(pv.OBJECTIVE_LABELS), format_func=pv.OBJECTIVE_LABELS.get,
                      horizontal=True, key="pol_objective")  # fmt: skip
 budget = None
 if objective == "latency_within_budget":
-    budget = c2.slider("Cost budget", 0, 100, 20, 5, format="+%d%%", key="pol_budget") / 100.0
+    budget = c1.slider("Cost budget", 0, 100, 20, 5, format="+%d%%", key="pol_budget") / 100.0
+batch_size = c2.number_input("Serving batch size", min_value=1, max_value=4096, value=1, step=1, key="pol_batch",
+                             help="Policies are judged at this width: b × (drafted + 1) token rows per verify step")
+regime_choice = c3.selectbox("Regime", list(rv.REGIME_CHOICES), format_func=rv.REGIME_LABELS.get, key="pol_regime")
 if not chosen_ids:
     st.info("Pick at least one finished session above.")
     st.stop()
+temperature = components.temperature_picker(store, chosen_ids, c4, "pol_temperature")
 
 report: Any = None
 with common.guard("replay the policies"):
-    report = session_policies(store, chosen_ids, objective, budget)
+    report = session_policies(store, chosen_ids, objective, budget, int(batch_size), rv.override_or_none(regime_choice),
+                              temperature=temperature)  # fmt: skip
 if report is None:
     st.stop()
 for note in report.notes:

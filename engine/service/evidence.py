@@ -89,8 +89,9 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
     return sorted(rows, key=lambda r: (r["draft"], r["γ"], r["T"], r["engine"]))
 
 
-def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evidence:
-    """Collect measurements and regime evidence from finished sessions measured with `engine` (None: any)."""
+def gather(store: Any, session_ids: list[int], engine: str | None = None, temperature: float | None = None) -> Evidence:
+    """Collect measurements and regime evidence from finished sessions measured with `engine` (None: any), at the
+    deployment `temperature` (None: the sessions' single temperature; SpectuneError asking for one when mixed)."""
     if not session_ids:
         raise SpectuneError("choose at least one session")
     if engine is not None:
@@ -99,7 +100,7 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evi
             raise SpectuneError(f"none of the chosen sessions was measured with {engine}: run one with that engine")
         session_ids = chosen
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    baseline_tps: list[float] = []
+    baseline_tps: list[Any] = []
     regime: dict[str, Any] | None = None
     verify_cost: dict[int, float] = {}
     targets: set[str] = set()
@@ -118,7 +119,7 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evi
                 continue
             if run["kind"] == "baseline":
                 if run.get("tokens_per_s"):
-                    baseline_tps.append(run["tokens_per_s"])
+                    baseline_tps.append((float(run["temperature"]), run["tokens_per_s"]))
                 continue
             verify_cost |= measured_verify_points(run.get("verify_cost"))
             run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"),
@@ -126,7 +127,10 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evi
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
-    measurements = [_measurement(draft, temp, runs) for (draft, temp), runs in sorted(groups.items())]
+    temperature = deployment_temperature({temp for _, temp in groups}, temperature)
+    measurements = [_measurement(draft, temp, runs) for (draft, temp), runs in sorted(groups.items())
+                    if abs(temp - temperature) < 1e-9]  # fmt: skip
+    baseline_tps = [tps for temp, tps in baseline_tps if abs(temp - temperature) < 1e-9]
     label = (regime or {}).get("label") or UNKNOWN
     judged = judge_regime(regime, 1)
     return Evidence(
@@ -140,6 +144,28 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None) -> Evi
         verify_cost=verify_cost,
         target=next(iter(targets)) if len(targets) == 1 else None,
     )
+
+
+def deployment_temperature(measured: set[float], asked: float | None) -> float:
+    """The temperature to recommend for: the one asked (it must have been measured), else the sessions' single one."""
+    shown = ", ".join(f"{t:g}" for t in sorted(measured))
+    if asked is not None:
+        if not any(abs(asked - t) < 1e-9 for t in measured):
+            raise SpectuneError(f"temperature {asked:g} was not measured in these sessions (measured: {shown})")
+        return float(asked)
+    if len(measured) > 1:
+        raise SpectuneError(
+            f"the sessions measured temperatures {shown}: choose the temperature you deploy at (--temperature; "
+            f"the Temperature choice on the page) — acceptance, and so the answer, differs between them"
+        )
+    return next(iter(measured))
+
+
+def measured_temperatures(store: Any, session_ids: list[int]) -> list[float]:
+    """The temperatures the sessions' finished speculative runs measured, lowest first."""
+    temps = {float(r["temperature"]) for sid in session_ids for r in store.list_runs(sid)
+             if r.get("status") == "done" and r["kind"] == "speculative"}  # fmt: skip
+    return sorted(temps)
 
 
 def draft_arithmetic(draft: str, target: str | None, c: float) -> tuple[float, str]:
@@ -240,6 +266,7 @@ def recommend_from_store(
     price_per_hour: float | None = None,
     regime_override: str | None = None,
     engine: str | None = None,
+    temperature: float | None = None,
 ) -> tuple[Recommendation, Evidence, RegimeReport]:
     """The recommendation for these sessions, the evidence it rests on, and the regime judged at its γ.
 
@@ -253,7 +280,7 @@ def recommend_from_store(
         raise SpectuneError("the latency-within-budget objective needs a cost budget (e.g. 0.2 for +20%)")
     if batch_size < 1:
         raise SpectuneError(f"batch size {batch_size}: must be at least 1")
-    ev = gather(store, session_ids, engine)
+    ev = gather(store, session_ids, engine, temperature)
     try:
         first = judge_regime(ev.regime, batch_size, 0, ev.verify_cost, regime_override)
         knee = None if regime_override else first.knee_batch

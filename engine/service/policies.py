@@ -151,6 +151,7 @@ def session_policies(
     max_gamma: int = 32,
     engine: str | None = None,
     recommended: tuple[Recommendation, Any, Any] | None = None,
+    temperature: float | None = None,
 ) -> PolicyReport:
     """Replay every policy for every draft × temperature of the sessions; recommend one for the objective.
 
@@ -166,7 +167,7 @@ def session_policies(
     engine = choose_engine(store, ids, engine)
     llamacpp = replays_like_llamacpp(engine)  # replayed in llama-server's own loop, as its sessions ran
     rec, ev, report = recommended or recommend_from_store(
-        store, ids, objective, budget, batch_size, None, regime_override, engine=engine
+        store, ids, objective, budget, batch_size, None, regime_override, engine=engine, temperature=temperature
     )
     regime = report.label if report.label in REGIMES else MEMORY_BOUND
     drafts: list[DraftPolicies] = []

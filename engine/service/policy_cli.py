@@ -28,6 +28,8 @@ def add_commands(sub: Any) -> None:
     pol.add_argument("--objective", default="latency", choices=OBJECTIVES)
     pol.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     pol.add_argument("--batch-size", type=int, default=1)
+    pol.add_argument("--temperature", type=float, default=None,
+                     help="the temperature you deploy at (default: the sessions' single one)")  # fmt: skip
     pol.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     pol.add_argument("--top", type=int, default=15, help="rows to print per draft (live ones always shown)")
     pol.add_argument("--prove", type=int, default=None, metavar="N",
@@ -75,7 +77,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
 
     store = open_app_store()
-    report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime)
+    report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
+                              temperature=args.temperature)  # fmt: skip
     if not report.drafts:
         raise SpectuneError("; ".join(report.notes) or "no replayable trace in these sessions")
     print_table(report, args.top)

@@ -30,6 +30,7 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--objective", default="latency", choices=OBJECTIVES)
     rec.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     rec.add_argument("--batch-size", type=int, default=1)
+    rec.add_argument("--temperature", type=float, default=None, help=TEMPERATURE_HELP)
     rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
@@ -42,6 +43,9 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--policy-out", default=".", help="folder for --policy-export files (default: here)")
 
 
+TEMPERATURE_HELP = "the temperature you deploy at (default: the sessions' only one; needed when several were measured)"
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     """The recommendation (or its export), then the best speculation policy (and its export with --policy-export)."""
     from engine.service.jobs import open_app_store
@@ -50,7 +54,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     result = recommend_and_export(
         store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
         engine_from_cli(args.engine) if args.engine else None, formats=(args.export,) if args.export else (),
-        save=bool(args.export),
+        save=bool(args.export), temperature=args.temperature,
     )  # fmt: skip
     if args.export:
         write_export(result, args.export, args.out)
@@ -75,7 +79,8 @@ def write_export(result: Recommended, fmt: str, out: str | None) -> None:
 
 def print_recommendation(result: Recommended) -> None:
     rec, report = result.recommendation, result.regime
-    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}")
+    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}; temperature: "
+          f"{rec.temperature:g}")  # fmt: skip
     print(report.source)
     if rec.off:
         print("recommendation: speculation OFF")
@@ -99,7 +104,8 @@ def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> N
     """The best speculation policy for the objective and its gain over the best fixed γ; --policy-export files."""
     try:
         report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
-                                  engine=result.engine, recommended=result.triple)  # fmt: skip
+                                  engine=result.engine, recommended=result.triple,
+                                  temperature=args.temperature)  # fmt: skip
     except SpectuneError as exc:
         print(f"policy: not available ({exc})")
         return

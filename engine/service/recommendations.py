@@ -54,6 +54,7 @@ def recommend_and_export(
     engine: str | None = None,
     formats: Sequence[str] = FORMATS,
     save: bool = False,
+    temperature: float | None = None,
 ) -> Recommended:
     """Recommend from the sessions, export in each of `formats`, and with `save` keep it and its files.
 
@@ -64,7 +65,7 @@ def recommend_and_export(
     only = formats[0] if len(formats) == 1 else None
     engine = choose_engine(store, ids, engine, only)
     rec, ev, report = recommend_from_store(store, ids, objective, budget, batch_size, price_per_hour,
-                                           regime_override, engine)  # fmt: skip
+                                           regime_override, engine, temperature)  # fmt: skip
     inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override)
     result = Recommended(rec, ev, report, engine, inputs)
     for fmt in formats:
