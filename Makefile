@@ -64,7 +64,7 @@ $(VLLM_STAMP): | $(STAMP)
 	@echo ">> building $(VENV_VLLM): $(VLLM_PINS) (first time about 4 minutes, progress below)"
 	@start=$$(date +%s); \
 	if [ ! -f $(VLLM_WHEELS)/.complete ]; then \
-	  mkdir -p $(VLLM_WHEELS) && $(PY) -m pip download --progress-bar on -d $(VLLM_WHEELS) $(VLLM_PINS) \
+	  mkdir -p $(VLLM_WHEELS) && $(BIN)/pip download --progress-bar on -d $(VLLM_WHEELS) $(VLLM_PINS) \
 	    && touch $(VLLM_WHEELS)/.complete || exit 1; \
 	fi; \
 	rm -rf $(VENV_VLLM) && $(PY) -m venv $(VENV_VLLM) && \
