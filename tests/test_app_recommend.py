@@ -31,6 +31,9 @@ PAGE = "pages/5_Recommend.py"
 XSS = "<script>alert(1)</script>"
 
 # a decode-step sweep that is flat to batch 8 and linear from 16 on: knee at 16
+# v(k) nearly free, as the paper measured its speedups (with v(8) = 1.2 its 3.4× at γ=7 beats the model even with
+# a free draft: flagged, not calibrated to)
+T5_VERIFY = {1: 1.0, 2: 1.01, 4: 1.02, 8: 1.04}
 SWEEP = ([1, 2, 4, 8, 16, 32, 64], [0.010, 0.0102, 0.0105, 0.011, 0.018, 0.034, 0.068])
 
 
@@ -118,7 +121,7 @@ def test_only_unfinished_sessions_is_the_same_friendly_message(env):
 
 
 def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
-    sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost={1: 1.0, 2: 1.02, 4: 1.05, 8: 1.2})
+    sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost=T5_VERIFY)
     rec = expected(env.store, [sid])
     at = page()
     assert_clean(at)
@@ -140,7 +143,7 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     # a verify step processes batch × (γ+1) token rows: that width, not the batch, is compared with the knee
     width = rec.gamma + 1
     assert f"serving batch 1 × {width} tokens per verify step (γ+1) = {width} token rows, below the knee 16" in evidence
-    assert "v(8) = 1.20" in evidence
+    assert "v(8) = 1.04" in evidence
     assert "NVML" in texts(at.info)
     specs = chart_texts(at)
     assert any("knee: batch 16" in s for s in specs)  # the batch sweep, knee marked
@@ -349,7 +352,7 @@ def test_hostile_draft_and_session_names_are_shown_as_text(env):
 def test_cli_and_page_export_byte_identical_files_and_payloads(env, capsys):
     from engine.service.cli import main
 
-    sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost={1: 1.0, 2: 1.02, 4: 1.05, 8: 1.2})
+    sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost=T5_VERIFY)
     at = page()
     at.radio(key="rec_objective").set_value("latency_within_budget")
     at.run()
