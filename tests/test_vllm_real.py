@@ -29,11 +29,11 @@ from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.endpoint.load import Sweep
 from engine.endpoint.metrics import parse_metrics
 from engine.endpoint.settings import Endpoint, SweepLimits
-from engine.engines import registry
 from engine.engines.vllm import VllmRunner, cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import submit_endpoint_session
+from engine.service.jobs import submit_session
 from engine.service.worker import run_session
 from engine.session.runner import DecodeContext, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec
@@ -179,13 +179,26 @@ def test_the_draft_model_export_serves_and_speculates() -> None:
     assert seen.accepted_tokens > 0.8 * seen.draft_tokens  # its own draft, greedy: almost every token accepted
 
 
-def test_a_vllm_session_through_the_one_driver(tmp_path: Path) -> None:
+def test_a_vllm_session_through_the_worker_and_the_one_driver(tmp_path: Path) -> None:
+    """Submitted and run by the worker as `submit --engine vllm` queues it; the store keeps every run."""
     broken = tmp_path / "not-a-model"
     broken.mkdir()
     (broken / "config.json").write_text("{}")
     spec = SessionSpec(target="smollm2-135m", drafts=["ngram", str(broken)], gammas=[GAMMA], max_new_tokens=16,
-                       dtype="bfloat16", engine="vllm", concurrency=[1, 2], measure_verify_cost=False)  # fmt: skip
-    report = registry.sweep(spec, PROMPTS).to_dict()
+                       dtype="bfloat16", engine="vllm", concurrency=[1, 2], measure_verify_cost=False,
+                       detect_regime=False)  # fmt: skip
+    store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    try:
+        set_id, _, _ = store.add_prompt_set("v", "v.txt", [{"text": p.text, "category": None} for p in PROMPTS])
+        sid = submit_session(store, spec, set_id, len(PROMPTS))
+        assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+        report = store.get_session(sid)["summary"]
+        stored = store.list_runs(sid)
+    finally:
+        store.close()
+    levels = sorted(((r["draft"], r["status"], (r["summary"] or {}).get("concurrency")) for r in stored), key=str)
+    assert levels == sorted([("none", "done", 1), ("none", "done", 2), ("ngram", "done", 1), ("ngram", "done", 2),
+                             (str(broken), "failed", None), (str(broken), "failed", None)], key=str)  # fmt: skip
     assert report["engine"] == "vllm" and report["dtype"] == ("bfloat16" if cpu_has_bf16() else "float32")
     info = report["vllm"]
     assert info["version"] == info["server_version"] == "0.32.0" and "AVX" in info["kernel"]
