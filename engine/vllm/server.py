@@ -56,6 +56,7 @@ class VllmConfig:
     threads: int | None = None  # compute cores (None: every core of this machine)
     kv_cache_mib: int = 512
     max_num_seqs: int | None = None
+    prefix_caching: bool = False  # off: a prompt sent again (another level, temperature) is not a cache hit
     seed: int = 0
     extra: tuple[str, ...] = ()
 
@@ -83,6 +84,8 @@ class VllmConfig:
                  "--disable-uvicorn-access-log"]  # fmt: skip
         if self.enforce_eager:
             flags.append("--enforce-eager")
+        if not self.prefix_caching:
+            flags.append("--no-enable-prefix-caching")
         if self.max_num_seqs:
             flags += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.speculative:
