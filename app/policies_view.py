@@ -79,6 +79,7 @@ def table_frame(d: DraftPolicies, top: int | None = None) -> pd.DataFrame:
             "basis": [r["basis"] for r in rows],
             "live tokens/call": [r["live_tokens_per_call"] for r in rows],
             "live speedup": [r["live_speedup"] for r in rows],
+            "may be recommended": ["yes" if r["feasible"] else r["why_not"] for r in rows],
         }
     )
 
@@ -182,6 +183,7 @@ def live_frame(d: DraftPolicies) -> pd.DataFrame:
             "difference": [_diff(r["tokens_per_call"], r["live_tokens_per_call"]) for r in rows],
             "speedup predicted": [r["predicted_speedup"] for r in rows],
             "speedup live": [r["live_speedup"] for r in rows],
+            "check": [r["live_flag"] or "" for r in rows],
             "basis": [r["basis"] for r in rows],
         }
     )

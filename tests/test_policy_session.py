@@ -211,9 +211,11 @@ def test_the_headline_says_no_policy_pays_when_none_beats_the_target_alone(sessi
     text, wins = best_banner(report, str)
     assert "No policy pays" not in text
     comparison = report.chosen.comparison
-    comparison.best = replace(comparison.best, predicted_speedup=0.9, cost_multiplier=1.3)
+    comparison.best = replace(comparison.best, predicted_speedup=0.9, cost_multiplier=1.3, feasible=False,
+                              infeasible_why="not faster than the target alone")  # as the one set of rules marks it
     text, wins = best_banner(report, str)
     assert not wins and "No policy pays" in text and "0.90×" in text and "serve the target alone" in text
+    assert "not faster than the target alone" in text
     assert "Speculation off" in export_best(report, "llamacpp").text  # the export says the same
 
 

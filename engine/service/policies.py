@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.export import PolicyExport, export_policy
 from engine.analysis.policy_replay import PolicyComparison, compare_policies, judged, replay
 from engine.analysis.prediction import CostModel, Prediction
@@ -22,6 +23,7 @@ from engine.core.policy import FixedGamma, parse_policy
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp
 from engine.errors import SpectuneError
+from engine.measure import noise
 from engine.service.evidence import choose_engine, recommend_from_store
 from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
@@ -53,7 +55,8 @@ class DraftPolicies:
                 "live_tokens_per_call": live.get("tokens_per_call"),
                 "live_draft_calls_per_step": live.get("draft_calls_per_step"),
                 "live_speedup": live.get("speedup_measured"), "live_tokens_per_s": live.get("tokens_per_s"),
-                "live": bool(live), "best_fixed": r is self.comparison.best_fixed,
+                "live": bool(live), "best_fixed": r is self.comparison.best_fixed, "live_flag": live.get("flag"),
+                "feasible": r.feasible, "why_not": r.infeasible_why,
             })  # fmt: skip
         return out
 
@@ -116,6 +119,22 @@ def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+def live_flag(figures: dict[str, Any], most_drafted: int, c: float) -> str | None:
+    """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (1 + the draft's
+    share)), or its per-prompt ratios are too noisy; None when it stands."""
+    speedup, per_call = figures.get("speedup_measured"), figures.get("tokens_per_call")
+    if not speedup:
+        return None
+    share = c * float(figures.get("draft_calls_per_step") or 0.0)
+    broken = check_measured_speedup(float(speedup), max(most_drafted, 1), per_call, share)
+    if broken is not None:
+        return broken.message
+    spread = figures.get("speedup_spread") or {}
+    if spread and (int(spread.get("n") or 0) < 2 or noise.is_noisy(noise.Spread(**spread))):
+        return f"too noisy to tell ({spread.get('verdict') or 'one prompt'}): not calibrated to"
+    return None
+
+
 def live_figures(store: Any, session_ids: list[int], draft: str, temperature: float) -> dict[str, dict[str, Any]]:
     """What the sessions ran live for this draft and temperature: policy spec -> figures (fixed γ as fixed:G)."""
     live: dict[str, dict[str, Any]] = {}
@@ -132,11 +151,13 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
             figures = {
                 "policy": spec, "tokens_per_call": run.get("mean_acceptance_length"),
                 "tokens_per_s": run.get("tokens_per_s"), "speedup_measured": run.get("speedup_measured"),
+                "speedup_spread": summary.get("speedup_spread"),
                 "mean_drafted_per_step": summary.get("mean_drafted_per_step"),
                 "draft_calls_per_step": (summary["draft_calls"] / steps) if summary.get("draft_calls") and steps
                 else None,
             }  # fmt: skip
         figures["session_id"] = run["session_id"]
+        figures["flag"] = live_flag(figures, parse_policy(spec).max_draft(), run.get("c") or 0.0)
         live[spec] = figures
     return live
 

@@ -52,6 +52,10 @@ def print_table(report: PolicyReport, top: int = 15, out: Any = None) -> None:
             if row["rank"] > top and not row["live"] and not row["best_fixed"]:
                 continue
             mark = " ←best fixed γ" if row["best_fixed"] else ""
+            if not row["feasible"]:
+                mark += f" (not recommended: {row['why_not']})"
+            if row["live_flag"]:
+                mark += f" [live: {row['live_flag']}]"
             print(
                 f"{row['rank']:>3} {row['policy'][:30]:<30} {row['setting'][:34]:<34} {row['tokens_per_call']:>8.3f} "
                 f"{row['draft_calls_per_step']:>8.2f} {row['predicted_speedup']:>7.2f}× {row['cost_multiplier']:>7.3f} "
