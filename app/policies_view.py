@@ -160,8 +160,9 @@ def best_banner(report: PolicyReport, escape: Callable[[Any], str]) -> tuple[str
 
 
 def best_metrics(report: PolicyReport) -> list[tuple[str, str, str]]:
+    """The recommended policy's figures as big metrics; none when no policy may be recommended (off is off)."""
     best, fixed = report.best, report.best_fixed
-    if best is None or fixed is None:
+    if best is None or fixed is None or not best.feasible:
         return []
     return [
         ("Best policy", best.policy, best.setting),

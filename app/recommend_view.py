@@ -488,7 +488,7 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
             )
     return {
         "curve": curve, "highlight": highlight, "cross": cross, "table": table, "headline": headline,
-        "warning": warning,
+        "warning": warning, "recommended": index == winner,
     }  # fmt: skip
 
 

@@ -118,7 +118,8 @@ def show_crossover(rec: Any, ev: Any) -> None:
     if view["warning"]:
         st.warning(view["warning"])
     lines, measured = rv.curve_chart_frames(view["curve"])
-    st.altair_chart(charts.recommend_curve(lines, measured, view["highlight"], view["cross"]), width="stretch")
+    recommended = view["highlight"] if view["recommended"] else None  # off: no γ is labelled recommended
+    st.altair_chart(charts.recommend_curve(lines, measured, recommended, view["cross"]), width="stretch")
     table = view["table"]
     components.table(rv.styled_curve(table, view["highlight"], view["cross"]), height=36 + 35 * min(len(table), 16))
     st.caption(rv.CURVE_CAPTION)
