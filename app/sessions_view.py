@@ -122,13 +122,18 @@ def concurrency_surface(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     for run in runs:
-        if run.get("kind") == "baseline" or run.get("speedup_measured") is None:
+        live = (run.get("summary") or {}).get("policy_live") or {}
+        speedup = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get(
+            "speedup_measured")  # fmt: skip
+        if run.get("kind") == "baseline" or speedup is None:
             continue
-        spread = _spread(run)
-        rows.append({"configuration": f"{run.get('draft')} T={data._num(run.get('temperature'))}",
+        spread = _spread(run) or (live.get("speedup_spread") if isinstance(live.get("speedup_spread"), Mapping)
+                                  else None)  # fmt: skip
+        policy = data.run_policy(run)
+        rows.append({"configuration": f"{run.get('draft')}{' ' + policy if policy else ''} "
+                                      f"T={data._num(run.get('temperature'))}",
                      "γ": int(run.get("gamma") or 0), "concurrency": data.run_concurrency(run),
-                     "speedup": float(run["speedup_measured"]),
-                     "verdict": _verdict(spread) if spread else None})  # fmt: skip
+                     "speedup": float(speedup), "verdict": _verdict(spread) if spread else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -139,7 +144,7 @@ def stops_paying(surface: pd.DataFrame) -> list[str]:
         losing = group[group["speedup"] <= 1.0].sort_values("concurrency")
         where = f"stops paying at concurrency {int(losing['concurrency'].iloc[0])} (measured)" if len(losing) else (
             f"pays at every level measured (up to {int(group['concurrency'].max())})")  # fmt: skip
-        lines.append(f"{config} γ={gamma}: {where}")
+        lines.append(f"{config}{f' γ={gamma}' if gamma else ''}: {where}")
     return lines
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.policy import parse_policy
 from engine.engines import registry
 from engine.engines.vllm import choose_dtype, cpu_has_bf16, speculative_config
 from engine.errors import SettingsError
@@ -48,6 +49,11 @@ def test_each_configuration_is_the_speculative_config_vllm_takes() -> None:
     }  # fmt: skip
     assert speculative_config(RunKey("d", 5, 0.0), "/m/d") == {"method": "draft_model", "model": "/m/d",
                                                                  "num_speculative_tokens": 5}  # fmt: skip
+    scheduled = RunKey("ngram", 0, 0.0, parse_policy("batch:1=3,2=1,8=0"), concurrency=2)
+    assert speculative_config(scheduled, None) == {  # as the vLLM export writes a schedule (vllm_schedule)
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+        "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 7, 1], [8, 8, 0]],
+    }  # fmt: skip
     config = VllmConfig.with_speculation(Path("/m/t"), {"method": "ngram", "num_speculative_tokens": 1})
     flags = config.flags()
     assert flags[flags.index("--speculative-config") + 1] == '{"method":"ngram","num_speculative_tokens":1}'
@@ -67,8 +73,9 @@ def test_the_dtype_is_chosen_per_cpu() -> None:
 
 
 def test_what_vllm_sessions_refuse() -> None:
-    with pytest.raises(SettingsError, match="fixed γ only"):
+    with pytest.raises(SettingsError, match="fixed γ and γ by batch size"):
         registry.validate(spec(policies=["confidence:0.6:8:0"]))
+    registry.validate(spec(gammas=[], policies=["batch:1=3,2=1"]))  # γ by batch size: vLLM runs it
     with pytest.raises(SettingsError, match="concurrency 0"):
         registry.validate(spec(concurrency=[0, 2]))
     with pytest.raises(SettingsError, match="each level once"):
@@ -130,6 +137,11 @@ def test_the_sessions_page_draws_the_gamma_by_concurrency_surface() -> None:
     assert sv.stops_paying(surface) == ["ngram T=0 γ=2: stops paying at concurrency 4 (measured)",
                                         "ngram T=0 γ=4: pays at every level measured (up to 4)"]  # fmt: skip
     assert charts.vega_spec(charts.concurrency_surface(surface))["layer"]
+    scheduled = [{"kind": "speculative", "draft": "ngram", "gamma": 0, "temperature": 0.0, "speedup_measured": None,
+                  "summary": {"concurrency": n, "policy": "batch:1=3,4=1", "policy_live": {"speedup_measured": x}}}
+                 for n, x in ((1, 1.4), (4, 1.05))]  # fmt: skip
+    assert sv.stops_paying(sv.concurrency_surface(runs[:2] + scheduled)) == [
+        "ngram batch:1=3,4=1 T=0: pays at every level measured (up to 4)"]  # fmt: skip
     assert sv.concurrency_surface(runs[:1] + runs[2:3]).empty  # one level: no surface
 
 

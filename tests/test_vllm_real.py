@@ -29,6 +29,7 @@ from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.endpoint.load import Sweep
 from engine.endpoint.metrics import parse_metrics
 from engine.endpoint.settings import Endpoint, SweepLimits
+from engine.engines import registry
 from engine.engines.vllm import VllmRunner, cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
@@ -242,3 +243,18 @@ def test_a_server_that_crashes_or_hangs_mid_session_fails_its_configuration_with
         assert process_group(pgid) == []
     finally:
         runner.stop()
+
+
+def test_gamma_by_batch_size_is_launched_as_the_export_writes_it_and_vllm_follows_it() -> None:
+    """A batch:1=3,2=1 policy: vLLM started with num_speculative_tokens_per_batch_size [[1, 1, 3], [2, 2, 1]] drafts
+    3 tokens a step with one request in flight and fewer with two (1 while both are decoding)."""
+    spec = SessionSpec(target="smollm2-135m", drafts=["ngram"], gammas=[], policies=["batch:1=3,2=1"],
+                       max_new_tokens=24, engine="vllm", concurrency=[1, 2], measure_verify_cost=False)  # fmt: skip
+    report = registry.sweep(spec, [PromptText("r", REPEATS), PROMPTS[1]]).to_dict()
+    configs = [s["speculative_config"] for s in report["vllm"]["startups"]]
+    assert {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+            "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 1]]} in configs  # fmt: skip
+    live = {r["concurrency"]: r["policy_live"] for r in report["runs"]}
+    assert sorted(live) == [1, 2] and all(r["policy"] == "batch:1=3,2=1" for r in report["runs"])
+    assert all(lv["speedup_measured"] > 0 and lv["tokens_per_call"] >= 1 for lv in live.values())
+    assert 0 < live[2]["mean_drafted_per_step"] < live[1]["mean_drafted_per_step"] <= 3

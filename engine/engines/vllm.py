@@ -2,12 +2,14 @@
 deployment.
 
 Configurations are the target alone, each draft model × γ (`{"method": "draft_model", …}`) and n-gram lookup × γ
-(`{"method": "ngram", "prompt_lookup_min/max": …}`); temperatures and concurrency levels share a server. vLLM
-batches continuously, so every configuration is measured at each concurrency level of the session (n prompts in
-flight at once, streamed): tokens/s over the batch, time to first token, inter-token gaps, and acceptance from
-vLLM's own /metrics counters over exactly that batch. What vLLM cannot give is named, not guessed: β per position
-(so α as mean β), which output tokens came from the draft, v(k) and c. The dtype is chosen per CPU: bfloat16 only
-where the CPU has bf16 instructions (AVX512_BF16 or AMX), float32 otherwise; a CUDA build takes the session's."""
+(`{"method": "ngram", "prompt_lookup_min/max": …}`), and γ by batch size (a `batch:B=G,..` policy, launched with
+`num_speculative_tokens_per_batch_size` exactly as the vLLM export writes it); temperatures and concurrency levels
+share a server. vLLM batches continuously, so every configuration is measured at each concurrency level of the
+session (n prompts in flight at once, streamed): tokens/s over the batch, time to first token, inter-token gaps,
+and acceptance from vLLM's own /metrics counters over exactly that batch. What vLLM cannot give is named, not
+guessed: β per position (so α as mean β), which output tokens came from the draft, v(k) and c. The dtype is chosen
+per CPU: bfloat16 only where the CPU has bf16 instructions (AVX512_BF16 or AMX), float32 otherwise; a CUDA build
+takes the session's."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from engine.analysis.export.vllm import vllm_schedule
+from engine.core.policy import BatchSchedule
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
 from engine.endpoint.transport import EndpointError
@@ -37,9 +41,11 @@ def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     validate(spec, n_prompts)
     spec.vllm = VllmOptions.from_dict(spec.vllm).validate()
     _, varying = gammas_and_policies(spec)
-    if varying:
-        specs = ", ".join(p.spec() for p in varying)
-        raise SettingsError(f"vLLM sessions run fixed γ only ({specs} varies γ per step): use spectune or llama.cpp")
+    per_step = [p for p in varying if not isinstance(p, BatchSchedule)]
+    if per_step:
+        specs = ", ".join(p.spec() for p in per_step)
+        raise SettingsError(f"vLLM sessions run fixed γ and γ by batch size (batch:B=G,..) only ({specs} varies γ "
+                            "per step): use spectune or llama.cpp")  # fmt: skip
     for draft in spec.drafts:
         if is_suffix(draft):
             raise SettingsError(f"{draft}: vLLM sessions do not run suffix decoding yet: use spectune's loop")
@@ -69,11 +75,17 @@ def speculative_config(key: RunKey, draft_dir: str | None) -> dict[str, Any] | N
     """vLLM's --speculative-config for one configuration (None for the target alone)."""
     if key.kind == "baseline":
         return None
+    schedule = dict(key.policy.schedule) if isinstance(key.policy, BatchSchedule) else None
+    gamma = max(schedule.values()) if schedule else key.gamma
     if is_ngram(key.draft):
         lo, hi = parse_ngram_spec(key.draft)
-        return {"method": "ngram", "num_speculative_tokens": key.gamma, "prompt_lookup_max": hi,
-                "prompt_lookup_min": lo}  # fmt: skip
-    return {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": key.gamma}
+        config = {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_max": hi,
+                  "prompt_lookup_min": lo}  # fmt: skip
+    else:
+        config = {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": gamma}
+    if schedule:  # γ by batch size as the vLLM export writes it (vLLM ≥ 0.24's dynamic speculative decoding)
+        config["num_speculative_tokens_per_batch_size"] = vllm_schedule(schedule)
+    return config
 
 
 def _model_dir(ref: str) -> str:
