@@ -2,7 +2,7 @@
 EngineCore or Worker survives its stop, a crash, or a SIGTERM or SIGKILL of the process that started it.
 
 vLLM CPU 0.32.0 from .venv-vllm (make setup) on the bundled SmolLM2-135M in float32, --enforce-eager: each start
-takes about a minute on 2 cores, so the serving checks share one server."""
+takes about a minute on 2 cores, so the serving checks share one server (the stop check stops it)."""
 
 from __future__ import annotations
 
@@ -78,12 +78,12 @@ def test_it_serves_and_says_what_it_is(served: VllmServer) -> None:
     assert set(counters.accepted_per_position) == {0, 1, 2}
 
 
-def test_stop_leaves_no_process() -> None:
-    server = VllmServer(config(None)).start()
-    pgid = server.proc.pid  # type: ignore[union-attr]
+def test_stop_leaves_no_process(served: VllmServer) -> None:
+    """The shared server, stopped after the checks above have used it."""
+    pgid = served.proc.pid  # type: ignore[union-attr]
     assert len(process_group(pgid)) >= 4  # guard, API server, EngineCore, Worker
-    server.stop()
-    assert wait_gone(pgid, 5.0) == []
+    served.stop()
+    assert wait_gone(pgid, 5.0) == [] and not served.alive()
 
 
 def test_a_crash_of_its_engine_leaves_no_process_and_the_log_says_why() -> None:
