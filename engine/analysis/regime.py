@@ -109,7 +109,14 @@ def _combine(votes: Mapping[str, str], evidence: list[str]) -> tuple[str, bool]:
             first_side = first_side or side
     if first_side is None:
         label = "unknown"
-        evidence.append("no decisive evidence: run a batch sweep at the serving batch or measure v(k)")
+        undecided = ", ".join(f"{k} ({v})" for k, v in votes.items())
+        missing = [what for source, what in (("batch sweep", "run a batch sweep at the serving batch"),
+                                              ("verify curve", "measure v(k)")) if source not in votes]  # fmt: skip
+        evidence.append(
+            "no decisive evidence"
+            + (f": measured but undecided — {undecided}" if undecided else "")
+            + (f"; {' or '.join(missing)}" if missing else "")
+        )
     elif scores[MEMORY_BOUND] == scores[COMPUTE_BOUND]:
         label = first_side
     else:

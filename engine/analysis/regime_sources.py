@@ -17,6 +17,9 @@ VERIFY_FREE_FRACTION = 0.25
 VERIFY_BILLED_FRACTION = 0.75
 
 MEASUREMENT_ERROR = "measurement error"
+OVERHEAD_BOUND = "overhead-bound"  # a step far below both roofs: neither regime (launch, Python, scheduling)
+ABSTAIN_FRACTION = 0.05  # the roofline takes no side when the step reaches less than this of both peaks
+NON_MONOTONE_SLACK = 0.05  # a step time 5% below the previous batch's is timing noise
 
 
 def regime_at_width(width: int, knee_batch: int | None) -> str:
@@ -105,8 +108,17 @@ def classify_batch_sweep(
         evidence.append(f"no linear growth up to batch {bs[-1]} (threshold {linear_fraction:.0%} of proportional)")
     width = serving_batch * tokens_per_row
     label = regime_at_width(width, knee)
-    if knee is None and serving_batch > bs[-1]:
-        evidence.append(f"serving batch {serving_batch} is beyond the sweep (max {bs[-1]}): extrapolated")
+    for i in range(1, len(bs)):
+        if ts[i] < ts[i - 1] * (1.0 - NON_MONOTONE_SLACK):
+            evidence.append(
+                f"batch {bs[i - 1]}→{bs[i]}: step time fell ({ts[i - 1] * 1e3:.3g} → {ts[i] * 1e3:.3g} ms) — "
+                "non-monotone, timing noise: treat this sweep with care"
+            )
+    if knee is None and width > bs[-1]:
+        evidence.append(
+            f"{width} token rows per step is beyond the sweep (largest batch {bs[-1]}): the regime there is "
+            "extrapolated — sweep to that batch to know"
+        )
     if tokens_per_row == 1:
         where = (
             f"serving batch {serving_batch} ≥ knee {knee}"
@@ -160,7 +172,8 @@ def classify_verify_curve(verify_cost: Mapping[int, float], k: int = 8) -> Verif
         raise ValueError("verify_cost is empty: measure v(k) for a few k first")
     if k < 2:
         raise ValueError("k must be >= 2")
-    v_k = verify_cost_at(verify_cost, k)
+    raw = {int(key): float(v) for key, v in verify_cost.items()}
+    v_k = raw[k] if k in raw else verify_cost_at(verify_cost, k)  # the measurement itself, before the fit caps it
     fraction = max((v_k - 1.0) / (k - 1.0), 0.0)
     flag = check_verify_cost(v_k, k)
     if flag is not None:
@@ -244,6 +257,12 @@ def roofline(
     if flags:
         label = MEASUREMENT_ERROR
         evidence = flags + [f"(measurement error, not evidence) {e}" for e in evidence]
+    elif bw_frac < ABSTAIN_FRACTION and fl_frac < ABSTAIN_FRACTION:
+        label = OVERHEAD_BOUND
+        evidence.append(
+            f"both below {ABSTAIN_FRACTION:.0%} of peak: the step is overhead-bound (neither regime), so the roofline "
+            "takes no side"
+        )
     return Roofline(
         bytes_per_step=moved,
         flops_per_step=float(flops_per_step),

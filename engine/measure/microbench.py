@@ -6,7 +6,7 @@ import inspect
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # A step "grows about linearly" from b_prev to b when t(b)/t(b_prev) >= LINEAR_FRACTION * (b/b_prev).
@@ -83,25 +83,24 @@ class BatchSweep:
     device: str
     reps: int
     stopped_early: bool
+    spread_s: list[tuple[float, float]] = field(default_factory=list)  # (min, max) step time per batch over the rounds
 
 
 def batch_sweep(
     model: Any,
     input_len: int = 32,
     batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
-    reps: int = 3,
+    reps: int = 5,
     device: str | None = None,
-    stop_when_linear: bool = True,
-    linear_fraction: float = LINEAR_FRACTION,
     seed: int = 0,
 ) -> BatchSweep:
-    """Time one decode step of a HF causal LM at each batch size (median of `reps`, after a warm-up).
+    """Time one decode step of a HF causal LM at each batch size: `reps` interleaved rounds after a warm-up round.
 
-    Each batch gets a random context of `input_len` tokens prefilled into a DynamicCache; each rep
-    then runs a 1-token step per row and crops the cache back, so every rep times the same shape.
-    The forward's cache keyword is `cache=` in transformers 5.x (`past_key_values=` before); it is
-    read from the signature. Stops once two consecutive doublings grow about linearly (the knee is
-    confirmed), because larger batches only cost time.
+    Each batch gets a random context of `input_len` tokens prefilled into a DynamicCache once; every round then
+    times a 1-token step at every batch, in an order that rotates from round to round (so a burst of load lands
+    on different batches, never on one alone), cropping the cache back so every round times the same shape.
+    The median per batch is the step time; the spread across rounds is kept. The forward's cache keyword is
+    `cache=` in transformers 5.x (`past_key_values=` before); it is read from the signature.
     """
     import torch
 
@@ -114,23 +113,24 @@ def batch_sweep(
     vocab = int(model.config.vocab_size)
     generator = torch.Generator().manual_seed(seed)
     sizes = sorted({int(b) for b in batch_sizes})
-    measured_b: list[int] = []
-    measured_t: list[float] = []
-    stopped = False
-    for b in sizes:
-        ids = torch.randint(0, vocab, (b, input_len), generator=generator).to(device)
-        cache = new_cache(model.config)
-        times: list[float] = []
-        with torch.inference_mode():
-            keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no (b, len, vocab) logits
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # no (b, len, vocab) logits
+    prepared: dict[int, tuple[Any, Any]] = {}
+    with torch.inference_mode():
+        for b in sizes:
+            ids = torch.randint(0, vocab, (b, input_len), generator=generator).to(device)
+            cache = new_cache(model.config)
             out = model(input_ids=ids, use_cache=True, **{cache_kw: cache}, **keep)
             for attr in ("cache", "past_key_values"):
                 returned = getattr(out, attr, None)
                 if returned is not None:
                     cache = returned
                     break
-            step_ids = out.logits[:, -1:].argmax(-1)
-            for rep in range(reps + 1):  # rep 0 is the warm-up
+            prepared[b] = (cache, out.logits[:, -1:].argmax(-1))
+        times: dict[int, list[float]] = {b: [] for b in sizes}
+        for rnd in range(max(reps, 1) + 1):  # round 0 is the warm-up
+            shift = rnd % len(sizes)
+            for b in sizes[shift:] + sizes[:shift]:
+                cache, step_ids = prepared[b]
                 sync(device)
                 start = time.perf_counter()
                 model(input_ids=step_ids, use_cache=True, **{cache_kw: cache})
@@ -139,20 +139,14 @@ def batch_sweep(
                 extra = cache.get_seq_length() - input_len
                 if extra > 0:  # a negative crop removes that many tokens in every transformers version
                     cache.crop(-extra)
-                if rep:
-                    times.append(elapsed)
-        measured_b.append(b)
-        measured_t.append(statistics.median(times) if times else elapsed)
-        if stop_when_linear and len(measured_t) >= 3 and b != sizes[-1]:
-            growth = growth_fractions(measured_b[-3:], measured_t[-3:])
-            if all(g >= linear_fraction for g in growth):
-                stopped = True
-                break
+                if rnd:
+                    times[b].append(elapsed)
     return BatchSweep(
-        batch_sizes=measured_b,
-        step_times_s=measured_t,
+        batch_sizes=sizes,
+        step_times_s=[statistics.median(times[b]) for b in sizes],
         input_len=input_len,
         device=str(device),
-        reps=reps,
-        stopped_early=stopped,
+        reps=max(reps, 1),
+        stopped_early=False,
+        spread_s=[(min(times[b]), max(times[b])) for b in sizes],
     )

@@ -40,15 +40,16 @@ def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, servin
     """
     verify = measured_verify_points(report.get("verify_cost"))
     target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
-    # up to the serving batch and beyond, until step time grows about linearly (batch_sweep stops there)
+    # up to the serving batch and beyond, in interleaved rounds (a burst of load never lands on one batch alone)
     sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
-    sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=2, device=target.device)
+    sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=5, device=target.device)
     times = dict(zip(sweep.batch_sizes, sweep.step_times_s, strict=True))
     at_batch = min(times, key=lambda b: abs(b - serving_batch))
     roof = _roofline_for(target, at_batch, times[at_batch], 32)
     record: dict[str, Any] = {
         "serving_batch": serving_batch,
-        "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s)},
+        "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s),
+                        "spread_s": [list(x) for x in sweep.spread_s], "reps": sweep.reps},
         "verify_cost": {str(k): v for k, v in sorted(verify.items())},
         "roofline": jsonable(roof),
     }
