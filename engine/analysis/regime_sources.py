@@ -60,6 +60,22 @@ def _knee_pair(growth: Sequence[float], linear_fraction: float) -> int | None:
     return None
 
 
+def _caveats(bs: Sequence[int], ts: Sequence[float], width: int, knee: int | None) -> list[str]:
+    """What the sweep cannot tell: step times that fall between batches (noise), a width past the sweep."""
+    said = [
+        f"batch {bs[i - 1]}→{bs[i]}: step time fell ({ts[i - 1] * 1e3:.3g} → {ts[i] * 1e3:.3g} ms) — non-monotone, "
+        "timing noise: treat this sweep with care"
+        for i in range(1, len(bs))
+        if ts[i] < ts[i - 1] * (1.0 - NON_MONOTONE_SLACK)
+    ]
+    if knee is None and width > bs[-1]:
+        said.append(
+            f"{width} token rows per step is beyond the sweep (largest batch {bs[-1]}): the regime there is "
+            "extrapolated — sweep to that batch to know"
+        )
+    return said
+
+
 def classify_batch_sweep(
     batch_sizes: Sequence[int],
     step_times_s: Sequence[float],
@@ -108,17 +124,7 @@ def classify_batch_sweep(
         evidence.append(f"no linear growth up to batch {bs[-1]} (threshold {linear_fraction:.0%} of proportional)")
     width = serving_batch * tokens_per_row
     label = regime_at_width(width, knee)
-    for i in range(1, len(bs)):
-        if ts[i] < ts[i - 1] * (1.0 - NON_MONOTONE_SLACK):
-            evidence.append(
-                f"batch {bs[i - 1]}→{bs[i]}: step time fell ({ts[i - 1] * 1e3:.3g} → {ts[i] * 1e3:.3g} ms) — "
-                "non-monotone, timing noise: treat this sweep with care"
-            )
-    if knee is None and width > bs[-1]:
-        evidence.append(
-            f"{width} token rows per step is beyond the sweep (largest batch {bs[-1]}): the regime there is "
-            "extrapolated — sweep to that batch to know"
-        )
+    evidence += _caveats(bs, ts, width, knee)
     if tokens_per_row == 1:
         where = (
             f"serving batch {serving_batch} ≥ knee {knee}"

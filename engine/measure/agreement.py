@@ -98,6 +98,15 @@ def _beta(target_logits: torch.Tensor, draft_logits: torch.Tensor, cfg: Sampling
 
 
 @torch.inference_mode()
+def _suffix_trace(draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: list[int], cap: int) -> dict[str, Any]:
+    """A suffix draft's trace fields, from its cache as it stands (this request is then learnt into it)."""
+    by_cap = suffix_runs(draft, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
+    runs, proposable = by_cap[cap]
+    state = draft.requests[-1]
+    return {"method": "suffix", "runs": runs, "proposable": proposable, "order": state.order,
+            "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
+
+
 def draft_trace(
     draft: DraftSource,
     prompt_ids: Sequence[int],
@@ -134,12 +143,7 @@ def draft_trace(
                   "proposable": [len(p) for p in proposals]}  # fmt: skip
         return trace
     if isinstance(draft, SuffixDraft):
-        by_cap = suffix_runs(draft, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
-        runs, proposable = by_cap[cap]
-        state = draft.requests[-1]
-        trace |= {"method": "suffix", "runs": runs, "proposable": proposable, "order": state.order,
-                  "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
-        return trace
+        return trace | _suffix_trace(draft, prompt_ids, output_ids, cap)
     if not isinstance(draft, ModelDraft):
         trace["method"] = "unsupported"
         return trace
