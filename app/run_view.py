@@ -21,6 +21,16 @@ NGRAM = "ngram"
 SUFFIX = "suffix"  # suffix decoding with vLLM's defaults; suffix:DEPTH:SPEC_FACTOR:MIN_PROB:CACHED typed
 _QUANT = re.compile(r"\b(I?Q\d\w*|BF16|F16|F32)\b")
 
+DRAFTS_HELP = (
+    "'ngram' drafts by prompt lookup, 'suffix' by suffix decoding (a suffix tree of the prompt and of earlier "
+    "responses, warm after the first prompt): no second model. The target itself is not offered."
+)
+CONCURRENCY_INPUT = {
+    "placeholder": "1,2,4,8 (vLLM's default; other engines decode one request at a time)",
+    "help": "Each configuration is measured with this many requests in flight, level by level; its speedup is "
+    "against the target alone at the same level.",
+}
+
 
 def bundled_names() -> list[str]:
     return list(BUNDLED)

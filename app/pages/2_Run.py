@@ -63,11 +63,8 @@ with st.container(border=True):
     with st.form("new_session", border=False):
         col_d, col_g = st.columns(2)
         draft_options = rv.draft_options(target)
-        col_d.multiselect(
-            "Draft candidates", draft_options, default=rv.default_drafts(draft_options), key="drafts_choice",
-            help="'ngram' drafts by prompt lookup, 'suffix' by suffix decoding (a suffix tree of the prompt and of "
-            "earlier responses, warm after the first prompt): no second model. The target itself is not offered.",
-        )  # fmt: skip
+        col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
+                          key="drafts_choice", help=rv.DRAFTS_HELP)  # fmt: skip
         col_d.text_input(
             "…and other drafts (comma-separated)", key="drafts_text",
             placeholder="path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)",
@@ -101,9 +98,7 @@ with st.container(border=True):
             b3.caption(md_escape(regime_cost))
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
             st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
-                          placeholder="1,2,4,8 (vLLM's default; other engines decode one request at a time)",
-                          help="Each configuration is measured with this many requests in flight, level by level; "
-                          "its speedup is against the target alone at the same level.")  # fmt: skip
+                          **rv.CONCURRENCY_INPUT)  # fmt: skip
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
 
 if submitted:
