@@ -163,3 +163,19 @@ def test_crossover_and_theory_default_c_hat_to_c_and_say_so() -> None:
     assert "taken as c = 0.11" in default and "crossover at gamma=9" in default  # ĉ = c on both sides
     assert "crossover at gamma=10" in run("crossover", "--alpha", "0.8", "--c", "0.11", "--c-hat", "0")
     assert "c_hat=0.11" in run("theory", "--alpha", "0.8", "--gamma", "4", "--c", "0.11")
+
+
+def test_the_replay_reads_a_suffix_trace_s_exceptions_at_the_gamma_they_were_recorded_for() -> None:
+    from engine.analysis.policy_replay import replay
+    from engine.core.policy import FixedGamma
+
+    # at the cap the draft at t=0 proposes 4 tokens of which 4 match; asked for 2 it proposes a different pair,
+    # of which none matches (suffix decoding's γ is its max_spec_tokens): the replay at γ=2 must see that
+    trace = {"method": "suffix", "runs": [4, 3, 2, 1, 0, 0], "proposable": [4, 4, 4, 4, 0, 0], "max_new_tokens": 6,
+             "gamma_exceptions": {"2": {"0": [0, 2]}}}  # fmt: skip
+    at2 = replay([trace], FixedGamma(2))
+    at3 = replay([trace], FixedGamma(3))
+    # t=0 rejects (1 token), t=1 accepts 2 (+1), t=4 and t=5 cannot draft: 4 calls; read at the cap it would be 3
+    assert at2.steps == 4 and at2.tokens_per_call == pytest.approx(6 / 4)
+    assert replay([trace | {"gamma_exceptions": {}}], FixedGamma(2)).steps == 3
+    assert at3.steps == 3  # no exception at γ=3: t=0 takes 4, t=4 and t=5 one each

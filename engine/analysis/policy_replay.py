@@ -103,6 +103,17 @@ def _draft_length(
     return drafted, forwards, truncated
 
 
+def _lookup(
+    runs: Sequence[int], proposable: Sequence[int] | None, exceptions: Mapping[str, Any], g: int, t: int
+) -> tuple[int, int | None]:
+    """(matching run, tokens the lookup can propose) at position t for a step that may draft g: the recorded
+    exception for that g where the draft differs (suffix decoding's γ is its max_spec_tokens), else the cap's."""
+    exc = (exceptions.get(str(g)) or {}).get(str(t))
+    if exc is not None:
+        return int(exc[0]), int(exc[1])
+    return int(runs[t]), None if proposable is None else int(proposable[t])
+
+
 def _greedy(
     traces: Sequence[Mapping[str, Any]], policy: SpeculationPolicy, which: str, cost: CostModel, prefill: bool = False
 ) -> Tally:
@@ -120,11 +131,12 @@ def _greedy(
         t = 0
         if prefill and n_out:  # llama-server samples the first token from the prompt's own forward (a call)
             t, tally.steps = 1, tally.steps + 1
+        exceptions = trace.get("gamma_exceptions") or {}  # suffix: where a γ-token draft is not the cap's cut
         while t < n_out:
             g = max(0, min(policy.length(state), max_new - t - 1))
-            if proposable is not None:
-                g = min(g, int(proposable[t]))
-            run = int(runs[t])
+            run, cap = _lookup(runs, proposable, exceptions, g, t)
+            if cap is not None:
+                g = min(g, cap)
             drafted, forwards, truncated = _draft_length(policy, g, run, t, conf, cont)
             tally.truncated |= truncated
             if not model:
