@@ -191,10 +191,12 @@ def fmt_time(value: Any) -> str:
 
 
 def session_label(session: dict[str, Any]) -> str:
-    """`#12 ✅ name (done)` for selectboxes; escaped by Streamlit's plain-text option rendering."""
+    """`#12 ✅ name · llama.cpp (done)` for selectboxes: the engine it measured in is part of its name (escaped by
+    Streamlit's plain-text option rendering)."""
     icon = STATUS_ICONS.get(session.get("status", ""), "")
     name = one_line(session.get("name") or "", 60)
-    return f"#{session['id']} {icon} {name} ({session.get('status')})"
+    engine = (session.get("options") or {}).get("engine") or "spectune"
+    return f"#{session['id']} {icon} {name} · {engine} ({session.get('status')})"
 
 
 def query_int(key: str) -> int | None:

@@ -130,6 +130,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, flo
                 "id": s["id"],
                 "name": s.get("name") or "",
                 "status": s.get("status"),
+                "engine": (s.get("options") or {}).get("engine") or "spectune",
                 "progress": f"{done}/{total}" if total else "—",
                 "target": s.get("target"),
                 "drafts": ", ".join(map(str, s.get("drafts") or [])),
@@ -140,7 +141,8 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, flo
                 "error": s.get("error") or "",
             }
         )
-    columns = ["id", "name", "status", "progress", "target", "drafts", "γs", "T", "created", "best speedup", "error"]
+    columns = ["id", "name", "status", "engine", "progress", "target", "drafts", "γs", "T", "created", "best speedup",
+               "error"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -252,3 +252,15 @@ def test_each_run_is_shown_beside_the_baseline_at_its_own_temperature() -> None:
     ]
     frame = runs_frame(runs)
     assert list(frame["baseline tokens/s"]) == [10.0, 5.0, 5.0, 10.0]
+
+
+def test_the_engine_is_in_every_session_label_and_in_history() -> None:
+    from app.common import session_label
+    from app.data import sessions_frame
+
+    torch_run = {"id": 1, "name": "n", "status": "done", "options": {"engine": "spectune"}}
+    llama_run = {"id": 2, "name": "n", "status": "done", "options": {"engine": "llama.cpp"}}
+    assert session_label(torch_run) != session_label(llama_run)
+    assert "llama.cpp" in session_label(llama_run) and "spectune" in session_label({"id": 3, "status": "queued"})
+    frame = sessions_frame([torch_run, llama_run], {})
+    assert list(frame["engine"]) == ["spectune", "llama.cpp"]
