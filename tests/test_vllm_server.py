@@ -102,7 +102,7 @@ OWNER = textwrap.dedent("""
     import json, sys, time
     from engine.vllm.server import VllmConfig, VllmServer
     server = VllmServer(VllmConfig.from_json(sys.argv[1])).start()
-    print(json.dumps({"pgid": server.proc.pid, "pids": server.processes()}), flush=True)
+    print(json.dumps({"pgid": server.proc.pid, "pids": server.processes(), "log": str(server.log_path)}), flush=True)
     time.sleep(3600)
 """)
 
@@ -112,6 +112,7 @@ def test_no_process_outlives_its_owner(how: signal.Signals) -> None:
     """The process that started the server is killed (SIGKILL runs no handler; a plain SIGTERM none either)."""
     owner = subprocess.Popen([sys.executable, "-c", OWNER, config(None).to_json()], cwd=ROOT, stdout=subprocess.PIPE,
                              text=True)  # fmt: skip
+    started: dict = {}
     try:
         started = json.loads(owner.stdout.readline())  # type: ignore[union-attr]
         assert len(started["pids"]) >= 4
@@ -121,6 +122,8 @@ def test_no_process_outlives_its_owner(how: signal.Signals) -> None:
     finally:
         if owner.poll() is None:
             owner.kill()
+        if started.get("log"):  # the killed owner could not remove its server's log
+            Path(started["log"]).unlink(missing_ok=True)
 
 
 def test_a_bad_model_dir_is_one_clear_error(tmp_path: Path) -> None:
