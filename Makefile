@@ -75,13 +75,6 @@ $(VLLM_STAMP): | $(STAMP)
 	@SPECTUNE_VLLM_PYTHON=$(abspath $(VENV_VLLM))/bin/python $(BIN)/python -c "from engine.vllm.binaries import vllm_status; print('>>', vllm_status()[1])"
 vllm: $(VLLM_STAMP)
 
-# Arctic Inference's suffix tree in .venv-vllm too (the same cached wheel, no vLLM plugin): vLLM's method "suffix"
-# imports arctic_inference.suffix_decoding. Reinstalled whenever .venv-vllm is rebuilt.
-VLLM_ARCTIC := $(VENV_VLLM)/.arctic-installed
-$(VLLM_ARCTIC): $(VLLM_STAMP) $(ARCTIC)
-	$(VENV_VLLM)/bin/pip install --no-deps --no-index --find-links $(WHEELS) "$(ARCTIC_PIN)"
-	touch $(VLLM_ARCTIC)
-
 # Arctic Inference's suffix tree (the `suffix` draft): only its C++ suffix tree, compiled once from the pinned
 # PyPI sdist (about 20 s), kept in $(WHEELS) as a wheel with no vLLM plugin (scripts/build_arctic_suffix.py).
 ARCTIC_PIN := arctic-inference==0.3.0+spectune.suffix
@@ -91,6 +84,13 @@ $(ARCTIC): scripts/build_arctic_suffix.py | $(STAMP)
 	$(BIN)/pip install --no-deps --no-index --find-links $(WHEELS) "$(ARCTIC_PIN)"
 	$(BIN)/python -c "from arctic_inference.suffix_decoding import SuffixDecodingCache"
 	touch $(ARCTIC)
+
+# Arctic Inference's suffix tree in .venv-vllm too (the same cached wheel, no vLLM plugin): vLLM's method "suffix"
+# imports arctic_inference.suffix_decoding. Reinstalled whenever .venv-vllm is rebuilt.
+VLLM_ARCTIC := $(VENV_VLLM)/.arctic-installed
+$(VLLM_ARCTIC): $(VLLM_STAMP) $(ARCTIC)
+	$(VENV_VLLM)/bin/pip install --no-deps --no-index --find-links $(WHEELS) "$(ARCTIC_PIN)"
+	touch $(VLLM_ARCTIC)
 
 # Chromium for the browser end-to-end test (Debian package; Playwright drives it, no browser download).
 browser:

@@ -115,7 +115,7 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None, temper
         session_verify = measured_verify_points((session.get("summary") or {}).get("verify_cost"))
         verify_cost |= session_verify
         for run in store.list_runs(sid):
-            if run.get("status") != "done":
+            if run.get("status") != "done" or level_of(run) != SERVING_LEVEL:
                 continue
             if run["kind"] == "baseline":
                 if run.get("tokens_per_s"):
@@ -166,6 +166,14 @@ def measured_temperatures(store: Any, session_ids: list[int]) -> list[float]:
     temps = {float(r["temperature"]) for sid in session_ids for r in store.list_runs(sid)
              if r.get("status") == "done" and r["kind"] == "speculative"}  # fmt: skip
     return sorted(temps)
+
+
+SERVING_LEVEL = 1  # the recommender reads one request in flight; other levels are the vLLM surface's
+
+
+def level_of(run: dict[str, Any]) -> int:
+    """How many requests were in flight when the run was measured (1 for every engine that decodes one)."""
+    return int((run.get("summary") or {}).get("concurrency") or 1)
 
 
 def draft_arithmetic(draft: str, target: str | None, c: float) -> tuple[float, str]:
