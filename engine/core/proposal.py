@@ -9,6 +9,7 @@ target's distribution whatever the proposal mechanism.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,3 +53,13 @@ class NoDraft:
 
     def commit(self, n_valid: int) -> None:
         pass
+
+
+def matching_run(proposal: Sequence[int], truth: Sequence[int]) -> int:
+    """How many leading tokens of a proposal equal the text that follows: what greedy verification accepts."""
+    run = 0
+    for p, o in zip(proposal, truth, strict=False):
+        if p != o:
+            break
+        run += 1
+    return run

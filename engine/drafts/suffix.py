@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.proposal import Proposal
+from engine.core.proposal import Proposal, matching_run
 from engine.core.sampling import SamplingConfig
 from engine.drafts.refs import SuffixParams
 
@@ -127,12 +127,7 @@ def suffix_runs(
     for t, token in enumerate(output_ids):
         for cap, (runs, proposable) in out.items():
             proposal = draft.lookup(context, cap)
-            run = 0
-            for p, o in zip(proposal, output_ids[t:], strict=False):
-                if p != o:
-                    break
-                run += 1
-            runs.append(run)
+            runs.append(matching_run(proposal, output_ids[t:]))
             proposable.append(len(proposal))
         context.append(token)
     draft.finish(context)

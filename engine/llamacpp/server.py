@@ -7,7 +7,6 @@ answering raises ServerError carrying the tail of its log.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import json
 import os
@@ -15,7 +14,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +25,7 @@ from typing import Literal
 
 from engine.errors import SpectuneError
 from engine.llamacpp.binaries import LlamaBuild, find_llama
+from foundation.live import LiveSet
 
 HOST = "127.0.0.1"
 LOG_TAIL_CHARS = 1500
@@ -133,20 +132,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-_LIVE: set[ManagedServer] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def stop_all() -> int:
-    """Stop every server this process started and has not stopped yet; returns how many there were."""
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        server.stop()
-    return len(servers)
-
-
-atexit.register(stop_all)
+_LIVE = LiveSet()  # every server this process started and has not stopped yet
+stop_all = _LIVE.stop_all
 
 
 @dataclass(eq=False)
@@ -183,8 +170,7 @@ class ManagedServer:
                 self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent,
             )
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             self._wait_healthy()
         except BaseException:
@@ -232,8 +218,7 @@ class ManagedServer:
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM the process group, SIGKILL after `timeout_s`; idempotent."""
         proc, self.proc = self.proc, None
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if proc is None:
             return
         try:

@@ -23,7 +23,7 @@ import torch
 from engine.core.kvcache import crop_to, forward_step, new_cache
 from engine.core.model import LoadedModel
 from engine.core.policy import MAX_DRAFT
-from engine.core.proposal import DraftSource
+from engine.core.proposal import DraftSource, matching_run
 from engine.core.sampling import SamplingConfig, probabilities
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
@@ -55,15 +55,7 @@ def _ngram_proposals(draft: NgramDraft, prompt_ids: list[int], output_ids: list[
 
 
 def _ngram_runs(proposals: list[list[int]], output_ids: list[int]) -> list[int]:
-    runs = []
-    for t, proposal in enumerate(proposals):
-        run = 0
-        for p, o in zip(proposal, output_ids[t:], strict=False):
-            if p != o:
-                break
-            run += 1
-        runs.append(run)
-    return runs
+    return [matching_run(proposal, output_ids[t:]) for t, proposal in enumerate(proposals)]
 
 
 @torch.inference_mode()

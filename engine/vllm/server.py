@@ -17,13 +17,11 @@ llama-server's HTTP thread shares its `-t` cores) and gives the KV cache `kv_cac
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import re
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +32,7 @@ from typing import Any
 from engine.errors import SpectuneError
 from engine.llamacpp.server import HOST, free_port
 from engine.vllm.binaries import VllmInstall, find_vllm
+from foundation.live import LiveSet
 
 GUARD = Path(__file__).with_name("guard.py")
 LOG_TAIL_CHARS = 2000
@@ -100,20 +99,8 @@ class VllmConfig:
         return {"VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}" if cores > 1 else "0"}
 
 
-_LIVE: set[VllmServer] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def stop_all() -> int:
-    """Stop every vLLM server this process started and has not stopped yet; returns how many there were."""
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        server.stop()
-    return len(servers)
-
-
-atexit.register(stop_all)
+_LIVE = LiveSet()  # every vLLM server this process started and has not stopped yet
+stop_all = _LIVE.stop_all
 
 
 def _get_json(url: str, timeout_s: float = 5.0) -> Any:
@@ -158,8 +145,7 @@ class VllmServer:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True, env=env)  # fmt: skip
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        _LIVE.add(self)
         try:
             self._wait_healthy()
         except BaseException:
@@ -241,8 +227,7 @@ class VllmServer:
     def stop(self, timeout_s: float = STOP_GRACE_S + 10.0) -> None:
         """SIGTERM the guard (it stops vLLM and sweeps the group), SIGKILL the group after `timeout_s`."""
         proc, self.proc = self.proc, None
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        _LIVE.discard(self)
         if proc is None:
             return
         try:
