@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.analysis.theory import speedup_positional  # noqa: E402
+from engine.analysis.prediction import CostModel, positional  # noqa: E402
 from engine.core.decoder import DecodeConfig, decode_prompt  # noqa: E402
 from engine.core.sampling import SamplingConfig  # noqa: E402
 from engine.drafts.model import ModelDraft  # noqa: E402
@@ -113,7 +113,8 @@ def main() -> int:
     verify = verify_cost_curve(target, encoded[0], args.gamma + 1, reps=5)
     per_pos = metrics.per_position_acceptance(spec_steps)
     c = metrics.draft_forward_time(spec_steps) / metrics.single_token_step_time(base_steps)
-    predicted = speedup_positional(per_pos, args.gamma, c, verify[args.gamma + 1])
+    # the one model (engine.analysis.prediction), from this run's per-position acceptance, c and v(k)
+    predicted = positional(per_pos, 1.0, args.gamma, CostModel(c, verify), draft_forwards=True).predicted_speedup
     # decode-only speedup (prefill is identical for both and excluded from the theory)
     dec = lambda steps: sum(s.draft_time_s + s.verify_time_s for s in steps)  # noqa: E731
     measured_decode = dec(base_steps) / dec(spec_steps)
