@@ -39,9 +39,9 @@ from engine.analysis.choice import Judge, RegimeOf, best_row, check_args, judge_
 from engine.analysis.curve import crossover_from_curve, gamma_curve
 from engine.analysis.explain import explain_off, explain_on, notes
 from engine.analysis.feasibility import TIE
+from engine.analysis.feasibility import TOLERANCE as GAMMA_TOLERANCE
 from engine.analysis.recommend_types import (
     DEFAULT_GAMMAS,
-    GAMMA_TOLERANCE,
     METHODS,
     OBJECTIVES,
     SCHEDULE_BATCHES,

@@ -13,7 +13,6 @@ METHODS = ("draft_model", "ngram", "suffix", "none")
 DEFAULT_GAMMAS = range(1, 33)
 SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 UNKNOWN = "unknown"  # a regime nothing decided: treated as memory-bound, and said so in the notes
-GAMMA_TOLERANCE = 0.01  # speedups (or costs) within 1% of the best count as equal; the smallest such γ wins
 
 
 @dataclass

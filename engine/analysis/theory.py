@@ -177,13 +177,6 @@ def verify_cost_at(verify_cost: VerifyCost, k: int) -> float:
     return fit_verify_cost(verify_cost).at(k)
 
 
-def verify_cost_per_call(verify_cost: VerifyCost, k: int, drafting_fraction: float = 1.0) -> float:
-    """The mean verify cost of a target call when only a share of calls verify a draft: v(k) on those, v(1) = 1
-    on the rest (llama.cpp's n-gram lookup drafts only where it finds a match)."""
-    share = min(max(drafting_fraction, 0.0), 1.0)
-    return share * verify_cost_at(verify_cost, k) + (1.0 - share)
-
-
 def speedup_positional(acceptance: Sequence[float], gamma: int, c: float, verify_cost: float = 1.0) -> float:
     """E_positional / (γc + v(γ+1)): Theorem 3.8 generalised to decaying acceptance and non-free verification.
 
