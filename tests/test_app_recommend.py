@@ -177,7 +177,7 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     assert schedule.loc[16, "note"] == "knee"
 
     # every export format: a download button and a preview
-    buttons = at.get("download_button")
+    buttons = [b for b in at.get("download_button") if b.proto.label != "⬇ Report (one HTML file)"]
     assert len(buttons) == len(FORMATS)
     assert {b.proto.help for b in buttons} == {
         "vllm-speculative-config.json", "sglang-flags.txt", "transformers-generate-kwargs.json",
@@ -217,7 +217,7 @@ def test_save_to_history_stores_the_recommendation_and_every_file_once(env):
     assert {e["format"]: e["content"].rstrip("\n") for e in exports} == {k: v.rstrip("\n") for k, v in code.items()}
     history = frame_with(at, "explanation").value
     assert list(history["id"]) == [recs[0]["id"]] and "t5-small" in history["decision"].iloc[0]
-    assert len(at.get("download_button")) == 2 * len(FORMATS)  # current exports + the saved ones again
+    assert len(at.get("download_button")) == 2 * len(FORMATS) + 1  # current exports, the saved ones again, the report
     at.button(key="rec_save").click()
     at.run()
     assert len(env.store.list_recommendations()) == 1  # the same result is not stored twice

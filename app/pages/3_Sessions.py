@@ -5,6 +5,7 @@ per prompt whether the speculative output is the target's (identical), differs o
 near-tie, or differs by more than numerics allow (a bug). Opened session id: ?session=N.
 """
 
+from functools import partial
 from typing import Any
 
 import streamlit as st
@@ -12,6 +13,7 @@ import streamlit as st
 from app import charts, common, components, data
 from app import sessions_view as sv
 from app.common import ACTIVE_STATUSES, md_escape
+from engine.service.session_report import report_filename, report_or_error
 from engine.session.sampling import session_prompts
 
 common.page_setup("Sessions")
@@ -102,6 +104,9 @@ def show_session(session: dict[str, Any]) -> None:
         st.caption(md_escape(suffix_note))
     created = common.fmt_time(session.get("created_at"))
     st.caption(f"Hardware: {md_escape(sv.hardware_label(session))} · created {created}")
+    st.download_button("⬇ Report (one HTML file)", data=partial(report_or_error, store, sid), key=f"report_{sid}",
+                       file_name=report_filename(sid), mime="text/html", on_click="ignore",
+                       help="Settings, runs, charts, the recommendation and its exports, to share")  # fmt: skip
 
     regime = sv.regime_details(session.get("regime"))
     if regime is not None:

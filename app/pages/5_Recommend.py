@@ -5,6 +5,7 @@ engine.service.recommendations.recommend_and_export, the call `python -m engine 
 the same bytes), tables and text from app.recommend_view. Preselected sessions: ?session=N or N,M.
 """
 
+from functools import partial
 from typing import Any
 
 import streamlit as st
@@ -14,6 +15,7 @@ from app import recommend_view as rv
 from app.common import md_escape
 from engine.errors import SpectuneError
 from engine.service.recommendations import Recommended, recommend_and_export, save_result
+from engine.service.session_report import report_filename, report_or_error
 
 common.page_setup("Recommend")
 st.title("🎯 Recommendation and export")
@@ -203,6 +205,11 @@ def show_history() -> None:
 
 if result is not None:
     rec, ev, report = result.triple
+    st.download_button("⬇ Report (one HTML file)", key="rec_report", file_name=report_filename(chosen_ids),
+                       data=partial(report_or_error, store, chosen_ids, objective, budget, int(batch_size),
+                                    price_per_hour, override, engine, temperature, recommended=result),
+                       mime="text/html", on_click="ignore",
+                       help="The decision, its evidence, the runs, charts and every export, to share")  # fmt: skip
     for title, show, args in (
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),

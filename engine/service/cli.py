@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.service import endpoint_cli, policy_cli, recommend_cli
+from engine.service import endpoint_cli, policy_cli, recommend_cli, report_cli
 
 EXIT_USAGE = 2
 
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     recommend_cli.add_commands(sub)  # recommend: the draft, γ and policy to serve with; exports
     endpoint_cli.add_commands(sub)  # serve (a managed llama-server), probe (sweep a running endpoint)
     policy_cli.add_commands(sub)  # policies (replay every speculation policy)
+    report_cli.add_commands(sub)  # report (one shareable HTML file of a session)
     return parser
 
 
@@ -278,7 +279,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare,
-            **recommend_cli.COMMANDS, **endpoint_cli.COMMANDS, **policy_cli.COMMANDS}  # fmt: skip
+            **recommend_cli.COMMANDS, **endpoint_cli.COMMANDS, **policy_cli.COMMANDS,
+            **report_cli.COMMANDS}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,169 @@
+"""A stored session's runs as the shareable report shows them: one RunFigures per run, read from the store's rows.
+
+The figures are the stored ones the Sessions page shows (app.data.runs_frame, app.sessions_view.runs_table read
+the same fields): a policy run's speedups are its live ones, the spread and noise verdict are the run's
+per-prompt speedups, and a flag says which physical bound (engine.analysis.bounds) a figure breaks — the
+recommender's own flag where the run is one it read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.analysis.bounds import check_measured_speedup, check_tokens_per_call
+from engine.core.policy import parse_policy
+from engine.measure.noise import Spread, is_noisy
+
+VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
+                  "not-applicable": "not applicable (sampled)"}  # fmt: skip
+FlagKey = tuple[str, float, int]  # (draft, temperature, γ)
+
+
+@dataclass
+class RunFigures:
+    """One run's row in the report."""
+
+    label: str
+    kind: str
+    draft: str
+    gamma: int | None  # None for a policy run
+    policy: str | None
+    temperature: float | None
+    status: str
+    alpha: float | None
+    mean_acceptance_length: float | None  # tokens per target call
+    draft_acceptance_rate: float | None
+    c: float | None
+    tokens_per_s: float | None
+    baseline_tokens_per_s: float | None
+    speedup_measured: float | None
+    speedup_predicted: float | None
+    spread: dict[str, Any] | None  # per-prompt speedups: median, min, max, n, verdict
+    verdict: str | None
+    per_position_acceptance: list[float] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    fidelity: str = ""
+
+
+def concurrency(run: Mapping[str, Any]) -> int:
+    try:
+        return int((run.get("summary") or {}).get("concurrency") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def run_policy(run: Mapping[str, Any]) -> str | None:
+    return run.get("policy") or (run.get("summary") or {}).get("policy")
+
+
+def run_label(run: Mapping[str, Any]) -> str:
+    """'draft γ=2 T=0' (×N at N requests in flight), 'draft policy P T=0', or 'baseline (target alone)'."""
+    level = concurrency(run)
+    at = f" ×{level}" if level != 1 else ""
+    if run.get("kind") == "baseline":
+        return f"baseline (target alone){at}"
+    policy = run_policy(run)
+    how = f"policy {policy}" if policy else f"γ={run.get('gamma')}"
+    return f"{run.get('draft')} {how} T={_num(run.get('temperature'))}{at}"
+
+
+def _num(value: Any) -> str:
+    try:
+        return f"{float(value):g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """(measured, predicted); a policy run's are its live figure and what the replay predicted."""
+    live = (run.get("summary") or {}).get("policy_live") if run_policy(run) else None
+    if not live:
+        return run.get("speedup_measured"), run.get("speedup_predicted")
+    return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
+
+
+def spread_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    spread = (run.get("summary") or {}).get("speedup_spread")
+    ok = isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in ("min", "max", "median"))
+    return dict(spread) if ok else None
+
+
+def noise_verdict(spread: Mapping[str, Any]) -> str:
+    """The spread's verdict, '(noisy)' added where engine.measure.noise.is_noisy says it spreads too widely."""
+    verdict = str(spread.get("verdict") or "")
+    try:
+        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
+    except (KeyError, TypeError, ZeroDivisionError):
+        return verdict
+    return f"{verdict} (noisy)" if noisy and verdict in ("faster", "slower") else verdict
+
+
+def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: Any) -> float | None:
+    bases = [r for r in runs if r.get("kind") == "baseline"]
+    base = next((r for r in bases if temperature is not None and r.get("temperature") == temperature), None)
+    base = base or next(iter(bases), None)
+    return base.get("tokens_per_s") if base else None
+
+
+def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> list[str]:
+    """Which bounds the run's figures break: tokens per call ≤ γ+1, and the measured speedup ≤ tokens per call ÷
+    (1 + the draft's share of a call, c · draft forwards per step) — the recommender's flag where it has one."""
+    if run.get("kind") == "baseline":
+        return []
+    summary = run.get("summary") or {}
+    policy, live = run_policy(run), summary.get("policy_live") or {}
+    gamma = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
+    per_call = live.get("tokens_per_call") if policy else run.get("mean_acceptance_length")
+    measured = run_speedups(run)[0]
+    flags = []
+    if per_call is not None and gamma >= 1 and (flag := check_tokens_per_call(float(per_call), gamma)) is not None:
+        flags.append(flag.message)
+    key = (str(run.get("draft")), float(run.get("temperature") or 0.0), gamma)
+    if not policy and concurrency(run) == 1 and key in recommender:
+        return [*flags, recommender[key]]
+    steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
+    per_step = live.get("draft_calls_per_step") if policy else (calls / steps if calls and steps else 0.0)
+    share = float(run.get("c") or 0.0) * float(per_step or 0.0)
+    if measured and (flag := check_measured_speedup(float(measured), max(gamma, 1), per_call, share)) is not None:
+        flags.append(flag.message)
+    return flags
+
+
+def fidelity_counts(outputs: Sequence[Mapping[str, Any]]) -> str:
+    """'3 identical, 1 bug' from the outputs' divergence verdicts against the baseline."""
+    counts: Counter[str] = Counter()
+    for output in outputs:
+        div = output.get("divergence") or {}
+        verdict = div.get("verdict") or ("identical" if div.get("identical") else "unknown")
+        counts[VERDICT_LABELS.get(verdict, verdict)] += 1
+    return ", ".join(f"{n} {label}" for label, n in counts.most_common())
+
+
+def run_figures(
+    runs: Sequence[Mapping[str, Any]],
+    outputs_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
+    recommender: Mapping[FlagKey, str],
+) -> list[RunFigures]:
+    """Every run of a session, in the store's order."""
+    rows = []
+    for r in runs:
+        policy, spread = run_policy(r), spread_of(r)
+        measured, predicted = run_speedups(r)
+        speculative = r.get("kind") != "baseline"
+        rows.append(RunFigures(
+            label=run_label(r), kind=str(r.get("kind")), draft=str(r.get("draft")),
+            gamma=None if policy else r.get("gamma"), policy=policy, temperature=r.get("temperature"),
+            status=str(r.get("status")), alpha=r.get("alpha"), mean_acceptance_length=r.get("mean_acceptance_length"),
+            draft_acceptance_rate=(r.get("summary") or {}).get("draft_acceptance_rate"), c=r.get("c"),
+            tokens_per_s=r.get("tokens_per_s"),
+            baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
+            speedup_measured=measured, speedup_predicted=predicted, spread=spread,
+            verdict=noise_verdict(spread) if spread else None,
+            per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
+            flags=bound_flags(r, recommender),
+            fidelity=fidelity_counts(outputs_by_run.get(r["id"], [])) if speculative else "",
+        ))  # fmt: skip
+    return rows
