@@ -2,8 +2,9 @@
 
 A stand-in OpenAI-compatible server (engine.endpoint.standin: stdlib, HTTP/1.1 keep-alive, chunked SSE) runs
 in a separate process on 127.0.0.1 and streams `--tokens` chunks per request with no delay, so nearly all the
-time is the client's (and the stand-in's own Python). The client (engine.endpoint.load.Sweep, the code a real
-sweep uses: threads, keep-alive connections, SSE parsing, per-chunk timing) drives it at concurrency 32 (and
+time is the client's (and the stand-in's own Python). The client (engine.service.endpoint_sessions.probe_endpoint:
+the one sweep driver and the endpoint engine a real session uses: rounds of threads, keep-alive connections, SSE
+parsing, per-chunk timing, /metrics read around each round) drives it at concurrency 32 (and
 1 for reference). Reported per request: the client process's CPU time (what the load generator costs the
 host it runs on), the wall time per request at that concurrency, and the server process's CPU for scale.
 
@@ -27,9 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.endpoint.load import Sweep  # noqa: E402
-from engine.endpoint.report import percentile, request_stats  # noqa: E402
-from engine.endpoint.settings import Endpoint, SweepLimits  # noqa: E402
+from engine.service.endpoint_sessions import probe_endpoint  # noqa: E402
 
 SERVER = (
     "import sys\n"
@@ -41,29 +40,26 @@ SERVER = (
 
 
 def measure(url: str, server: psutil.Process, concurrency: int, requests: int, tokens: int) -> dict:
-    limits = SweepLimits(concurrency=[concurrency], max_requests=requests, max_new_tokens=tokens,
-                         max_duration_s=600, warmup_requests=1)  # fmt: skip
-    sweep = Sweep([Endpoint(url)], limits, ["Write a loop in Python."])
+    rounds = max(requests // concurrency, 1)
+    endpoint = {"url": url, "concurrency": [concurrency], "max_requests": rounds * concurrency,
+                "max_duration_s": 600, "warmup_requests": 1}  # fmt: skip
     cpu0, srv0, wall0 = time.process_time(), sum(server.cpu_times()[:2]), time.perf_counter()
-    result = sweep.run()
+    report = probe_endpoint(endpoint, ["Write a loop in Python."] * rounds, tokens)
     cpu1, srv1, wall1 = time.process_time(), sum(server.cpu_times()[:2]), time.perf_counter()
-    assert result.stopped is None, result.stopped
-    level = result.runs[0].levels[0]
-    rows = [r.row() for r in level.requests]
-    stats = request_stats(rows, level.wall_s)
-    n = len(rows)
+    assert report["stopped"] is None, report["stopped"]
+    level = report["endpoints"][0]["levels"][0]
+    n = level["requests"]
     return {
         "concurrency": concurrency,
         "requests": n,
-        "errors": stats["errors"],
+        "errors": level["errors"],
         "tokens_per_request": tokens,
         "client_cpu_ms_per_request": 1000 * (cpu1 - cpu0) / n,
         "client_cpu_us_per_chunk": 1e6 * (cpu1 - cpu0) / (n * tokens),
         "server_cpu_ms_per_request": 1000 * (srv1 - srv0) / n,
-        "wall_ms_per_request": 1000 * level.wall_s / n,
-        "requests_per_s": n / level.wall_s,
-        "request_duration_p50_ms": 1000 * percentile([r["duration_s"] for r in rows], 50),
-        "ttft_p50_ms": 1000 * stats["ttft_p50_s"],
+        "wall_ms_per_request": 1000 * level["wall_s"] / n,
+        "requests_per_s": n / level["wall_s"],
+        "ttft_p50_ms": 1000 * level["ttft_p50_s"],
         "total_wall_s": wall1 - wall0,
     }
 
@@ -98,13 +94,12 @@ def main() -> int:
     out.write_text(json.dumps(doc, indent=2))
     print(f"Run {doc['when']}, load average {doc['load_average'][0]:.1f} on {os.cpu_count()} CPUs.\n")
     print("| concurrency | requests | errors | client CPU / request | client CPU / chunk | stand-in CPU / request "
-          "| wall / request | requests/s | request p50 | TTFT p50 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| wall / request | requests/s | TTFT p50 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['concurrency']} | {r['requests']} | {r['errors']} | {r['client_cpu_ms_per_request']:.2f} ms | "
               f"{r['client_cpu_us_per_chunk']:.1f} µs | {r['server_cpu_ms_per_request']:.2f} ms | "
               f"{r['wall_ms_per_request']:.2f} ms | {r['requests_per_s']:.0f} | "
-              f"{r['request_duration_p50_ms']:.1f} ms | "
               f"{r['ttft_p50_ms']:.1f} ms |")  # fmt: skip
     return 0
 

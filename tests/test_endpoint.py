@@ -18,16 +18,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from engine.endpoint.load import Sweep, build_request
+from engine.core.records import Cancelled
 from engine.endpoint.metrics import ServerCounters, parse_metrics
-from engine.endpoint.report import compare, percentile, request_stats, sweep_report
+from engine.endpoint.report import compare, percentile, request_stats
+from engine.endpoint.requests import build_request
 from engine.endpoint.settings import Endpoint, EndpointSessionSettings, SweepLimits, api_key, parse_levels
 from engine.endpoint.standin import MODEL, StandIn, spec_figures
 from engine.endpoint.transport import EndpointError
+from engine.engines import registry
 from engine.errors import SettingsError
+from engine.service.endpoint_sessions import endpoint_spec
+from engine.session.hooks import Hooks
+from engine.session.runner import PromptText
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_ENV = next(iter(sorted((ROOT / ".venv-check" / "lib").glob("python3*/site-packages"))), None)
@@ -96,10 +102,7 @@ llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="3"} 1
 """
 
 PROMPTS = ["Write a loop.", "Say hello."]
-
-
-def quick(levels=(1, 2), **kwargs) -> SweepLimits:
-    return SweepLimits(concurrency=list(levels), **({"max_requests": 4, "request_timeout_s": 5.0} | kwargs))
+PROMPTS4 = [*PROMPTS, "Sort a list.", "Name a colour."]
 
 
 def free_port() -> int:
@@ -214,14 +217,40 @@ def test_request_bodies_per_engine_and_api() -> None:
     assert body["stream_options"] == {"include_usage": True} and "ignore_eos" not in body
 
 
-# --- sweeps against stand-ins ------------------------------------------------------------------------------------
+# --- sweeps against stand-ins, through the one sweep driver ---------------------------------------------------
+
+
+class Rows(Hooks):
+    """Keeps every request row the driver hands over; `after_first` runs once, after the first round."""
+
+    def __init__(self, after_first: Any = None, stop: bool = False) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.after_first = after_first
+        self.stop = stop
+
+    def requests(self, run: Any, rows: list[dict[str, Any]]) -> None:
+        if not self.rows and self.after_first is not None:
+            self.after_first()
+        self.rows += rows
+
+    def should_stop(self) -> bool:
+        return self.stop
+
+
+def sweep(url: str, levels=(1, 2), prompts=PROMPTS4, hooks: Hooks | None = None, max_new_tokens: int = 8,
+          **settings: Any) -> dict[str, Any]:  # fmt: skip
+    """An endpoint session's sweep, run now: its endpoint report, `stopped` included."""
+    endpoint = {"url": url, "concurrency": list(levels), "max_requests": 4, "request_timeout_s": 5.0} | settings
+    spec = endpoint_spec(endpoint, max_new_tokens)
+    report = registry.sweep(spec, [PromptText(str(i), t) for i, t in enumerate(prompts)], hooks)
+    assert report.engine == "endpoint" and report.stopped == report.engine_info["endpoint"]["stopped"]
+    return report.engine_info["endpoint"]
 
 
 @pytest.mark.parametrize("flavor", ["vllm", "sglang", "llama.cpp", "openai"])
 def test_each_engine_is_detected_and_its_acceptance_read(flavor: str) -> None:
     with StandIn(flavor=flavor, tokens=8) as server:
-        result = Sweep([Endpoint(server.url)], quick(), PROMPTS).run()
-    report = sweep_report(result)
+        report = sweep(server.url)
     assert report["stopped"] is None
     ep = report["endpoints"][0]
     assert ep["engine"] == flavor and ep["model"] == MODEL
@@ -245,23 +274,45 @@ def test_each_engine_is_detected_and_its_acceptance_read(flavor: str) -> None:
             assert level["response_accepted_tokens"] == 4 * fig["accepted"]
 
 
+def test_the_driver_measures_a_deployment_like_any_engine() -> None:
+    """The endpoint's runs carry the driver's figures: tokens per call from its counters, per-prompt speedups
+    against the baseline endpoint with their spread and noise verdict, no fidelity verdict (text only)."""
+    with StandIn(flavor="vllm", tokens=8) as spec, StandIn(flavor="openai", tokens=8) as base:
+        endpoint = {"url": spec.url, "baseline_url": base.url, "concurrency": [1, 2], "max_requests": 4,
+                    "request_timeout_s": 5.0}  # fmt: skip
+        hooks = Rows()
+        report = registry.sweep(endpoint_spec(endpoint, 8), [PromptText(str(i), t) for i, t in enumerate(PROMPTS4)],
+                                hooks)  # fmt: skip
+        urls = spec.url, base.url
+    runs = {(r["kind"], r["concurrency"] if "concurrency" in r else 1): r for r in report.runs + report.baselines}
+    under_test = runs[("speculative", 1)]
+    fig = spec_figures(8)
+    assert under_test["draft"] == urls[0] and under_test["method"] == "deployment"
+    assert under_test["mean_acceptance_length"] == pytest.approx(8 / (8 - fig["accepted"]))  # tokens per call
+    assert under_test["speedup_measured"] > 0 and under_test["speedup_spread"]["n"] == 4
+    assert under_test["speedup_noisy"] in (True, False) and under_test["speedup_predicted"] is None
+    assert under_test["divergences"] == [None] * 4 and "fidelity" in report.unavailable
+    assert report.hardware == f"remote endpoint: {urls[0]}, {urls[1]}"
+    assert len(hooks.rows) == 2 * 2 * 4 and {r["endpoint"] for r in hooks.rows} == {"speculative", "baseline"}
+
+
 def test_chat_api_and_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECTUNE_TEST_KEY", "s3cret")
     with StandIn(flavor="vllm", api_key="s3cret") as server:
-        result = Sweep([Endpoint(server.url, api="chat", api_key_env="SPECTUNE_TEST_KEY")], quick([1]), PROMPTS).run()
-        assert result.stopped is None and all(r.ok for r in result.runs[0].levels[0].requests)
+        report = sweep(server.url, [1], api="chat", api_key_env="SPECTUNE_TEST_KEY")
+        assert report["stopped"] is None and report["endpoints"][0]["levels"][0]["errors"] == 0
         assert set(server.auth_headers) == {"Bearer s3cret"}
         assert "/v1/chat/completions" in server.paths and "/v1/completions" not in server.paths
         monkeypatch.setenv("SPECTUNE_TEST_KEY", "wrong")
-        denied = Sweep([Endpoint(server.url, api_key_env="SPECTUNE_TEST_KEY")], quick([1]), PROMPTS).run()
-    assert "401" in denied.stopped and "API key" in denied.stopped
+        denied = sweep(server.url, [1], api_key_env="SPECTUNE_TEST_KEY")
+    assert "401" in denied["stopped"] and "API key" in denied["stopped"]
 
 
 def test_a_refused_port_is_one_clear_message() -> None:
     port = free_port()
-    result = Sweep([Endpoint(f"http://127.0.0.1:{port}")], quick(), PROMPTS).run()
-    assert result.stopped.endswith("refused: nothing is listening there (is the server up?)")
-    assert f"127.0.0.1:{port}" in result.stopped
+    report = sweep(f"http://127.0.0.1:{port}")
+    assert report["stopped"].endswith("refused: nothing is listening there (is the server up?)")
+    assert f"127.0.0.1:{port}" in report["stopped"]
 
 
 @pytest.mark.parametrize(
@@ -276,30 +327,29 @@ def test_a_refused_port_is_one_clear_message() -> None:
     ],
 )
 def test_a_misbehaving_server_stops_the_sweep_with_what_it_said(mode: str, needle: str) -> None:
+    hooks = Rows()
     with StandIn(mode=mode) as server:
-        result = Sweep([Endpoint(server.url)], quick(max_consecutive_errors=3), PROMPTS).run()
-    assert needle in result.stopped
+        report = sweep(server.url, hooks=hooks, max_consecutive_errors=3)
+    assert needle in report["stopped"]
     if mode != "unauthorized":  # a 401 stops before any measured request
-        requests = result.runs[0].levels[0].requests
-        assert len(requests) == 3 and not any(r.ok for r in requests)
-        assert "after 3 failed requests in a row" in result.stopped
-        assert len(result.runs[0].levels) == 1  # the next level never started
+        assert len(hooks.rows) == 3 and not any(r["ok"] for r in hooks.rows)  # the same round sent again
+        assert "after 3 failed requests in a row" in report["stopped"]
+        assert [lv["concurrency"] for lv in report["endpoints"][0]["levels"]] == [1]  # no other level sent one
 
 
 def test_a_429_is_retried_and_the_retry_recorded() -> None:
-    with StandIn(mode="rate_limited", fail_first=2) as server:  # the warm-up and the first request get 429 once
-        result = Sweep([Endpoint(server.url)], quick([1], warmup_requests=0), PROMPTS).run()
-    requests = result.runs[0].levels[0].requests
-    assert result.stopped is None and all(r.ok for r in requests)
-    assert requests[0].retries == 2 and sum(r.retries for r in requests) == 2
+    hooks = Rows()
+    with StandIn(mode="rate_limited", fail_first=2) as server:  # the first request gets 429 twice
+        report = sweep(server.url, [1], hooks=hooks, warmup_requests=0)
+    assert report["stopped"] is None and all(r["ok"] for r in hooks.rows)
+    assert hooks.rows[0]["retries"] == 2 and sum(r["retries"] for r in hooks.rows) == 2
 
 
 def test_a_timeout_is_one_clear_message() -> None:
     with StandIn(mode="slow", delay_s=1.5) as server:
         started = time.monotonic()
-        result = Sweep([Endpoint(server.url)], quick([1], request_timeout_s=0.3, max_consecutive_errors=2,
-                                                     warmup_requests=0), PROMPTS).run()  # fmt: skip
-    assert "within 0.3 s (timed out)" in result.stopped
+        report = sweep(server.url, [1], request_timeout_s=0.3, max_consecutive_errors=2, warmup_requests=0)
+    assert "within 0.3 s (timed out)" in report["stopped"]
     assert time.monotonic() - started < 5
 
 
@@ -309,8 +359,7 @@ def test_a_timeout_is_one_clear_message() -> None:
 ])  # fmt: skip
 def test_metrics_missing_or_not_prometheus_keeps_the_sweep_going(metrics: str, needle: str) -> None:
     with StandIn(flavor="vllm", metrics=metrics) as server:
-        result = Sweep([Endpoint(server.url)], quick(), PROMPTS).run()
-    report = sweep_report(result)
+        report = sweep(server.url)
     ep = report["endpoints"][0]
     assert report["stopped"] is None and len(ep["levels"]) == 2
     assert len(ep["warnings"]) == 1 and needle in ep["warnings"][0]
@@ -320,37 +369,51 @@ def test_metrics_missing_or_not_prometheus_keeps_the_sweep_going(metrics: str, n
 
 def test_a_stop_keeps_what_was_measured_before_it() -> None:
     with StandIn(flavor="vllm") as server:
-        def break_it(level) -> None:  # after the first level the server starts sending garbage
+        def break_it() -> None:  # after the first round the server starts sending garbage
             server.mode = "garbage"
 
-        result = Sweep([Endpoint(server.url)], quick((1, 2, 4)), PROMPTS, on_level=break_it).run()
-    levels = result.runs[0].levels
-    assert [lv.concurrency for lv in levels] == [1, 2] and "concurrency 2" in result.stopped
-    assert all(r.ok for r in levels[0].requests) and levels[0].counters.drafts > 0
+        hooks = Rows(after_first=break_it)
+        report = sweep(server.url, (1, 2, 4), hooks=hooks)
+    levels = report["endpoints"][0]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 2] and "concurrency 2" in report["stopped"]
+    assert levels[0]["ok"] == levels[0]["requests"] == 1 and levels[0]["drafts"] > 0
+    assert hooks.rows[0]["ok"] and len(hooks.rows) == 1 + 2 + 2  # two rounds of 2 failed: 3 in a row stops it
 
 
 def test_request_and_time_caps_hold() -> None:
+    many = [f"prompt {i}" for i in range(40)]
     with StandIn(tokens=4, delay_s=0.05) as server:  # each request takes about 0.2 s
         started = time.monotonic()
-        result = Sweep([Endpoint(server.url)], quick([2], max_requests=1000, max_duration_s=0.6), PROMPTS).run()
+        timed = sweep(server.url, [2], many, max_requests=1000, max_duration_s=0.6, max_new_tokens=4)
         elapsed = time.monotonic() - started
-        capped = Sweep([Endpoint(server.url)], quick([4], max_requests=5), PROMPTS).run()
-    assert 2 <= len(result.runs[0].levels[0].requests) <= 12 and elapsed < 4
-    assert len(capped.runs[0].levels[0].requests) == 5
-    assert sorted(r.request_index for r in capped.runs[0].levels[0].requests) == list(range(5))
+        capped = sweep(server.url, [4], many, max_requests=9, max_new_tokens=4)
+    assert 2 <= timed["endpoints"][0]["levels"][0]["requests"] <= 12 and elapsed < 8
+    assert capped["endpoints"][0]["levels"][0]["requests"] == 8  # whole rounds of 4 only
+    with pytest.raises(SettingsError, match="below concurrency 4"):
+        sweep("http://127.0.0.1:1", [4], many, max_requests=3)
 
 
 def test_concurrency_means_requests_in_flight_together() -> None:
     with StandIn(tokens=4, delay_s=0.1) as server:  # 0.4 s per request
-        one = Sweep([Endpoint(server.url)], quick([1], max_requests=4, warmup_requests=0), PROMPTS).run()
-        four = Sweep([Endpoint(server.url)], quick([4], max_requests=4, warmup_requests=0), PROMPTS).run()
-    assert one.runs[0].levels[0].wall_s > 1.4 and four.runs[0].levels[0].wall_s < 1.0
+        one = sweep(server.url, [1], warmup_requests=0, max_new_tokens=4)
+        four = sweep(server.url, [4], warmup_requests=0, max_new_tokens=4)
+    assert one["endpoints"][0]["levels"][0]["wall_s"] > 1.4 and four["endpoints"][0]["levels"][0]["wall_s"] < 1.0
 
 
 def test_a_cancel_ends_the_sweep() -> None:
-    with StandIn(tokens=4, delay_s=0.05) as server:
-        result = Sweep([Endpoint(server.url)], quick((1, 2), max_requests=50), PROMPTS, should_stop=lambda: True).run()
-    assert result.cancelled and len(result.runs[0].levels) <= 1
+    hooks = Rows(stop=True)
+    with StandIn(tokens=4, delay_s=0.05) as server, pytest.raises(Cancelled):
+        sweep(server.url, (1, 2), hooks=hooks, max_requests=50)
+    assert hooks.rows == []
+
+
+def test_a_baseline_endpoint_gives_the_comparison() -> None:
+    with StandIn(flavor="vllm") as spec, StandIn(flavor="openai") as base:
+        report = sweep(spec.url, baseline_url=base.url, ttft_slo_s=5.0)
+    assert [e["label"] for e in report["endpoints"]] == ["speculative", "baseline"]
+    points = report["comparison"]["points"]
+    assert [p["concurrency"] for p in points] == [1, 2] and all(p["speedup"] > 0 for p in points)
+    assert report["latency_target"] == {"ttft_slo_s": 5.0, "tpot_slo_s": None}
 
 
 # --- the report ----------------------------------------------------------------------------------------------------
@@ -381,16 +444,6 @@ def test_the_flip_is_where_measured_speedup_falls_to_one_and_predictions_stay_ap
     assert "did not pay even" in compare(spec[-1:], base[-1:])["verdict"]
 
 
-def test_a_baseline_endpoint_gives_the_comparison() -> None:
-    with StandIn(flavor="vllm") as spec, StandIn(flavor="openai") as base:
-        endpoints = [Endpoint(spec.url), Endpoint(base.url, label="baseline")]
-        report = sweep_report(Sweep(endpoints, quick(), PROMPTS).run(), ttft_slo_s=5.0)
-    assert [e["label"] for e in report["endpoints"]] == ["speculative", "baseline"]
-    points = report["comparison"]["points"]
-    assert [p["concurrency"] for p in points] == [1, 2] and all(p["speedup"] > 0 for p in points)
-    assert report["latency_target"] == {"ttft_slo_s": 5.0, "tpot_slo_s": None}
-
-
 # --- the probe command ---------------------------------------------------------------------------------------------
 
 
@@ -401,11 +454,11 @@ def _probe(args: list[str]) -> subprocess.CompletedProcess:
 
 def test_probe_writes_one_entry_per_level(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Write a loop.\nSay hello.\n")
+    prompts.write_text("\n".join(PROMPTS4) + "\n")
     out = tmp_path / "probe.json"
     with StandIn(flavor="vllm") as server:
         done = _probe(["--url", server.url + "/v1", "--prompts", str(prompts), "--concurrency", "1,2",
-                       "--max-requests", "3", "--max-new-tokens", "8", "--json", str(out)])  # fmt: skip
+                       "--max-requests", "4", "--max-new-tokens", "8", "--json", str(out)])  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(out.read_text())
     assert (doc["engine"], doc["server_version"], doc["stopped"]) == ("vllm", "0.33.0", None)
@@ -413,8 +466,8 @@ def test_probe_writes_one_entry_per_level(tmp_path: Path) -> None:
               "drafts", "draft_tokens", "accepted_tokens", "draft_acceptance_rate", "mean_acceptance_length",
               "per_position_acceptance"}  # fmt: skip
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
-    assert all(fields <= set(lv) and lv["requests"] == 3 and lv["drafts"] > 0 for lv in doc["levels"])
-    assert "concurrency 2: 3 requests, 0 errors" in done.stdout
+    assert all(fields <= set(lv) and lv["requests"] == 4 and lv["drafts"] > 0 for lv in doc["levels"])
+    assert "concurrency 2: 4 requests, 0 errors" in done.stdout
 
 
 def test_probe_failures_exit_nonzero_with_one_line(tmp_path: Path) -> None:

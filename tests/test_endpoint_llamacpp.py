@@ -20,12 +20,10 @@ from typing import Any
 import psutil
 import pytest
 
-from engine.endpoint.load import Sweep
-from engine.endpoint.settings import Endpoint, SweepLimits
 from engine.llamacpp.server import ManagedServer, ServerConfig
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
-from engine.service.endpoint_sessions import submit_endpoint_session
+from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session
 from engine.service.worker import run_session
 from store import open_store
 
@@ -74,13 +72,13 @@ def test_an_endpoint_session_with_and_without_a_draft(tmp_path: Path, monkeypatc
             assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
 
             monkeypatch.setenv("SPECTUNE_TEST_LLAMA_KEY", "not-the-key")  # a real 401 from llama-server --api-key
-            denied = Sweep([Endpoint(spec.url, api_key_env="SPECTUNE_TEST_LLAMA_KEY")],
-                           SweepLimits(concurrency=[1], max_requests=1, max_new_tokens=4), PROMPTS).run()  # fmt: skip
+            denied = probe_endpoint({"url": spec.url, "api_key_env": "SPECTUNE_TEST_LLAMA_KEY", "concurrency": [1],
+                                     "max_requests": 1}, PROMPTS, max_new_tokens=4)  # fmt: skip
         session = store.get_session(sid)
         rows = store.list_endpoint_requests(sid)
     finally:
         store.close()
-    assert "401" in denied.stopped and "API key" in denied.stopped
+    assert "401" in denied["stopped"] and "API key" in denied["stopped"]
     report = session["summary"]["endpoint"]
     by_label = {e["label"]: e for e in report["endpoints"]}
     assert {e["engine"] for e in by_label.values()} == {"llama.cpp"}

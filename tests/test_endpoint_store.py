@@ -22,13 +22,13 @@ from engine.session.spec import SessionSpec
 WORKER = "testhost:4242"
 
 
-def prompt_set(store: Any, n: int = 3) -> int:
+def prompt_set(store: Any, n: int = 4) -> int:
     set_id, _, _ = store.add_prompt_set("ep", "ep.txt", [{"text": f"prompt {i}", "category": None} for i in range(n)])
     return set_id
 
 
 def settings(url: str, **extra: Any) -> dict[str, Any]:
-    return {"url": url, "concurrency": [1, 2], "max_requests": 3, "request_timeout_s": 5.0} | extra
+    return {"url": url, "concurrency": [1, 2], "max_requests": 4, "request_timeout_s": 5.0} | extra
 
 
 def run_claimed(store: Any) -> str:
@@ -67,19 +67,22 @@ def test_an_endpoint_session_runs_in_the_worker_and_every_request_is_stored(stor
                                       prompt_set(store), max_new_tokens=8)  # fmt: skip
         session = store.get_session(sid)
         assert session["options"]["engine"] == "endpoint" and session["drafts"] == [spec.url, base.url]
-        assert SessionSpec.from_row(session).endpoint["url"] == spec.url
+        assert SessionSpec.from_row(session).endpoint.url == spec.url
         assert run_claimed(store) == "done"
     done = store.get_session(sid)
     report = done["summary"]["endpoint"]
     rows = store.list_endpoint_requests(sid)
     levels = [lv for e in report["endpoints"] for lv in e["levels"]]
-    assert len(rows) == sum(lv["requests"] for lv in levels) == 2 * 2 * 3  # 2 endpoints × 2 levels × 3
+    assert len(rows) == sum(lv["requests"] for lv in levels) == 2 * 2 * 4  # 2 endpoints × 2 levels × 4
     assert {(r["endpoint"], r["concurrency"]) for r in rows} == {(e, c) for e in ("speculative", "baseline")
                                                                  for c in (1, 2)}  # fmt: skip
     assert all(r["ok"] and r["output_tokens"] == 8 and r["ttft_s"] is not None for r in rows)
     assert report["endpoints"][0]["engine"] == "vllm" and levels[0]["drafts"] > 0
     assert report["comparison"]["points"] and report["comparison"]["verdict"]
     assert done["hardware"].startswith("remote endpoint: ")
+    runs = store.list_runs(sid)  # the one driver's runs: each (endpoint, level), each measured side by side
+    assert sorted((r["kind"], r["status"]) for r in runs) == [("baseline", "done")] * 2 + [("speculative", "done")] * 2
+    assert all(r["speedup_measured"] > 0 for r in runs if r["kind"] == "speculative")
 
 
 def test_a_stopped_sweep_fails_the_session_and_keeps_its_requests(store: Any) -> None:

@@ -26,14 +26,12 @@ import pytest
 
 from engine.analysis.export import export
 from engine.analysis.recommend import DraftMeasurement, recommend
-from engine.endpoint.load import Sweep
 from engine.endpoint.metrics import parse_metrics
-from engine.endpoint.settings import Endpoint, SweepLimits
 from engine.engines import registry
 from engine.engines.vllm import VllmRunner, cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
-from engine.service.endpoint_sessions import submit_endpoint_session
+from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session
 from engine.service.jobs import submit_session
 from engine.service.worker import run_session
 from engine.session.runner import DecodeContext, PromptText, RunFailed, RunKey
@@ -131,19 +129,17 @@ class TestTheNgramExportsServer:
         assert sorted(seen.accepted_per_position) == list(range(GAMMA))
 
     def test_the_endpoint_client_against_a_real_vllm(self, ngram_server: VllmServer) -> None:
-        limits = SweepLimits(concurrency=[1, 2], max_requests=2, max_new_tokens=16, request_timeout_s=300.0)
-        result = Sweep([Endpoint(ngram_server.url)], limits, [REPEATS, PROMPTS[1].text]).run()
-        assert result.stopped is None
-        run = result.runs[0]
-        assert (run.info.engine, run.info.version, run.info.detected_from) == ("vllm", "0.32.0", "/version")
-        assert run.model == str(ngram_server.config.model)
-        for level in run.levels:
-            assert all(r.ok and r.output_tokens > 0 and r.ttft_s for r in level.requests)
-            assert level.counters.source() == "counters" and level.counters.drafts > 0
-            assert level.counters.mean_acceptance_length() == pytest.approx(
-                1 + level.counters.accepted_tokens / level.counters.drafts
-            )
-            rates = level.counters.per_position_acceptance()
+        endpoint = {"url": ngram_server.url, "concurrency": [1, 2], "max_requests": 2, "request_timeout_s": 300.0}
+        report = probe_endpoint(endpoint, [REPEATS, PROMPTS[1].text], max_new_tokens=16)
+        assert report["stopped"] is None
+        (ep,) = report["endpoints"]
+        assert (ep["engine"], ep["server_version"]) == ("vllm", "0.32.0")
+        assert ep["model"] == str(ngram_server.config.model)
+        for level in ep["levels"]:
+            assert level["ok"] == level["requests"] == 2 and level["output_tokens"] > 0 and level["ttft_p50_s"]
+            assert level["acceptance_source"] == "counters" and level["drafts"] > 0
+            assert level["mean_acceptance_length"] == pytest.approx(1 + level["accepted_tokens"] / level["drafts"])
+            rates = level["per_position_acceptance"]
             assert rates and len(rates) <= GAMMA and all(0 <= r <= 1 for r in rates)
 
     def test_an_endpoint_session_against_a_real_vllm_through_the_worker(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.core.counters import draft_acceptance_rate, mean_acceptance_length, per_position_rates
+from engine.core.counters import SpecCounters, draft_acceptance_rate, mean_acceptance_length, per_position_rates
 from engine.endpoint.transport import Connection, EndpointError
 
 COUNTERS = {
@@ -69,6 +69,31 @@ class ServerCounters:
             accept_rate=self.accept_rate,
             engines=set(self.engines),
         )
+
+    def plus(self, other: ServerCounters) -> ServerCounters:
+        """Two differences added (two rounds of requests); a gauge keeps the later reading."""
+
+        def add(a: float | None, b: float | None) -> float | None:
+            return None if a is None and b is None else (a or 0.0) + (b or 0.0)
+
+        mine, theirs = self.accepted_per_position, other.accepted_per_position
+        return ServerCounters(
+            drafts=add(self.drafts, other.drafts), draft_tokens=add(self.draft_tokens, other.draft_tokens),
+            accepted_tokens=add(self.accepted_tokens, other.accepted_tokens),
+            verify_calls=add(self.verify_calls, other.verify_calls),
+            accepted_per_position={p: mine.get(p, 0.0) + theirs.get(p, 0.0) for p in set(mine) | set(theirs)},
+            accept_length=other.accept_length, accept_rate=other.accept_rate, engines=self.engines | other.engines,
+        )  # fmt: skip
+
+    def as_spec(self, emitted: int) -> SpecCounters:
+        """These counters over requests that emitted `emitted` tokens, as the one counters type. A target step of a
+        sequence emits its accepted drafts + 1, so its steps are the tokens emitted less the drafts accepted."""
+        accepted = self.accepted_tokens or 0.0
+        calls = max(emitted - accepted, 1.0 if emitted else 0.0)
+        return SpecCounters(
+            drafts=self.drafts or 0.0, draft_tokens=self.draft_tokens or 0.0, accepted_tokens=accepted,
+            target_calls=calls, emitted=float(emitted), accepted_per_position=dict(self.accepted_per_position),
+        )  # fmt: skip
 
     @property
     def speculates(self) -> bool:

@@ -115,7 +115,8 @@ class Endpoint:
 
 @dataclass
 class SweepLimits:
-    """How a sweep runs and where it stops: per level, at most `max_requests` and `max_duration_s`."""
+    """How a sweep runs and where it stops: per level, at most `max_requests` (whole rounds of `concurrency`
+    requests) and `max_duration_s`."""
 
     concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     max_requests: int = 32
@@ -150,6 +151,9 @@ class SweepLimits:
             raise SettingsError(f"errors in a row before stopping = {self.max_consecutive_errors}: 1 to 100")
         if not 0 <= self.warmup_requests <= 8:
             raise SettingsError(f"warm-up requests = {self.warmup_requests}: 0 to 8")
+        if self.max_requests < max(self.concurrency):
+            raise SettingsError(f"max requests per level = {self.max_requests} is below concurrency "
+                                f"{max(self.concurrency)}: a level needs at least one round of that many requests")
 
 
 @dataclass
@@ -175,9 +179,15 @@ class EndpointSessionSettings:
     ignore_eos: bool = False
     ttft_slo_s: float = 0.0
     tpot_slo_s: float = 0.0
+    warmup_requests: int = 1
+    max_retries: int = 2
+    max_consecutive_errors: int = 3
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EndpointSessionSettings:
+    def from_dict(cls, data: Mapping[str, Any] | EndpointSessionSettings | None) -> EndpointSessionSettings:
+        if isinstance(data, EndpointSessionSettings):
+            return data
+        data = data or {}
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         unknown = sorted(set(data) - set(known))
         if unknown:
@@ -204,7 +214,8 @@ class EndpointSessionSettings:
             concurrency=list(self.concurrency), max_requests=int(self.max_requests),
             max_duration_s=float(self.max_duration_s), max_new_tokens=int(max_new_tokens),
             temperature=float(temperature), request_timeout_s=float(self.request_timeout_s),
-            ignore_eos=bool(self.ignore_eos),
+            ignore_eos=bool(self.ignore_eos), warmup_requests=int(self.warmup_requests),
+            max_retries=int(self.max_retries), max_consecutive_errors=int(self.max_consecutive_errors),
         )  # fmt: skip
 
     def validate(self, max_new_tokens: int = 64, temperature: float = 0.0) -> EndpointSessionSettings:

@@ -12,7 +12,7 @@ from typing import Any
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
-from engine.session.runner import PromptText, Runner
+from engine.session.runner import PromptText, RunKey, Runner, plan_runs
 from engine.session.spec import SessionSpec
 from engine.session.spec import validate as validate_common
 from engine.session.sweep import SweepReport, run_sweep
@@ -26,8 +26,7 @@ class EngineEntry:
     cli: str  # the --engine choice
     label: str  # what the UI calls it
     validate: Callable[[SessionSpec, int | None], None]
-    runner: Callable[[], type[Runner]] | None = None  # its Runner class (imported on use); None: a deployment
-    # measured as it runs, not a sweep
+    runner: Callable[[], type[Runner]]  # its Runner class (imported on use)
     in_process: bool = False  # the target runs in this process: the batch sweep and roofline can measure it
     runs_policies: bool = False
     fixed_weights: str | None = None  # what it runs instead of a chosen dtype (llama.cpp: the GGUF as it is)
@@ -35,11 +34,12 @@ class EngineEntry:
     runs_policy: Callable[[str], bool] | None = None  # which policies it runs live (None: every one)
     availability: Callable[[], tuple[bool, str]] = lambda: (True, "")  # (usable here, one line saying so)
     batches: bool = False  # batches requests continuously: each configuration is measured at the spec's concurrency
+    plan: Callable[[SessionSpec, Sequence[int]], list[RunKey]] = plan_runs  # the configurations a session runs
+    deployment: bool = False  # measures a running deployment as it is: no draft or γ of ours to recommend from
 
     @property
     def measures_a_deployment(self) -> bool:
-        """A running deployment measured as it runs, not a sweep of configurations we start."""
-        return self.runner is None
+        return self.deployment
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -55,13 +55,13 @@ def names() -> tuple[str, ...]:
 
 
 def sweep_engines() -> tuple[str, ...]:
-    """The engines that run a session's sweep themselves (a recommendation can come from their measurements)."""
-    return tuple(name for name, entry in _ENTRIES.items() if entry.runner is not None)
+    """The engines that sweep drafts and γ themselves (a recommendation can come from their measurements)."""
+    return tuple(name for name, entry in _ENTRIES.items() if not entry.deployment)
 
 
 def sweep_cli_choices() -> tuple[str, ...]:
     """The --engine choices of the commands that run or recommend from a sweep."""
-    return tuple(entry.cli for entry in _ENTRIES.values() if entry.runner is not None)
+    return tuple(entry.cli for entry in _ENTRIES.values() if not entry.deployment)
 
 
 def get(name: str) -> EngineEntry:
@@ -84,10 +84,7 @@ def validate(spec: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
 
 
 def runner_for(spec: SessionSpec, pool: ModelPool | None = None) -> Runner:
-    entry = get(spec.engine)
-    if entry.runner is None:
-        raise SettingsError(f"engine '{entry.name}' measures a running deployment: it has no sweep to run")
-    return entry.runner()(pool=pool or ModelPool())
+    return get(spec.engine).runner()(pool=pool or ModelPool())
 
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
@@ -105,8 +102,7 @@ def concurrency_for(name: str, levels: Sequence[int] | None) -> list[int]:
 
 def replays_like_llamacpp(name: str) -> bool:
     """Whether the engine drafts in llama-server's loop (the policy replay models that loop for its sessions)."""
-    entry = get(name)
-    return entry.runner is not None and entry.runner().replays_like_llamacpp
+    return get(name).runner().replays_like_llamacpp
 
 
 def sweep(
@@ -114,8 +110,9 @@ def sweep(
 ) -> SweepReport:
     """Validate `spec` for its engine and run its sweep there."""
     validate(spec, len(prompts))
-    levels = spec.concurrency if get(spec.engine).batches else (1,)
-    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels)
+    entry = get(spec.engine)
+    levels = spec.concurrency if entry.batches else (1,)
+    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, entry.plan(spec, levels))
 
 
 def _spectune() -> Any:
@@ -163,10 +160,22 @@ def _vllm_availability() -> tuple[bool, str]:
     return True, f"{line}: tokens/s, TTFT and acceptance at each concurrency; β per position is not reported."
 
 
+def _endpoint() -> Any:
+    from engine.engines.endpoint import EndpointRunner
+
+    return EndpointRunner
+
+
 def _validate_endpoint(spec: SessionSpec, n_prompts: int | None = None) -> None:
     from engine.engines.endpoint import validate_endpoint
 
     validate_endpoint(spec, n_prompts)
+
+
+def _plan_endpoint(spec: SessionSpec, levels: Sequence[int]) -> list[RunKey]:
+    from engine.engines.endpoint import plan_endpoint
+
+    return plan_endpoint(spec, levels)
 
 
 SPECTUNE_NOTE = "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
@@ -195,4 +204,7 @@ register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,
     export_format="vllm", batches=True,
 ))  # fmt: skip
-register(EngineEntry("endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint))
+register(EngineEntry(
+    "endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint, _endpoint,
+    plan=_plan_endpoint, deployment=True,
+))  # fmt: skip

@@ -16,7 +16,6 @@ import json
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,29 +139,26 @@ def probe_entry(endpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from engine.endpoint.load import Sweep
-    from engine.endpoint.report import sweep_report
-    from engine.endpoint.settings import EndpointSessionSettings
+    from engine.service.endpoint_sessions import probe_endpoint
 
     out_path = Path(args.json_out)
     if not out_path.parent.exists():
         raise SettingsError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
-    settings = EndpointSessionSettings(
-        url=args.url, model=args.model, api_key_env=args.api_key_env, kind=args.kind, api=args.api,
-        baseline_url=args.baseline_url, concurrency=args.concurrency, max_requests=args.max_requests,
-        max_duration_s=args.max_duration_s, request_timeout_s=args.timeout_s, ignore_eos=args.ignore_eos,
-        ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo,
-    ).validate(args.max_new_tokens, args.temperature)  # fmt: skip
-    limits = replace(settings.limits(args.max_new_tokens, args.temperature), warmup_requests=args.warmup)
+    settings = {
+        "url": args.url, "model": args.model, "api_key_env": args.api_key_env, "kind": args.kind, "api": args.api,
+        "baseline_url": args.baseline_url, "concurrency": args.concurrency, "max_requests": args.max_requests,
+        "max_duration_s": args.max_duration_s, "request_timeout_s": args.timeout_s, "ignore_eos": args.ignore_eos,
+        "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "warmup_requests": args.warmup,
+    }  # fmt: skip
     prompts = _prompt_texts(args.prompts)
 
     def phase(name: str, done: int, total: int) -> None:
         print(f"[{done + 1}/{total}] {name}", file=sys.stderr, flush=True)
 
-    result = Sweep(settings.endpoints(), limits, prompts, on_phase=phase).run()
-    report = sweep_report(result, settings.ttft_slo_s, settings.tpot_slo_s)
+    report = probe_endpoint(settings, prompts, args.max_new_tokens, args.temperature, phase)
     endpoints = {e["label"]: e for e in report["endpoints"]}
-    doc: dict[str, Any] = probe_entry(endpoints["speculative"]) | {"stopped": report["stopped"]}
+    tested = endpoints.get("speculative")
+    doc: dict[str, Any] = (probe_entry(tested) if tested else {"levels": []}) | {"stopped": report["stopped"]}
     if "baseline" in endpoints:
         doc["baseline"] = probe_entry(endpoints["baseline"])
         doc["comparison"] = report["comparison"]
@@ -170,7 +166,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     out_path.write_text(json.dumps(doc, indent=2))
     for level in doc["levels"]:
         print(_level_line(level))
-    if report["comparison"]:
+    if report.get("comparison"):
         print(report["comparison"]["verdict"])
     if report["stopped"]:
         print(f"error: {report['stopped']} (what was measured is in {args.json_out})", file=sys.stderr)

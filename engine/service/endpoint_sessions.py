@@ -1,16 +1,12 @@
-"""Endpoint sessions: queued from the dashboard (or the CLI), run by the worker against a running
-OpenAI-compatible endpoint, every request stored as it finishes."""
+"""Endpoint sessions: queued from the dashboard (or the CLI), run by the worker through the one sweep driver
+against a running OpenAI-compatible endpoint (engine.engines.endpoint), every request stored as it finishes."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from engine.errors import SettingsError
 from engine.service.jobs import prompt_count
-
-REQUEST_FLUSH_ROWS = 32
-REQUEST_FLUSH_S = 0.5
 
 
 def endpoint_spec(endpoint: dict[str, Any], max_new_tokens: int = 64, temperature: float = 0.0) -> Any:
@@ -23,7 +19,7 @@ def endpoint_spec(endpoint: dict[str, Any], max_new_tokens: int = 64, temperatur
     urls = [e.url for e in settings.endpoints()]
     spec = SessionSpec(
         target=settings.model or urls[0], drafts=urls, gammas=[], temperatures=[float(temperature)],
-        max_new_tokens=int(max_new_tokens), engine="endpoint", endpoint=settings.to_dict(), chat_template=False,
+        max_new_tokens=int(max_new_tokens), engine="endpoint", endpoint=settings, chat_template=False,
         measure_verify_cost=False, detect_regime=False,
     )  # fmt: skip
     return registry.validate(spec)
@@ -47,57 +43,25 @@ def submit_endpoint_session(
     return store.create_session(**named, **spec.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
 
 
-def run_endpoint_session(store: Any, session: dict[str, Any], spec: Any, prompts: list[Any], hooks: Any) -> str:
-    """Run a claimed endpoint session to its end state (every request stored as it finishes)."""
-    from engine.endpoint.load import Sweep
-    from engine.endpoint.report import sweep_report
-    from engine.endpoint.settings import EndpointSessionSettings
-    from engine.service.store_hooks import TERMINATING
+def probe_endpoint(
+    endpoint: dict[str, Any], prompts: list[str], max_new_tokens: int = 64, temperature: float = 0.0,
+    on_phase: Any = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Sweep a running endpoint now, without a store (the `probe` command): its sweep report (what the Endpoints
+    page shows), with `stopped` set when it stopped early; SettingsError for bad settings."""
+    from engine.engines import registry
+    from engine.session.hooks import Hooks
+    from engine.session.runner import PromptText, RunFailed
 
-    session_id = session["id"]
-    temperature = spec.temperatures[0] if spec.temperatures else 0.0
-    settings = EndpointSessionSettings.from_dict(spec.endpoint).validate(spec.max_new_tokens, temperature)
-    limits = settings.limits(spec.max_new_tokens, temperature)
-    endpoints = settings.endpoints()
-    store.set_hardware(session_id, "remote endpoint: " + ", ".join(e.url for e in endpoints))
-    pending: list[dict[str, Any]] = []
-    last_flush = [time.monotonic()]
+    class Phases(Hooks):
+        def phase(self, name: str, done: int, total: int, eta_s: float | None) -> None:
+            if on_phase is not None:
+                on_phase(name, done, total)
 
-    def flush() -> None:
-        if pending:
-            store.add_endpoint_requests(session_id, pending)
-            pending.clear()
-        last_flush[0] = time.monotonic()
-
-    def on_request(result: Any) -> None:
-        pending.append(result.row())
-        if len(pending) >= REQUEST_FLUSH_ROWS or time.monotonic() - last_flush[0] >= REQUEST_FLUSH_S:
-            flush()
-
-    def on_phase(name: str, done: int, total: int) -> None:
-        hooks.phase(name, done, total, None)
-        hooks.progress(done, total)
-
-    sweep = Sweep(endpoints, limits, [p.text for p in prompts], on_request=on_request,
-                  should_stop=hooks.should_stop, on_level=lambda level: flush(), on_phase=on_phase)  # fmt: skip
+    spec = endpoint_spec(endpoint, max_new_tokens, temperature)
+    texts = [PromptText(str(i), text) for i, text in enumerate(prompts)]
     try:
-        result = sweep.run()
-    finally:
-        flush()
-    report = sweep_report(result, settings.ttft_slo_s, settings.tpot_slo_s)
-    summary = {"engine": "endpoint", "endpoint": report, "runs": []}
-    hooks.phase("done", 1, 1, 0.0)
-    if result.cancelled:
-        if hooks.lost:
-            return "failed"
-        if TERMINATING.is_set():
-            error = f"the worker was stopped; what it measured is kept (python -m engine requeue {session_id})"
-            store.finish_session(session_id, "interrupted", error=error, summary=summary)
-            return "interrupted"
-        store.finish_session(session_id, "cancelled", error="cancelled by the user", summary=summary)
-        return "cancelled"
-    if result.stopped:
-        store.finish_session(session_id, "failed", error=result.stopped, summary=summary)
-        return "failed"
-    store.finish_session(session_id, "done", summary=summary)
-    return "done"
+        report = registry.sweep(spec, texts, Phases())
+    except RunFailed as exc:  # the baseline endpoint could not be reached: nothing to compare with
+        return {"endpoints": [], "stopped": str(exc), "comparison": None, "latency_target": {}}
+    return report.engine_info["endpoint"] | {"stopped": report.stopped}

@@ -73,6 +73,10 @@ class StoreHooks(Hooks):
             writer.flush()
         self.store.add_output(run, output, divergence)
 
+    def requests(self, run: Any, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.store.add_endpoint_requests(self.session_id, rows)
+
     def run_finished(self, run: Any, summary: RunSummary) -> None:
         self.close_writer(run)
         self._forget(run)

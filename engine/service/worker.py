@@ -54,10 +54,6 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
             for i, p in enumerate(session_prompts(store.get_prompts, session, settings.prompt_sample))
         ]
         entry = registry.get(settings.engine)
-        if entry.runner is None:  # a running deployment: no local model, so no utilisation sampling
-            from engine.service.endpoint_sessions import run_endpoint_session
-
-            return run_endpoint_session(store, session, settings, prompts, hooks)
         start_unix = time.time()
         sampler = UtilisationSampler(
             interval_s=0.5, on_sample=lambda t, source, m: hooks.sample(start_unix + t, source, m)
@@ -68,7 +64,12 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
         if settings.detect_regime and entry.in_process and not TERMINATING.is_set():
             _regime_evidence(store, session_id, pool, report, settings, hooks)
         summary = _session_summary(report, hardware, sampler.describe())
+        if report.get("hardware"):  # the numbers ran elsewhere (a deployment)
+            store.set_hardware(session_id, report["hardware"])
         hooks.phase("done", 1, 1, 0.0)
+        if report.get("stopped"):  # the engine stopped early: what it measured is kept, the session failed
+            store.finish_session(session_id, "failed", error=report["stopped"], summary=jsonable(summary))
+            return "failed"
         store.finish_session(session_id, "done", summary=jsonable(summary))
         return "done"
     except Cancelled:

@@ -27,8 +27,9 @@ class PromptText:
 
 @dataclass(frozen=True)
 class RunKey:
-    """One configuration of a session's plan: the target alone at a temperature, a draft at a fixed γ, or a draft
-    under a policy whose γ varies step by step (stored with γ 0, its spec under `policy`), measured with
+    """One configuration of a session's plan: the target alone at a temperature, a draft at a fixed γ, a draft
+    under a policy whose γ varies step by step (stored with γ 0, its spec under `policy`), or a deployment as it
+    speculates itself (γ 0, no policy: the draft names the endpoint), measured with
     `concurrency` requests in flight (engines that batch continuously; 1 elsewhere)."""
 
     draft: str
@@ -61,11 +62,11 @@ class RunKey:
         return key
 
     def label(self) -> str:
-        """'baseline T=0', 'draft γ=2 T=0' or 'draft confidence:… T=0.8' for messages."""
+        """'baseline T=0', 'draft γ=2 T=0', 'draft confidence:… T=0.8' or 'URL as deployed T=0' for messages."""
         level = f" ×{self.concurrency}" if self.concurrency != 1 else ""
         if self.kind == "baseline":
             return f"baseline T={self.temperature:g}{level}"
-        how = self.policy.spec() if self.policy is not None else f"γ={self.gamma}"
+        how = self.policy.spec() if self.policy is not None else f"γ={self.gamma}" if self.gamma else "as deployed"
         return f"{self.draft} {how} T={self.temperature:g}{level}"
 
 
@@ -82,6 +83,11 @@ def plan_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
 
 class RunFailed(SpectuneError):
     """One configuration could not be measured (its server would not start, crashed or hung): the sweep goes on."""
+
+
+class Enough(SpectuneError):
+    """One configuration has measured all it may (a deployment's request or time cap, or its stop): what it measured
+    stands, and it decodes no further prompt."""
 
 
 @dataclass
@@ -105,6 +111,7 @@ class DecodeContext:
     on_step: Callable[[StepRecord], None]
     should_stop: Callable[[], bool]
     phase: Callable[[str, int, int, float | None], None]
+    on_requests: Callable[[list[dict[str, Any]]], None] = lambda rows: None  # a deployment's request rows
 
 
 @dataclass
@@ -114,6 +121,8 @@ class EngineOutputs:
     traces: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per draft: the policy replay's input
     draft_costs: dict[str, float] = field(default_factory=dict)  # per draft: c
     notes: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the engine stopped the session early (a deployment's fatal error)
+    hardware: str | None = None  # what the numbers ran on, where that is not this machine
 
 
 class Runner(Protocol):
@@ -141,7 +150,8 @@ class Runner(Protocol):
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Decode prompt `index` in configuration `key`; `reference`: record what the fidelity verdicts need (the
-        baseline's top logits). Raises RunFailed when the configuration breaks; Cancelled when told to stop."""
+        baseline's top logits). Raises RunFailed when the configuration breaks, Enough when it has measured all it
+        may (it keeps its measurements), Cancelled when told to stop."""
         ...
 
     def side_measure(self, index: int) -> None:

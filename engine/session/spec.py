@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.core.policy import FixedGamma, SpeculationPolicy, parse_policy
+from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
 
 MAX_GAMMA = 64
@@ -52,7 +53,12 @@ class VllmOptions:
         return self
 
 
-_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict}  # options stored as dicts, read back typed
+def _endpoint_options(data: Mapping[str, Any] | EndpointSessionSettings | None) -> EndpointSessionSettings | None:
+    return EndpointSessionSettings.from_dict(data) if data else None
+
+
+# options stored as dicts, read back typed
+_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _endpoint_options}
 
 
 @dataclass
@@ -82,7 +88,7 @@ class SessionSpec:
     serving_batch: int = 1
     engine: str = "spectune"
     prompt_sample: str = "first"  # "first" n in file order, or "stratified" by category (engine.session.sampling)
-    endpoint: dict = field(default_factory=dict)  # engine "endpoint": EndpointSessionSettings as a dict (no secrets)
+    endpoint: EndpointSessionSettings | None = None  # engine "endpoint" only (no secrets: a key's variable name)
     policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
     concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
     vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only

@@ -36,6 +36,7 @@ class RunTally:
     decode_s: float = 0.0
     wall_s: float = 0.0
     failed: str | None = None
+    enough: str | None = None  # why it decodes no further prompt (a cap), keeping what it measured
 
     def step(self, record: StepRecord) -> None:
         self.stats.add(record)
@@ -84,7 +85,7 @@ def summarise(
     drafting = counters.drafting_fraction()
     spread = tally.spread(baseline)
     predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, CostModel(c, verify_cost or None),
-                           draft_method(tally.key.draft) == "draft_model")  # fmt: skip
+                           draft_method(tally.key.draft) == "draft_model") if gamma else None  # fmt: skip
     return RunSummary(
         **common,
         alpha=tally.stats.alpha(),
@@ -95,7 +96,7 @@ def summarise(
         c=c,
         speedup_measured=spread.median if spread else None,
         speedup_spread=spread.to_dict() if spread else None,
-        speedup_predicted=predicted.predicted_speedup,
+        speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
         draft_calls=tally.draft_calls,
     )

@@ -20,8 +20,17 @@ from engine.measure import noise
 from engine.measure.fidelity import classify
 from engine.measure.telemetry import LoadMeter
 from engine.session.hooks import Hooks, PhaseClock
-from engine.session.runner import DecodeContext, EngineOutputs, PromptText, RunFailed, RunKey, Runner, plan_runs
-from engine.session.spec import SessionSpec, gammas_and_policies, validate, widest_draft
+from engine.session.runner import (
+    DecodeContext,
+    EngineOutputs,
+    Enough,
+    PromptText,
+    RunFailed,
+    RunKey,
+    Runner,
+    plan_runs,
+)
+from engine.session.spec import SessionSpec, gammas_and_policies, widest_draft
 from engine.session.summarise import RunTally, policy_live, public_run, summarise
 
 __all__ = ["Hooks", "PromptText", "SweepReport", "run_sweep"]
@@ -47,6 +56,8 @@ class SweepReport:
     machine_load: dict[str, Any] | None = None
     machine_note: str | None = None
     phase_times_s: dict[str, float] = field(default_factory=dict)
+    stopped: str | None = None  # why the engine stopped the session early (what it measured is kept)
+    hardware: str | None = None  # what the numbers ran on, where that is not this machine (a deployment)
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,15 +69,14 @@ class SweepReport:
 
 def run_sweep(
     runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
-    levels: Sequence[int] = (1,),
+    levels: Sequence[int] = (1,), plan: list[RunKey] | None = None,
 ) -> SweepReport:  # fmt: skip
-    """The baseline at each temperature + every draft × γ × temperature + every draft × policy × temperature, each
-    at every concurrency of `levels` (an engine that batches), measured in `runner` (which is stopped on the way
-    out, whatever happens)."""
-    validate(spec, len(prompts))
+    """`plan` (by default the baseline at each temperature + every draft × γ × temperature + every draft × policy ×
+    temperature, each at every concurrency of `levels`) measured in `runner`, which is stopped on the way out,
+    whatever happens. The spec is validated by its engine first (engine.engines.registry.sweep)."""
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
-    plan = plan_runs(spec, levels)
+    plan = plan if plan is not None else plan_runs(spec, levels)
     ctx = DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start)
     try:
         failures = runner.start(spec, prompts, plan, ctx)
@@ -79,7 +89,8 @@ def run_sweep(
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
         _decode_all(runner, prompts, tallies, hooks, clock)
         baselines = _baselines(tallies)
-        alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == min(levels)}
+        lowest = min(key.concurrency for key in plan) if plan else 1
+        alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == lowest}
         extra = runner.finish(alone, ctx)
         return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock)
     finally:
@@ -110,7 +121,7 @@ def _decode_all(
         for key in [*bases, *others[shift:], *others[:shift]]:
             if hooks.should_stop():
                 raise Cancelled()
-            if tallies[key].failed is None:
+            if tallies[key].failed is None and tallies[key].enough is None:
                 eta = (time.perf_counter() - started) / done * (total - done) if done else None
                 clock.start(f"decoding prompt {index + 1} of {len(prompts)}", done, total, eta)
                 meter.mark()
@@ -129,17 +140,23 @@ def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, in
         tally.step(record)
         hooks.step(tally.handle, record)
 
-    ctx = DecodeContext(on_step=on_step, should_stop=hooks.should_stop, phase=lambda *a: None)
+    ctx = DecodeContext(on_step=on_step, should_stop=hooks.should_stop, phase=lambda *a: None,
+                        on_requests=lambda rows: hooks.requests(tally.handle, rows))  # fmt: skip
     t0 = time.perf_counter()
     try:
         decoded = runner.decode(key, index, ctx, reference=key.kind == "baseline")
     except RunFailed as exc:
         _fail(tally, hooks, f"{key.label()}: {exc}")
         return
+    except Enough as exc:
+        tally.enough = str(exc)
+        if not tally.outputs:
+            _fail(tally, hooks, f"{key.label()}: {exc}")
+        return
     tally.add(index, decoded, time.perf_counter() - t0)
     divergence = None
     reference = _baseline_output(tallies, key, index)
-    if key.kind != "baseline" and reference is not None:
+    if key.kind != "baseline" and reference is not None and "fidelity" not in runner.unavailable:
         greedy = key.temperature == 0
         divergence = classify(reference, decoded.output, runner.dtype, greedy).__dict__
     tally.divergences.append(divergence)
@@ -174,14 +191,16 @@ def _report(
     verify_cost: dict[int, float], notes: list[str], extra: EngineOutputs, hooks: Hooks, clock: PhaseClock,
 ) -> SweepReport:  # fmt: skip
     """Every run summarised the same way (noise verdict included), handed to the hooks, and the report."""
-    if not baselines:
+    planned = any(key.kind == "baseline" for key in tallies)
+    if planned and not baselines:
         raise RunFailed(next((t.failed for t in tallies.values() if t.failed), "the baseline was not measured"))
-    first = next((t for key, t in baselines.items() if key.temperature == 0.0), next(iter(baselines.values())))
+    first = next((t for key, t in baselines.items() if key.temperature == 0.0), next(iter(baselines.values()), None))
     public_bases: list[dict[str, Any]] = []
     report = SweepReport(
         target=spec.target, engine=runner.name, dtype=runner.dtype, device=str(runner.device),
         settings=spec.to_dict(), verify_cost=verify_cost, baseline={}, baselines=public_bases, notes=notes,
-        unavailable=list(runner.unavailable), engine_info=runner.describe(),
+        unavailable=list(runner.unavailable), engine_info=runner.describe(), stopped=extra.stopped,
+        hardware=extra.hardware,
     )  # fmt: skip
     traced: set[str] = set()
     for key, tally in tallies.items():
@@ -192,7 +211,7 @@ def _report(
         summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name)
         traces = extra.traces.get(key.draft)
         if key.kind != "baseline":
-            summary.method = _method(key.draft)
+            summary.method = _method(key)
             if traces:
                 summary.agreement_runs = [[min(r, 32) for r in trace["runs"]] for trace in traces]
         if key.policy is not None:
@@ -208,7 +227,7 @@ def _report(
             if tally is first:
                 report.baseline = public
             continue
-        public["speedup_noisy"] = noise.is_noisy(tally.spread(baseline))
+        public["speedup_noisy"] = noise.is_noisy(tally.spread(baseline)) if baseline is not None else None
         if public["speedup_noisy"]:
             report.noisy_runs.append(key.label())
         report.runs.append(public)
@@ -218,5 +237,6 @@ def _report(
     return report
 
 
-def _method(draft: str) -> str:
-    return draft_method(draft)
+def _method(key: RunKey) -> str:
+    """The drafting method a run used ("deployment": whatever the endpoint runs)."""
+    return draft_method(key.draft) if key.gamma or key.policy is not None else "deployment"

@@ -101,17 +101,6 @@ def complete(
     return done
 
 
-def spec_counters(server: ServerCounters, emitted: int) -> SpecCounters:
-    """vLLM's counters over some requests as the one counters type. vLLM does not count target calls; each step
-    of a sequence emits its accepted drafts + 1, so its steps are the tokens emitted less the drafts accepted."""
-    accepted = server.accepted_tokens or 0.0
-    return SpecCounters(
-        drafts=server.drafts or 0.0, draft_tokens=server.draft_tokens or 0.0, accepted_tokens=accepted,
-        target_calls=max(emitted - accepted, 1.0 if emitted else 0.0), emitted=float(emitted),
-        accepted_per_position=dict(server.accepted_per_position),
-    )  # fmt: skip
-
-
 def _settled(url: str, model: str) -> ServerCounters:
     """/metrics once two reads agree (vLLM may count a request's last step just after its reply)."""
     conn = Connection(url, None, 10.0)
@@ -158,4 +147,4 @@ def batch(
             raise result
     completions = [r for r in results if isinstance(r, Completion)]
     delta = _settled(url, model).minus(before)
-    return Batch(completions, wall_s, spec_counters(delta, sum(len(c.token_ids) for c in completions)))
+    return Batch(completions, wall_s, delta.as_spec(sum(len(c.token_ids) for c in completions)))
