@@ -37,7 +37,7 @@ def config(dep: Deployment) -> FlagsFile:
     if dep.off:
         return FlagsFile((_build_line(build), dep.rec.explanation, "launch llama-server without -md / --spec-type",
                           *notes), (), fit)  # fmt: skip
-    model, model_notes = target_value(dep.target, "llamacpp", "<target.gguf>")
+    model, model_notes = target_value(dep.target, "gguf", "<target.gguf>")
     comments = [
         _build_line(build),
         *head_lines(dep, fit),
@@ -71,7 +71,7 @@ def config(dep: Deployment) -> FlagsFile:
                 "deploy this draft with the transformers or vLLM export instead",
             ]
             return FlagsFile((*comments, *notes), (), fit)
-        draft = engine_ref(dep.draft_ref(), "llamacpp")
+        draft = engine_ref(dep.draft_ref(), "gguf")
         comments += draft.notes
         server = speculative_server(Path(model), draft=Path(draft.value), policy=runnable)
         if not legacy:

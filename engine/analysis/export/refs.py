@@ -37,18 +37,18 @@ def bundled_gguf_path(name: str) -> Path:
     return model_cache_dir() / "gguf" / BUNDLED[name].gguf_name
 
 
-def engine_ref(ref: str, engine: str) -> EngineRef:
-    """`ref` (a bundled alias, a .gguf file, a model directory or a hub id) as `engine` loads it.
+def engine_ref(ref: str, weights: str) -> EngineRef:
+    """`ref` (a bundled alias, a .gguf file, a model directory or a hub id) as an engine loading `weights` takes it.
 
-    engine "llamacpp" loads a GGUF file; "hf" (vLLM, SGLang, transformers) a Hugging Face id or a
-    local checkpoint directory.
+    weights "gguf" (llama.cpp): a GGUF file; "hf" (vLLM, SGLang, transformers): a Hugging Face id or a local
+    checkpoint directory.
     """
-    if engine not in ("llamacpp", "hf"):
-        raise ValueError(f"engine must be 'llamacpp' or 'hf', got {engine!r}")
+    if weights not in ("gguf", "hf"):
+        raise ValueError(f"weights must be 'gguf' or 'hf', got {weights!r}")
     if ref in BUNDLED:
-        return _bundled_ref(ref, engine)
+        return _bundled_ref(ref, weights)
     is_gguf = ref.lower().endswith(".gguf")
-    if engine == "llamacpp":
+    if weights == "gguf":
         if is_gguf:
             return EngineRef(ref)
         note = f"llama.cpp loads GGUF files: convert {ref} to GGUF (llama.cpp's convert_hf_to_gguf.py) and put its path"
@@ -63,8 +63,8 @@ def engine_ref(ref: str, engine: str) -> EngineRef:
     return EngineRef(ref)
 
 
-def _bundled_ref(ref: str, engine: str) -> EngineRef:
-    if engine == "llamacpp":
+def _bundled_ref(ref: str, weights: str) -> EngineRef:
+    if weights == "gguf":
         path = bundled_gguf_path(ref)
         return EngineRef(str(path), (f"{path}: the bundled {ref} GGUF spectune measured (`make setup` makes it)",))
     origin = HF_ORIGIN[ref]
@@ -78,11 +78,12 @@ def _bundled_ref(ref: str, engine: str) -> EngineRef:
     )
 
 
-def target_value(target: str | None, engine: str, placeholder: str) -> tuple[str, tuple[str, ...]]:
-    """The target as `engine` loads it and the notes on that reference; `placeholder` when no target is known."""
+def target_value(target: str | None, weights: str, placeholder: str) -> tuple[str, tuple[str, ...]]:
+    """The target as an engine loading `weights` takes it, and the notes on that reference; `placeholder` when no
+    target is known."""
     if target is None:
         return placeholder, ()
-    ref = engine_ref(target, engine)
+    ref = engine_ref(target, weights)
     return ref.value, ref.notes
 
 
