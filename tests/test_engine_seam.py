@@ -211,3 +211,23 @@ def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_repor
     assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]]
     assert set(a["baseline"]) == set(b["baseline"])
     assert llama_servers() <= before, "a llama-server was left running"
+
+
+def test_parity_a_running_deployment_reports_what_every_engine_reports() -> None:
+    """The endpoint engine (a stand-in vLLM under test and a stand-in baseline on 127.0.0.1) and spectune's loop
+    (tiny models): the same report fields and the same run fields, a noise verdict on every run."""
+    from engine.endpoint.standin import StandIn
+    from engine.service.endpoint_sessions import endpoint_spec
+
+    prompts = [PromptText(str(i), f"prompt {i}: count one two three") for i in range(3)]
+    loop = registry.sweep(spec(temperatures=[0.0], measure_verify_cost=False, detect_regime=False), prompts)
+    with StandIn(flavor="vllm", tokens=6) as under_test, StandIn(flavor="openai", tokens=6) as base:
+        endpoint = {"url": under_test.url, "baseline_url": base.url, "concurrency": [1], "max_requests": 3,
+                    "request_timeout_s": 5.0}  # fmt: skip
+        deployed = registry.sweep(endpoint_spec(endpoint, 6), prompts)
+    a, b = loop.to_dict(), deployed.to_dict()
+    assert set(a) == set(b) - {"endpoint"} and "endpoint" in b
+    assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]] and set(a["baseline"]) == set(b["baseline"])
+    for report in (a, b):
+        assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0]
+        assert all(isinstance(r["speedup_noisy"], bool) and r["speedup_spread"]["n"] == 3 for r in report["runs"])
