@@ -47,6 +47,10 @@ st.page_link(common.PAGES["Run"], label="Run — start a tuning session and watc
 st.page_link(common.PAGES["Sessions"], label="Sessions — results, fidelity, comparisons", icon="📊")
 st.page_link(common.PAGES["Theory"], label="Theory — speedup vs arithmetic, the crossover γ", icon="📐")
 st.page_link(common.PAGES["Recommend"], label="Recommend — best draft and γ, exports", icon="🎯")
+st.page_link(common.PAGES["Endpoints"], label="Endpoints — tune a running vLLM, SGLang or llama.cpp server",
+             icon="🌐")  # fmt: skip
+st.page_link(common.PAGES["Policies"], label="Policies — adaptive drafting policies against the best fixed γ",
+             icon="🧭")  # fmt: skip
 
 st.divider()
 st.caption(

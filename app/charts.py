@@ -26,7 +26,7 @@ def histogram(values: pd.DataFrame, field: str, title: str = "", maxbins: int = 
         .mark_bar()
         .encode(
             x=alt.X(f"{field}:Q", bin=alt.Bin(maxbins=maxbins), title=field),
-            y=alt.Y("count():Q", title="prompts"),
+            y=alt.Y("count():Q", title="prompts", axis=alt.Axis(tickMinStep=1, format="d")),
             tooltip=[alt.Tooltip(f"{field}:Q", bin=alt.Bin(maxbins=maxbins)), "count():Q"],
         )
     )
@@ -55,7 +55,7 @@ def utilisation(frame: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("seconds:Q", title="seconds since first sample"),
             y=alt.Y("value:Q", title="%", scale=alt.Scale(domain=[0, 100])),
-            color=alt.Color("metric:N", title="metric"),
+            color=alt.Color("metric:N", title=None),
             tooltip=["metric", alt.Tooltip("seconds:Q", format=".1f"), alt.Tooltip("value:Q", format=".1f")],
         )
     )
@@ -87,8 +87,13 @@ def speedup_grouped(frame: pd.DataFrame, group: str = "which") -> alt.LayerChart
         layers.append(
             base.transform_filter("isValid(datum.lo) && isValid(datum.hi)")
             .mark_errorbar(ticks=True, color="black")
-            .encode(y=y, yOffset=alt.YOffset(f"{group}:N"), x=alt.X("lo:Q", title="speedup vs target alone (×)"),
-                    x2="hi:Q", tooltip=tooltip)  # fmt: skip
+            .encode(
+                y=y,
+                yOffset=alt.YOffset(f"{group}:N"),
+                x=alt.X("lo:Q", title="speedup vs target alone (×)"),
+                x2="hi:Q",
+                tooltip=tooltip,
+            )  # fmt: skip
         )
     return alt.layer(*layers).properties(height=alt.Step(12))
 
@@ -220,7 +225,8 @@ def versus_concurrency(
     ones hollow on dashed lines; `rule_at` draws a dashed level (1× for a speedup), `flip` a red rule at the
     concurrency where speculation stopped paying (measured)."""
     base = alt.Chart(frame, height=HEIGHT)
-    x = alt.X("concurrency:Q", title="concurrency (requests in flight)", scale=alt.Scale(type="log", base=2))
+    x = alt.X("concurrency:Q", title="concurrency (requests in flight)", scale=alt.Scale(type="log", base=2),
+              axis=integer_ticks(frame["concurrency"]))  # fmt: skip
     tooltip = ["series:N", "kind:N", "concurrency:Q", alt.Tooltip("value:Q", format=".4g")]
     measured = base.transform_filter(alt.datum.kind == "measured").mark_line(
         point=alt.OverlayMarkDef(filled=True, size=60)
@@ -240,6 +246,13 @@ def versus_concurrency(
     return alt.layer(*layers).properties(title=title)
 
 
+def integer_ticks(levels: pd.Series) -> alt.Axis:
+    """An axis ticked only at the levels measured, written as whole numbers: concurrency is an integer, and a
+    log axis left to itself ticks 1.1, 1.2, … between 1 and 2."""
+    values = sorted({int(v) for v in pd.to_numeric(levels, errors="coerce").dropna()})
+    return alt.Axis(values=values, format="d") if values else alt.Axis(format="d", tickMinStep=1)
+
+
 def concurrency_surface(surface: pd.DataFrame) -> alt.LayerChart:
     """The γ × concurrency speedup surface of a session measured at several levels (vLLM): speedup
     against concurrency (log-2 axis), one line per configuration and γ, a dashed rule at 1× where speculation
@@ -247,7 +260,12 @@ def concurrency_surface(surface: pd.DataFrame) -> alt.LayerChart:
     frame = surface.assign(series=[f"{c} γ={g}" for c, g in zip(surface["configuration"], surface["γ"], strict=True)])
     base = alt.Chart(frame)
     lines = base.mark_line(point=True).encode(
-        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="requests in flight"),
+        x=alt.X(
+            "concurrency:Q",
+            scale=alt.Scale(type="log", base=2),
+            title="requests in flight",
+            axis=integer_ticks(frame["concurrency"]),
+        ),
         y=alt.Y("speedup:Q", title="speedup vs target alone at the same level (×)"),
         color=alt.Color("series:N", title="configuration"),
         tooltip=["series", "concurrency", alt.Tooltip("speedup:Q", format=".2f"), "verdict"],

@@ -131,7 +131,6 @@ def sessions_picker(
     )
 
 
-
 # ----------------------------------------------------------------------------------------------------------------------
 # status banner
 
@@ -146,9 +145,9 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
     if status == "failed":
         st.error(f"Session failed: {md_escape(error or 'no error message was recorded')}")
     elif status == "cancelled":
-        st.info(f"Cancelled. {md_escape(error or '')}")
+        st.info(md_escape(data.cancelled_text(error)))
     elif status == "queued":
-        _queued(sid)
+        _queued(session)
     elif status == "running" and here != "Run":
         done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
         st.info(f"Running ({done}/{total} prompt decodes); results fill in as runs finish.")
@@ -162,10 +161,12 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
         )
 
 
-def _queued(session_id: int) -> None:
+def _queued(session: Mapping[str, Any]) -> None:
+    session_id = session["id"]
     pid, line = common.worker_status()
     if pid:
-        st.info("Queued: the worker will pick it up after the sessions before it.")
+        queued = common.attempt(common.get_store().list_sessions, "queued", action="read the queue") or []
+        st.info(md_escape(data.queued_text(data.sessions_ahead(session, queued))))
         return
     st.warning(f"Queued, but {md_escape(line)}.")
     if st.button("Start the worker", key=f"start_worker_{session_id}"):

@@ -383,8 +383,26 @@ def positions_frame(positions: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["position", "rate", "evaluated"])
 
 
+UTILISATION_LABELS = {  # the sampler's metric names (engine.measure.telemetry_*) as a chart legend says them
+    "cpu_util_pct": "CPU (all)",
+    "other_cpu_pct": "other processes",
+    "process_cpu_pct": "this session",
+    "sys_mem_used_pct": "memory used",
+    "gpu_util_pct": "GPU busy",
+    "mem_ctrl_util_pct": "GPU memory controller busy",
+    "dram_bw_util_pct": "GPU memory bandwidth",
+    "sm_occupancy_pct": "GPU SM occupancy",
+    "tensor_util_pct": "GPU tensor cores busy",
+}
+
+
+def utilisation_label(name: str) -> str:
+    """A sampler metric's legend label; an unknown one is spelled out from its name (`xyz_util_pct` → `xyz util`)."""
+    return UTILISATION_LABELS.get(name) or name.removesuffix("_pct").replace("_", " ")
+
+
 def utilisation_long(samples: Sequence[Mapping[str, Any]], percent_only: bool = True) -> pd.DataFrame:
-    """Samples → (seconds since the first sample, metric, value); by default only the *_pct metrics."""
+    """Samples → (seconds since the first sample, metric label, value); by default only the *_pct metrics."""
     if not samples:
         return pd.DataFrame(columns=["seconds", "metric", "value", "source"])
     t0 = min(float(s["t"]) for s in samples)
@@ -393,9 +411,35 @@ def utilisation_long(samples: Sequence[Mapping[str, Any]], percent_only: bool = 
         for name, value in (s.get("metrics") or {}).items():
             if percent_only and not str(name).endswith("_pct"):
                 continue
-            rows.append({"seconds": float(s["t"]) - t0, "metric": str(name), "value": float(value),
+            rows.append({"seconds": float(s["t"]) - t0, "metric": utilisation_label(str(name)), "value": float(value),
                          "source": s.get("source")})  # fmt: skip
     return pd.DataFrame(rows, columns=["seconds", "metric", "value", "source"])
+
+
+def sessions_ahead(session: Mapping[str, Any], queued: Sequence[Mapping[str, Any]]) -> int:
+    """How many queued sessions the worker takes before ``session``: it claims the oldest first (by creation
+    time, then id)."""
+    others = [s for s in queued if s["id"] != session["id"]]
+    try:
+        return sum(1 for s in others if (s["created_at"], s["id"]) < (session["created_at"], session["id"]))
+    except (KeyError, TypeError):  # no creation time to order by: ids are handed out in order
+        return sum(1 for s in others if s["id"] < session["id"])
+
+
+def queued_text(ahead: int) -> str:
+    if ahead == 0:
+        return "Queued: it is next; the worker starts it as soon as it is free."
+    return f"Queued: {ahead} session{'s' if ahead != 1 else ''} ahead of it; the worker takes them in order."
+
+
+def cancelled_text(reason: str | None) -> str:
+    """`Cancelled by the user.` (the worker's own reason), `Cancelled: <reason>.` for any other, else `Cancelled.`"""
+    text = (reason or "").strip().rstrip(".")
+    if not text:
+        return "Cancelled."
+    if text.lower().startswith("cancelled"):
+        return f"{text[:1].upper()}{text[1:]}."
+    return f"Cancelled: {text}."
 
 
 def parse_session_param(raw: Any) -> list[int]:

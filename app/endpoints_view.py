@@ -22,18 +22,41 @@ KIND_LABELS = {"auto": "detect", "vllm": "vLLM", "sglang": "SGLang", "llama.cpp"
 KINDS = ENGINE_KINDS
 API_CHOICES = APIS
 MAX_LEVELS_HELP = f"Comma-separated, each 1 to {MAX_CONCURRENCY}, e.g. 1,2,4,8."
+CHUNK_GAP = "chunk gap"  # what the engine's report calls itl: the time between two streamed chunks
+TIME_PER_TOKEN = "time per output token"
+CHUNK_GAP_HELP = (
+    "Gap between streamed chunks: the seconds between two successive chunks of a streamed response (server-sent "
+    "events), the median (p50) or 95th percentile (p95) over every gap of every request. A chunk can carry several "
+    "tokens (a speculative step accepts several at once) and servers may flush tiny or empty chunks, so this is not "
+    "the time per token: it can read far below it."
+)
+TIME_PER_TOKEN_HELP = (
+    "Time per output token (TPOT): per request, (time of the last token − time of the first token) ÷ "
+    "(tokens − 1), the median over requests: the decode speed a reader sees once the first token arrived."
+)
+LATENCY_NOTE = (
+    f"{CHUNK_GAP.capitalize()}: the time between two streamed chunks (a chunk can carry several tokens, or none, "
+    f"so it is not a per-token time); {TIME_PER_TOKEN}: (last token − first token) ÷ (tokens − 1) of each request."
+)
 LEVEL_NUMBERS = {
-    "tokens/s": "%.2f", "req/s": "%.3f", "TTFT p50 s": "%.3f", "TTFT p95 s": "%.3f", "ITL p50 s": "%.4f",
-    "ITL p95 s": "%.4f", "TPOT p50 s": "%.4f", "goodput req/s": "%.3f", "acceptance": "%.3f",
-    "mean acceptance length": "%.2f",
+    "tokens/s": "%.2f", "req/s": "%.3f", "TTFT p50 s": "%.3f", "TTFT p95 s": "%.3f",
+    f"{CHUNK_GAP} p50 s": "%.4f", f"{CHUNK_GAP} p95 s": "%.4f", f"{TIME_PER_TOKEN} p50 s": "%.4f",
+    "goodput req/s": "%.3f", "acceptance": "%.3f", "mean acceptance length": "%.2f",
 }  # fmt: skip
-REQUEST_NUMBERS = {"TTFT s": "%.3f", "tokens/s": "%.2f", "TPOT s": "%.4f", "duration s": "%.3f"}
+LEVEL_HELPS = {
+    f"{CHUNK_GAP} p50 s": CHUNK_GAP_HELP, f"{CHUNK_GAP} p95 s": CHUNK_GAP_HELP,
+    f"{TIME_PER_TOKEN} p50 s": TIME_PER_TOKEN_HELP, "TTFT p50 s": "Time to the first token, median over requests.",
+    "TTFT p95 s": "Time to the first token, 95th percentile over requests.",
+}  # fmt: skip
+REQUEST_NUMBERS = {"TTFT s": "%.3f", "tokens/s": "%.2f", f"{TIME_PER_TOKEN} s": "%.4f", "duration s": "%.3f"}
+REQUEST_HELPS = {f"{TIME_PER_TOKEN} s": TIME_PER_TOKEN_HELP}
 CHARTS = [  # (level fields → series labels, y axis, title), drawn two per row
     ({"tokens_per_s": "tokens/s"}, "tokens/s", "Throughput (output tokens/s, all requests)"),
     ({"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95"}, "seconds", "Time to first token"),
-    ({"itl_p50_s": "ITL p50", "itl_p95_s": "ITL p95"}, "seconds", "Inter-token latency (between streamed chunks)"),
+    ({"itl_p50_s": f"{CHUNK_GAP} p50", "itl_p95_s": f"{CHUNK_GAP} p95"}, "seconds",
+     "Gap between streamed chunks (not per token)"),
     ({"goodput_rps": "goodput"}, "requests/s", "Goodput (requests/s within the latency target)"),
-]
+]  # fmt: skip
 
 
 def endpoint_settings(
@@ -61,7 +84,10 @@ def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_pr
 
 
 def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
-    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks."""
+    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks.
+
+    ``speculation counters`` is True (exposed), False (/metrics answered without them) or None (/metrics could
+    not be read; ``metrics`` says why)."""
     from engine.endpoint.detect import detect
     from engine.endpoint.metrics import scrape
     from engine.endpoint.settings import Endpoint, api_key
@@ -69,17 +95,46 @@ def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
 
     endpoint = Endpoint(url, "", api_key_env, kind)
     conn = Connection(endpoint.url, api_key(endpoint.api_key_env), 5.0)
+    speculates: bool | None = None
     try:
         info = detect(conn, endpoint.kind)
         try:
             counters = scrape(conn, info.model or "")
-            metrics = "speculation counters found" if counters.speculates else "no speculation counters (yet)"
+            speculates = bool(counters.speculates)
+            metrics = "speculation counters found" if speculates else "no speculation counters (yet)"
         except EndpointError as exc:
             metrics = str(exc)
     finally:
         conn.close()
     return {"engine": info.engine, "version": info.version, "model": info.model, "metrics": metrics,
-            "detected from": info.detected_from}  # fmt: skip
+            "speculation counters": speculates, "detected from": info.detected_from}  # fmt: skip
+
+
+def check_headline(found: Mapping[str, Any]) -> str:
+    """One sentence on a checked endpoint: `vLLM 0.33.0 serves Qwen/…; it exposes speculation counters.`"""
+    engine = KIND_LABELS.get(str(found.get("engine")), str(found.get("engine") or "an unknown engine"))
+    if found.get("engine") == "openai":
+        engine = "An OpenAI-compatible server (engine not recognised)"
+    version = f" {found['version']}" if found.get("version") else ""
+    model = f"serves {found['model']}" if found.get("model") else "lists no model"
+    counters = {True: "it exposes speculation counters",
+                False: "it exposes no speculation counters (yet: some engines show them after the first request)",
+                None: "its /metrics could not be read"}[found.get("speculation counters")]  # fmt: skip
+    return f"{engine}{version} {model}; {counters}."
+
+
+def check_facts(found: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(what, value) lines of a checked endpoint, for a short list under the headline."""
+    counters = found.get("speculation counters")
+    return [
+        ("Engine", KIND_LABELS.get(str(found.get("engine")), str(found.get("engine") or "—"))),
+        ("Version", str(found.get("version") or "not reported")),
+        ("Model", str(found.get("model") or "none listed at /v1/models")),
+        ("Speculation counters", "exposed on /metrics" if counters else
+         "not exposed on /metrics (yet)" if counters is False else f"unknown: {found.get('metrics')}"),
+        ("Detected from", "the engine you chose" if found.get("detected from") == "given"
+         else str(found.get("detected from") or "—")),
+    ]  # fmt: skip
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
@@ -110,8 +165,14 @@ def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, An
     for row in requests:
         groups.setdefault((str(row["endpoint"]), int(row["concurrency"])), []).append(row)
     return [
-        {"endpoint": ep, "concurrency": c, **request_stats(rows, None, *slo), "draft_acceptance_rate": None,
-         "mean_acceptance_length": None, "acceptance_source": None}  # fmt: skip
+        {
+            "endpoint": ep,
+            "concurrency": c,
+            **request_stats(rows, None, *slo),
+            "draft_acceptance_rate": None,
+            "mean_acceptance_length": None,
+            "acceptance_source": None,
+        }  # fmt: skip
         for (ep, c), rows in sorted(groups.items())
     ]
 
@@ -128,11 +189,20 @@ def comparison(session: Mapping[str, Any], entries: Sequence[Mapping[str, Any]])
 def levels_frame(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     rows = [
         {
-            "endpoint": e["endpoint"], "concurrency": e["concurrency"], "requests": e.get("requests"),
-            "errors": e.get("errors"), "tokens/s": e.get("tokens_per_s"), "req/s": e.get("requests_per_s"),
-            "TTFT p50 s": e.get("ttft_p50_s"), "TTFT p95 s": e.get("ttft_p95_s"), "ITL p50 s": e.get("itl_p50_s"),
-            "ITL p95 s": e.get("itl_p95_s"), "TPOT p50 s": e.get("tpot_p50_s"), "goodput req/s": e.get("goodput_rps"),
-            "acceptance": e.get("draft_acceptance_rate"), "mean acceptance length": e.get("mean_acceptance_length"),
+            "endpoint": e["endpoint"],
+            "concurrency": e["concurrency"],
+            "requests": e.get("requests"),
+            "errors": e.get("errors"),
+            "tokens/s": e.get("tokens_per_s"),
+            "req/s": e.get("requests_per_s"),
+            "TTFT p50 s": e.get("ttft_p50_s"),
+            "TTFT p95 s": e.get("ttft_p95_s"),
+            f"{CHUNK_GAP} p50 s": e.get("itl_p50_s"),
+            f"{CHUNK_GAP} p95 s": e.get("itl_p95_s"),
+            f"{TIME_PER_TOKEN} p50 s": e.get("tpot_p50_s"),
+            "goodput req/s": e.get("goodput_rps"),
+            "acceptance": e.get("draft_acceptance_rate"),
+            "mean acceptance length": e.get("mean_acceptance_length"),
             "from": e.get("acceptance_source") or "—",
         }  # fmt: skip
         for e in entries
@@ -166,11 +236,20 @@ def speedup_long(comp: Mapping[str, Any] | None) -> pd.DataFrame:
 def requests_frame(requests: Sequence[Mapping[str, Any]], limit: int = 500) -> pd.DataFrame:
     rows = [
         {
-            "endpoint": r["endpoint"], "concurrency": r["concurrency"], "#": r["request_index"] + 1,
-            "prompt": r["prompt_index"] + 1, "ok": "yes" if r.get("ok") else "no", "TTFT s": r.get("ttft_s"),
-            "tokens": r.get("output_tokens"), "tokens/s": r.get("tokens_per_s"), "TPOT s": r.get("tpot_s"),
-            "duration s": r.get("duration_s"), "retries": r.get("retries"), "drafted": r.get("draft_n"),
-            "accepted": r.get("draft_n_accepted"), "error": r.get("error") or "",
+            "endpoint": r["endpoint"],
+            "concurrency": r["concurrency"],
+            "#": r["request_index"] + 1,
+            "prompt": r["prompt_index"] + 1,
+            "ok": "yes" if r.get("ok") else "no",
+            "TTFT s": r.get("ttft_s"),
+            "tokens": r.get("output_tokens"),
+            "tokens/s": r.get("tokens_per_s"),
+            f"{TIME_PER_TOKEN} s": r.get("tpot_s"),
+            "duration s": r.get("duration_s"),
+            "retries": r.get("retries"),
+            "drafted": r.get("draft_n"),
+            "accepted": r.get("draft_n_accepted"),
+            "error": r.get("error") or "",
         }  # fmt: skip
         for r in list(requests)[-limit:]
     ]
@@ -185,7 +264,13 @@ def warnings_of(session: Mapping[str, Any]) -> list[str]:
 def servers_of(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     report = (session.get("summary") or {}).get("endpoint") or {}
     return [
-        {"endpoint": e["label"], "url": e["url"], "model": e.get("model"), "engine": e.get("engine"),
-         "version": e.get("server_version"), "API": e.get("api")}  # fmt: skip
+        {
+            "endpoint": e["label"],
+            "url": e["url"],
+            "model": e.get("model"),
+            "engine": e.get("engine"),
+            "version": e.get("server_version"),
+            "API": e.get("api"),
+        }  # fmt: skip
         for e in report.get("endpoints") or []
     ]

@@ -40,6 +40,8 @@ KIND_LABELS = {
 X_TITLES = {"fixed": "γ", "confidence": "p-min", "heuristic": "start γ", "adaptive": "rule", "batch": "schedule"}
 OBJECTIVE_LABELS = {"latency": "Latency", "cost": "Cost per token", "latency_within_budget": "Latency within budget"}
 NO_SESSIONS = "No finished session yet: run one on the Run page; its draft pass is recorded for the replay."
+FORMAT_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "transformers": "transformers", "llamacpp": "llama.cpp",
+                 "spectune": "spectune"}  # fmt: skip
 PROVE_HELP = (
     "Queue a session that runs the best policies of different kinds and the best fixed γ for real, on the same "
     "prompts, so the replayed figures can be checked against live ones."
@@ -207,13 +209,22 @@ def exports(report: PolicyReport) -> dict[str, Any]:
     return out
 
 
+def format_label(fmt: str) -> str:
+    """An export format by the engine that reads it: vLLM, llama.cpp, spectune."""
+    return FORMAT_LABELS.get(fmt, fmt)
+
+
 def export_caption(fmt: str, exported: Any) -> str:
+    """What the export gives `fmt`'s engine, as a sentence: `vLLM runs this policy as it is: speculation off.`"""
+    engine = format_label(fmt)
     if isinstance(exported, Exception):
-        return f"not exported: {exported}"
+        return f"{engine}: no file for this policy ({str(exported).rstrip('.')})."
     if exported.exact:
-        return f"runs the policy: {exported.runs}"
-    return f"closest it can run: {exported.runs} — lost: {'; '.join(exported.lost)}"
+        return f"{engine} runs this policy as it is: {exported.runs}."
+    return f"{engine} cannot run this policy; the closest it runs is {exported.runs}, and that loses: " + (
+        "; ".join(exported.lost) + "."
+    )
 
 
 def support_lines() -> Sequence[str]:
-    return [f"{fmt}: {text}" for fmt, text in POLICY_SUPPORT.items()]
+    return [f"{format_label(fmt)}: {text}" for fmt, text in POLICY_SUPPORT.items()]

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import PromptFileError
-from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, parse_prompt_bytes, summarise
+from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, display_name, parse_prompt_bytes, summarise
 from foundation.paths import PROJECT_ROOT
 
 SAMPLES_DIR = PROJECT_ROOT / "samples"
@@ -24,6 +24,7 @@ PREVIEW_ROWS = 50
 STORED_ROWS = 20
 MULTI_TURN_NOTE = "multi-turn records: the first user turn is used"
 MAX_UPLOAD_MB = max(1, math.ceil(MAX_UPLOAD_BYTES / (1024 * 1024)))
+ISSUES_LISTED = 10  # bad lines listed under a refused file's error; the rest are counted
 
 
 @dataclass
@@ -47,6 +48,21 @@ def parse_upload(data: bytes, filename: str) -> Parsed:
     """Parse uploaded bytes; raises PromptFileError (one line naming the problem) when nothing is readable."""
     result = parse_prompt_bytes(data, filename)
     return Parsed(filename=filename, result=result, summary=summarise(result))
+
+
+def refusal(exc: PromptFileError, filename: str, what: str | None = None) -> tuple[str, list[str]]:
+    """A refused file's error as (headline, bad lines): `Could not read x.jsonl: no prompts found (2 issues):`
+    naming the file (or ``what``) once, then up to ISSUES_LISTED of its issues and `and N more`."""
+    name = display_name(filename)
+    reason = exc.reason.removeprefix(f"{name}: ")
+    count = exc.issue_count
+    name = what or name
+    if not count:
+        return f"Could not read {name}: {reason}", []
+    lines = list(exc.issues[:ISSUES_LISTED])
+    if count > len(lines):
+        lines.append(f"and {count - len(lines):,} more")
+    return f"Could not read {name}: {reason} ({count:,} issue{'s' if count != 1 else ''}):", lines
 
 
 def parse_pasted(text: str, fmt: str = "txt") -> Parsed:

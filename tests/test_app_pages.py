@@ -135,8 +135,15 @@ def make_session(
     store.finish_run(base, {}, tokens_per_s=100.0, mean_acceptance_length=1.0, speedup_measured=1.0)
     if status == "running":
         return sid
-    result = {"tokens_per_s": 100.0 * speedup, "alpha": 0.61, "mean_acceptance_length": 2.1, "c": 0.12,
-              "per_position_acceptance": [0.7, 0.5], "speedup_measured": speedup, "speedup_predicted": 1.5}
+    result = {
+        "tokens_per_s": 100.0 * speedup,
+        "alpha": 0.61,
+        "mean_acceptance_length": 2.1,
+        "c": 0.12,
+        "per_position_acceptance": [0.7, 0.5],
+        "speedup_measured": speedup,
+        "speedup_predicted": 1.5,
+    }
     store.finish_run(spec, result, **result, baseline_tokens_per_s=100.0)  # fmt: skip
     summary = {"runs": [{"draft": DRAFT, "gamma": 2, "speedup_measured": speedup}]}
     store.finish_session(sid, status, error=error, summary=summary if status == "done" else None)
@@ -198,7 +205,7 @@ def test_home_shows_hardware_and_counts(env):
     assert "CPU" in caption or "GPU" in caption
     assert "no worker running" in caption
     assert {m.label: m.value for m in at.metric}["Prompt sets"] == "1"
-    assert len(at.get("page_link")) == 5
+    assert len(at.get("page_link")) == 7  # every page but Home
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import streamlit as st
 
 from app import charts, common, components, data, prompt_upload
 from app.common import md_escape
+from engine.errors import PromptFileError
 
 common.page_setup("Prompts")
 st.title("📝 Prompts")
@@ -28,6 +29,15 @@ def set_pending(parsed: prompt_upload.Parsed | None) -> None:
         st.session_state.pop(PENDING, None)
     else:
         st.session_state[PENDING] = parsed
+
+
+def show_refusal(exc: BaseException, filename: str, what: str | None = None) -> None:
+    """A refused file, named once, with its bad lines listed; any other error as one line."""
+    if not isinstance(exc, PromptFileError):
+        common.show_error(exc, f"read {what or filename}")
+        return
+    headline, lines = prompt_upload.refusal(exc, filename, what)
+    st.error("\n\n".join([md_escape(headline), "\n".join(f"- {md_escape(line)}" for line in lines)]), icon="🚫")
 
 
 tab_upload, tab_paste, tab_samples = st.tabs(["Upload a file", "Paste prompts", "Bundled samples"])
@@ -53,7 +63,7 @@ with tab_upload:
             else:
                 st.session_state.pop("prompts_upload_error", None)
         if st.session_state.get("prompts_upload_error") is not None:
-            common.show_error(st.session_state["prompts_upload_error"], f"read {upload.name}")
+            show_refusal(st.session_state["prompts_upload_error"], upload.name)
     else:
         st.session_state.pop(UPLOAD_KEY, None)
         st.session_state.pop("prompts_upload_error", None)
@@ -71,7 +81,7 @@ with tab_paste:
             set_pending(prompt_upload.parse_pasted(pasted, prompt_upload.PASTE_FORMATS[paste_format]))
         except Exception as exc:  # noqa: BLE001
             set_pending(None)
-            common.show_error(exc, "read the pasted prompts")
+            show_refusal(exc, f"pasted.{prompt_upload.PASTE_FORMATS[paste_format]}", "the pasted prompts")
 
 with tab_samples:
     st.caption("Short prompt sets written for this project; one click imports a set (importing twice is harmless).")

@@ -64,7 +64,11 @@ with st.container(border=True):
         st.info("There is no prompt set yet: import one on the Prompts page first.")
     if check:
         with common.guard("check the endpoint"):
-            st.json(ev.check_endpoint(url, key_env, kind))
+            found = ev.check_endpoint(url, key_env, kind)
+            (st.success if found["speculation counters"] else st.info)(md_escape(ev.check_headline(found)))
+            st.markdown("\n".join(f"- **{what}:** {md_escape(value)}" for what, value in ev.check_facts(found)))
+            with st.expander("Raw answer", expanded=False):
+                st.json(found)
     if queue:
         with common.guard("queue the endpoint session"):
             settings = ev.endpoint_settings(url, model, key_env, kind, api, baseline, levels, max_requests,
@@ -84,15 +88,17 @@ if session is None:
 
 
 @st.fragment(run_every=2.0 if session["status"] in ACTIVE_STATUSES else None)
-def results(session_id: int) -> None:
+def results(session_id: int, started_as: str) -> None:
     current = common.attempt(store.get_session, session_id, action="read the session") or session
-    requests = common.attempt(store.list_endpoint_requests, session_id, action="read the requests") or []
     status = current["status"]
+    if status != started_as:
+        st.rerun()  # the picker's label, the Cancel button and the polling pace follow the new status
+    requests = common.attempt(store.list_endpoint_requests, session_id, action="read the requests") or []
     if status == "failed":
         st.error(f"Stopped: {md_escape(current.get('error') or 'no message')} — what was measured is kept below.")
     elif status in ACTIVE_STATUSES:
         phase = (current.get("phase") or {}).get("name") or status
-        st.info(f"{md_escape(phase)} — {len(requests)} requests so far.")
+        st.info(f"{md_escape(phase[:1].upper() + phase[1:])} — {len(requests)} requests so far.")
     elif status == "cancelled":
         st.info("Cancelled; what was measured is kept below.")
     for line in ev.warnings_of(current):
@@ -104,7 +110,8 @@ def results(session_id: int) -> None:
     if not entries:
         st.caption("No request has finished yet.")
         return
-    components.table(ev.levels_frame(entries), numbers=ev.LEVEL_NUMBERS)
+    components.table(ev.levels_frame(entries), numbers=ev.LEVEL_NUMBERS, helps=ev.LEVEL_HELPS)
+    st.caption(md_escape(ev.LATENCY_NOTE))
     comp = ev.comparison(current, entries)
     for pair in (ev.CHARTS[:2], ev.CHARTS[2:]):
         for column, (fields, y_title, title) in zip(st.columns(2), pair, strict=True):
@@ -121,10 +128,10 @@ def results(session_id: int) -> None:
     else:
         st.caption("Give a baseline endpoint (the same model without speculation) to measure the speedup and the flip.")
     with st.expander(f"Requests ({len(requests)})"):
-        components.table(ev.requests_frame(requests), numbers=ev.REQUEST_NUMBERS)
+        components.table(ev.requests_frame(requests), numbers=ev.REQUEST_NUMBERS, helps=ev.REQUEST_HELPS)
 
 
-results(session["id"])
+results(session["id"], session["status"])
 if session["status"] in ACTIVE_STATUSES and st.button("Cancel this session", key="ep_cancel"):
     with common.guard("cancel the session"):
         store.request_cancel(session["id"])

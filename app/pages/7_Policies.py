@@ -37,8 +37,15 @@ objective = c1.radio("Objective", list(pv.OBJECTIVE_LABELS), format_func=pv.OBJE
 budget = None
 if objective == "latency_within_budget":
     budget = c1.slider("Cost budget", 0, 100, 20, 5, format="+%d%%", key="pol_budget") / 100.0
-batch_size = c2.number_input("Serving batch size", min_value=1, max_value=4096, value=1, step=1, key="pol_batch",
-                             help="Policies are judged at this width: b × (drafted + 1) token rows per verify step")
+batch_size = c2.number_input(
+    "Serving batch size",
+    min_value=1,
+    max_value=4096,
+    value=1,
+    step=1,
+    key="pol_batch",
+    help="Policies are judged at this width: b × (drafted + 1) token rows per verify step",
+)
 regime_choice = c3.selectbox("Regime", list(rv.REGIME_CHOICES), format_func=rv.REGIME_LABELS.get, key="pol_regime")
 if not chosen_ids:
     st.info("Pick at least one finished session above.")
@@ -108,9 +115,9 @@ st.caption(md_escape("What each engine can express — " + "; ".join(pv.support_
 exported = pv.exports(report)
 for col, (fmt, item) in zip(st.columns(len(exported)), exported.items(), strict=False):
     if not isinstance(item, Exception):
-        col.download_button(f"⬇ {fmt}", data=item.text, file_name=f"policy-{item.filename}", key=f"pol_dl_{fmt}",
-                            on_click="ignore", width="stretch")  # fmt: skip
+        col.download_button(f"⬇ {pv.format_label(fmt)}", data=item.text, file_name=f"policy-{item.filename}",
+                            key=f"pol_dl_{fmt}", on_click="ignore", width="stretch")  # fmt: skip
 for fmt, item in exported.items():
-    with st.expander(f"{fmt} — {md_escape(pv.export_caption(fmt, item))}"):
+    with st.expander(md_escape(pv.export_caption(fmt, item))):
         if not isinstance(item, Exception):
             st.code(item.text, language="json" if item.filename.endswith(".json") else "bash")

@@ -54,9 +54,6 @@ class Issues:
         else:
             self.dropped += 1
 
-    def first(self) -> str:
-        return str(self.items[0]) if self.items else ""
-
     def count(self) -> int:
         return len(self.items) + self.dropped
 

@@ -30,11 +30,11 @@ def parse_prompt_bytes(
     max_prompt_chars: int = MAX_PROMPT_CHARS,
 ) -> ParseResult:
     """Parse an uploaded prompt file; bad lines become issues, and only an unreadable file raises PromptFileError."""
-    name = _display_name(filename)
+    name = display_name(filename)
     try:
         return _parse(bytes(data), name, os.path.splitext(str(filename or ""))[1].lower(), max_bytes, max_prompt_chars)
     except PromptFileError as e:
-        raise PromptFileError(one_line(str(e)) or f"{name}: cannot be read") from None
+        raise PromptFileError(one_line(e.reason) or f"{name}: cannot be read", e.issues, e.issue_count) from None
     except RecursionError:
         raise PromptFileError(f"{name}: the file is nested too deeply to read") from None
     except MemoryError:
@@ -65,8 +65,7 @@ def _parse(data: bytes, name: str, ext: str, max_bytes: int, max_prompt_chars: i
     else:
         _parse_text(text, builder)
     if not builder.prompts:
-        detail = f" ({plural(issues.count(), 'issue')}; first: {issues.first()[:200]})" if issues.count() else ""
-        raise PromptFileError(f"{name}: no prompts found{detail}")
+        raise PromptFileError(f"{name}: no prompts found", tuple(str(i) for i in issues.items), issues.count())
     if fmt.startswith("json"):
         fmt += builder.style()
     return ParseResult(builder.prompts, issues.result(), fmt, builder.duplicates)
@@ -94,7 +93,7 @@ def load_prompt_file(
     except OSError as e:
         raise PromptFileError(f"{p}: cannot be read ({e.strerror or e})") from None
     except ValueError as e:  # e.g. a NUL byte in the path
-        raise PromptFileError(f"{_display_name(str(path))}: not a valid path ({e})") from None
+        raise PromptFileError(f"{display_name(str(path))}: not a valid path ({e})") from None
     return parse_prompt_bytes(data, p.name, max_bytes=max_bytes, max_prompt_chars=max_prompt_chars)
 
 
@@ -119,7 +118,8 @@ def _size_error(name: str, size: int, limit: int) -> PromptFileError:
     return PromptFileError(f"{name}: file is {shown}; the limit is {limit_shown}")
 
 
-def _display_name(filename: str | os.PathLike[str] | None) -> str:
+def display_name(filename: str | os.PathLike[str] | None) -> str:
+    """How a file is named in error lines: its base name, unprintable characters as ?, at most 120 of them."""
     name = os.path.basename(str(filename or ""))
     name = "".join(ch if ch.isprintable() else "?" for ch in name)[:120]
     return name or "upload"
