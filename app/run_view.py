@@ -126,6 +126,7 @@ class RunForm:
     engine: str = "spectune"
     policies_text: str = ""  # speculation policies also run live, separated by spaces or ';'
     concurrency_text: str = ""  # requests in flight per measurement (an engine that batches); "" = its default
+    mode: str = "quick"  # quick: probe, predict, confirm; full: every configuration (engine.session.quick)
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -170,6 +171,7 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         prompt_sample="stratified" if form.stratified else "first",
         engine=form.engine,
         policies=policy_specs(form.policies_text),
+        mode=form.mode,
     )
     levels = (form.concurrency_text or "").strip()
     spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels
@@ -177,11 +179,41 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
     return spec, int(form.prompt_set_id), int(form.n_prompts)
 
 
+MODE_LABELS = {
+    "quick": "Quick: each draft once, every γ and policy predicted, the best confirmed live",
+    "full": "Full grid: every draft × γ × policy measured",
+}
+MODE_HELP = (
+    "Quick runs the target alone and each draft once at the widest γ (its recorded pass reaches every γ listed), "
+    "predicts every γ and policy from that pass with the one prediction model, then runs what it recommends and "
+    "the best fixed γ live beside the target alone to confirm them. Full measures every configuration."
+)
+
+
+def quick_lines(session: Mapping[str, Any]) -> list[str]:
+    """A finished quick session in words: how long to a confirmed recommendation, and each choice measured."""
+    quick = (session.get("summary") or {}).get("quick")
+    if not quick:
+        return []
+    minutes = quick.get("time_to_confirmed_s", 0.0) / 60.0
+    lines = [f"Quick session: confirmed in {minutes:.1f} min (probe {quick.get('probe_s', 0.0) / 60.0:.1f} min)."]
+    off = {float(t) for t, is_off in (quick.get("off") or {}).items() if is_off}
+    for c in quick.get("confirmed") or []:
+        measured, ratio = c.get("measured_speedup"), c.get("measured_over_predicted")
+        got = f"measured {measured:.2f}× (measured ÷ predicted {ratio:.2f})" if measured and ratio else "not measured"
+        noisy = " — too noisy to tell" if c.get("noisy") else ""
+        role = "Speculation OFF; best candidate, not recommended" if c["temperature"] in off else c["role"].capitalize()
+        lines.append(f"{role}: {c['configuration']} — predicted {c['predicted_speedup']:.2f}×, {got}{noisy}.")
+    lines += [f"Note: {n}" for n in quick.get("notes") or []]
+    return lines
+
+
 POLICY_HELP = (
     "Besides the fixed γs, run these drafting policies live, separated by spaces: confidence:P[:NMAX[:NMIN]] "
     "(stop when the draft's confidence falls below P), heuristic:START (transformers' schedule), "
     "adaptive[:C1,C2,..] (SGLang-style EMA). Every policy is replayed from the session anyway (Policies page); "
-    "running one live checks the replay. llama.cpp runs fixed γ and confidence:P:NMAX:NMIN only."
+    "running one live checks the replay. llama.cpp runs fixed γ and confidence:P:NMAX:NMIN only. A quick session "
+    "predicts every policy instead and runs the best one live."
 )
 
 

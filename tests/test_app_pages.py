@@ -391,6 +391,40 @@ def test_policies_typed_in_the_run_form_run_live_and_show_in_the_header(env):
     assert "policies confidence:0.6:8:2, adaptive:1,2,4, heuristic:3" in unescape_md(texts(at.markdown))
 
 
+def test_the_run_form_queues_a_quick_session_by_default_and_the_full_grid_on_request(env):
+    add_prompts(env.store, [("p1", None), ("p2", None)])
+    at = page("pages/2_Run.py")
+    assert at.radio(key="mode").value == "quick"
+    fill_run_form(at)
+    at.button(key="start_session").click()
+    at.run()
+    at.radio(key="mode").set_value("full")
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert [s["options"]["mode"] for s in env.store.list_sessions()] == ["full", "quick"]  # newest first
+
+
+def test_a_finished_quick_session_says_how_long_to_a_confirmed_recommendation(env):
+    sid = env.store.create_session(target=TARGET, drafts=["ngram"], gammas=[1, 2, 4], temperatures=[0.0],
+                                   max_new_tokens=8, options={"mode": "quick"})  # fmt: skip
+    confirmed = {"role": "best fixed γ", "configuration": "ngram γ=2 T=0", "draft": "ngram", "gamma": 2,
+                 "policy": None, "temperature": 0.0, "predicted_speedup": 1.5, "measured_speedup": 1.4,
+                 "measured_over_predicted": 1.4 / 1.5, "noisy": False}  # fmt: skip
+    quick = {"probe": ["baseline T=0", "ngram γ=4 T=0"], "confirmed": [confirmed], "off": {"0.0": False},
+             "notes": [], "probe_s": 60.0, "time_to_confirmed_s": 150.0}  # fmt: skip
+    env.store.finish_session(sid, "done", summary={"quick": quick, "runs": [], "baselines": []})
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    assert_clean(at)
+    shown = unescape_md(texts(at.caption))
+    assert "Quick session: confirmed in 2.5 min (probe 1.0 min)." in shown
+    assert "Best fixed γ: ngram γ=2 T=0 — predicted 1.50×, measured 1.40× (measured ÷ predicted 0.93)." in shown
+    env.store.finish_session(sid, "done", summary={"quick": quick | {"off": {"0.0": True}}, "runs": [],
+                                                   "baselines": []})  # fmt: skip
+    shown = unescape_md(texts(page("pages/2_Run.py", {"session": str(sid)}).caption))
+    assert "Speculation OFF; best candidate, not recommended: ngram γ=2 T=0" in shown and "Best fixed γ" not in shown
+
+
 @pytest.mark.parametrize(
     "gammas, policies, needle",
     [("1,x", "", "'x' is not a whole number"), ("0", "", "γ = 0 is out of range"), ("999", "", "out of range"),

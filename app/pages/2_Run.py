@@ -1,9 +1,8 @@
-"""Run: queue a tuning session (target × drafts × γ × temperatures on a prompt set) and watch it live.
+"""Run: queue a tuning session (quick, or the full target × drafts × γ × temperatures grid) and watch it live.
 
 Never loads a model: "Start session" validates and queues (engine.service.jobs.submit_session) and starts the
 worker; the live view polls a cheap version of the session and re-reads only what changed (run_view.LiveCache),
-about once a second while prompts decode. The watched session lives in the URL (?session=N).
-"""
+about once a second while prompts decode. The watched session lives in the URL (?session=N)."""
 
 import copy
 import time
@@ -33,10 +32,8 @@ if not sets_by_id:
 
 with st.container(border=True):
     col_t, col_x, col_dt, col_p = st.columns([3, 3, 2, 3])
-    target_choice = col_t.selectbox(
-        "Target model", rv.bundled_names(), index=rv.default_target_index(), format_func=rv.bundled_label,
-        key="target_choice",
-    )  # fmt: skip
+    target_choice = col_t.selectbox("Target model", rv.bundled_names(), index=rv.default_target_index(),
+                                    format_func=rv.bundled_label, key="target_choice")  # fmt: skip
     target_text = col_x.text_input(
         "…or another target", key="target_text",
         placeholder="local path, .gguf, cached model id, or tiny:SEED:VOCAB:LAYERS:HIDDEN",
@@ -61,6 +58,7 @@ with st.container(border=True):
             st.caption(f"Target {md_escape(note)}.")
 
     with st.form("new_session", border=False):
+        st.radio("Session", list(rv.MODE_LABELS), format_func=rv.MODE_LABELS.get, key="mode", help=rv.MODE_HELP)
         col_d, col_g = st.columns(2)
         draft_options = rv.draft_options(target)
         col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
@@ -144,6 +142,8 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
             else:
                 st.info("The session had already finished.")
 
+    if status == "done" and (quick := rv.quick_lines(session)):
+        st.caption("  \n".join(md_escape(line) for line in quick))
     current, baseline = frame.current, frame.baseline
     if current is None:
         if status == "running":

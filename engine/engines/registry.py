@@ -105,14 +105,22 @@ def replays_like_llamacpp(name: str) -> bool:
     return get(name).runner().replays_like_llamacpp
 
 
+def levels_of(spec: SessionSpec) -> list[int]:
+    """The concurrency levels a session's configurations are measured at in its engine."""
+    return list(spec.concurrency) if get(spec.engine).batches else [1]
+
+
 def sweep(
-    spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, pool: ModelPool | None = None
-) -> SweepReport:
-    """Validate `spec` for its engine and run its sweep there."""
+    spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, pool: ModelPool | None = None,
+    plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
+) -> SweepReport:  # fmt: skip
+    """Validate `spec` for its engine and run its sweep there: the engine's plan, or `plan` (a quick session's
+    probe or confirmation); `verify_cost` measured before in the session is not measured again."""
     validate(spec, len(prompts))
     entry = get(spec.engine)
-    levels = spec.concurrency if entry.batches else (1,)
-    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, entry.plan(spec, levels))
+    levels = levels_of(spec)
+    chosen = plan if plan is not None else entry.plan(spec, levels)
+    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, chosen, verify_cost)
 
 
 def _spectune() -> Any:

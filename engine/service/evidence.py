@@ -89,9 +89,13 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
     return sorted(rows, key=lambda r: (r["draft"], r["γ"], r["T"], r["engine"]))
 
 
-def gather(store: Any, session_ids: list[int], engine: str | None = None, temperature: float | None = None) -> Evidence:
+def gather(
+    store: Any, session_ids: list[int], engine: str | None = None, temperature: float | None = None,
+    in_progress: int | None = None,
+) -> Evidence:  # fmt: skip
     """Collect measurements and regime evidence from finished sessions measured with `engine` (None: any), at the
-    deployment `temperature` (None: the sessions' single temperature; SpectuneError asking for one when mixed)."""
+    deployment `temperature` (None: the sessions' single temperature; SpectuneError asking for one when mixed).
+    `in_progress`: a running session whose finished runs count (a quick session deciding what to confirm)."""
     if not session_ids:
         raise SpectuneError("choose at least one session")
     if engine is not None:
@@ -108,7 +112,7 @@ def gather(store: Any, session_ids: list[int], engine: str | None = None, temper
         session = store.get_session(sid)
         if session is None:
             raise SpectuneError(f"session {sid} does not exist")
-        if session["status"] != "done":
+        if session["status"] != "done" and not (sid == in_progress and session["status"] == "running"):
             raise SpectuneError(f"session {sid} is {session['status']}, not done: only finished sessions can be used")
         regime = regime or session.get("regime")
         targets.add(str(session.get("target")))
@@ -275,6 +279,7 @@ def recommend_from_store(
     regime_override: str | None = None,
     engine: str | None = None,
     temperature: float | None = None,
+    in_progress: int | None = None,
 ) -> tuple[Recommendation, Evidence, RegimeReport]:
     """The recommendation for these sessions, the evidence it rests on, and the regime judged at its γ.
 
@@ -288,7 +293,7 @@ def recommend_from_store(
         raise SpectuneError("the latency-within-budget objective needs a cost budget (e.g. 0.2 for +20%)")
     if batch_size < 1:
         raise SpectuneError(f"batch size {batch_size}: must be at least 1")
-    ev = gather(store, session_ids, engine, temperature)
+    ev = gather(store, session_ids, engine, temperature, in_progress)
     try:
         first = judge_regime(ev.regime, batch_size, 0, ev.verify_cost, regime_override)
         knee = None if regime_override else first.knee_batch

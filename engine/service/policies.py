@@ -173,6 +173,7 @@ def session_policies(
     engine: str | None = None,
     recommended: tuple[Recommendation, Any, Any] | None = None,
     temperature: float | None = None,
+    in_progress: int | None = None,
 ) -> PolicyReport:
     """Replay every policy for every draft × temperature of the sessions; recommend one for the objective.
 
@@ -183,13 +184,15 @@ def session_policies(
     the fixed-γ recommendation chose
     (every draft when that is off). `engine` is whose measurements to use (default: evidence.choose_engine);
     `recommended`, the (recommendation, evidence, regime report) a caller already computed from the same inputs
-    and engine, is used as it is instead of computing it again."""
+    and engine, is used as it is instead of computing it again; `in_progress`, a running session whose finished
+    runs count (a quick session deciding what to confirm)."""
     ids = [session_ids] if isinstance(session_ids, int) else list(session_ids)
     engine = choose_engine(store, ids, engine)
     llamacpp = replays_like_llamacpp(engine)  # replayed in llama-server's own loop, as its sessions ran
     rec, ev, report = recommended or recommend_from_store(
-        store, ids, objective, budget, batch_size, None, regime_override, engine=engine, temperature=temperature
-    )
+        store, ids, objective, budget, batch_size, None, regime_override, engine=engine, temperature=temperature,
+        in_progress=in_progress,
+    )  # fmt: skip
     regime = report.label if report.label in REGIMES else MEMORY_BOUND
     drafts: list[DraftPolicies] = []
     notes: list[str] = []

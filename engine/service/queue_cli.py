@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.engines.registry import concurrency_for, engine_from_cli
 from engine.errors import SpectuneError
-from engine.session.spec import SessionSpec
+from engine.session.spec import MODES, SessionSpec
 
 
 def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -35,6 +35,16 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         "--sample", choices=["first", "stratified"], default=None,
         help="which --max-prompts prompts: the first in file order, or stratified by category "
         "(default: stratified when the file names two or more categories)",
+    )  # fmt: skip
+    submit.add_argument(
+        "--mode", choices=MODES, default="quick",
+        help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
+        "predicted from that pass, the best confirmed live; full: every draft × γ × policy measured",
+    )  # fmt: skip
+    submit.add_argument(
+        "--policy", action="append", default=None,
+        help="a speculation policy also run live (full mode) or predicted (quick): fixed:G | confidence:P[:NMAX"
+        "[:NMIN]] | heuristic:START | adaptive[:C1,C2,..] (repeatable)",
     )  # fmt: skip
 
     requeue = sub.add_parser("requeue", help="queue an interrupted session again (its runs so far are kept)")
@@ -68,7 +78,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype, device=args.device,
         chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
         engine=engine_from_cli(args.engine),
-        serving_batch=args.serving_batch, detect_regime=not args.no_regime,
+        serving_batch=args.serving_batch, detect_regime=not args.no_regime, mode=args.mode,
+        policies=list(args.policy or []),
     )
     settings.concurrency = concurrency_for(settings.engine, args.concurrency)
     settings.vllm.threads = args.vllm_threads

@@ -59,7 +59,12 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
             interval_s=0.5, on_sample=lambda t, source, m: hooks.sample(start_unix + t, source, m)
         )
         sampler.start()
-        report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
+        if settings.mode == "quick" and not entry.deployment:
+            from engine.service.quick import run_quick
+
+            report = run_quick(store, session_id, settings, prompts, hooks, pool).to_dict()
+        else:
+            report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
         sampler.stop()
         if settings.detect_regime and entry.in_process and not TERMINATING.is_set():
             _regime_evidence(store, session_id, pool, report, settings, hooks)

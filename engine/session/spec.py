@@ -20,8 +20,9 @@ MAX_TEMPERATURE = 10.0
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency", "vllm",
+    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode",
 )  # fmt: skip
+MODES = ("quick", "full")  # engine.session.quick: probe, predict, confirm; or every configuration of the grid
 MAX_CONCURRENCY = 64
 
 
@@ -92,6 +93,7 @@ class SessionSpec:
     policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
     concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
     vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
+    mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -165,6 +167,8 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError(f"serving batch = {s.serving_batch}: must be between 1 and 4096")
     if s.prompt_sample not in ("first", "stratified"):
         raise SettingsError(f"prompt sample '{s.prompt_sample}': choose first or stratified")
+    if s.mode not in MODES:
+        raise SettingsError(f"mode '{s.mode}': choose quick (probe, predict, confirm) or full (every configuration)")
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     validate_concurrency(s.concurrency)

@@ -58,6 +58,7 @@ class SweepReport:
     phase_times_s: dict[str, float] = field(default_factory=dict)
     stopped: str | None = None  # why the engine stopped the session early (what it measured is kept)
     hardware: str | None = None  # what the numbers ran on, where that is not this machine (a deployment)
+    quick: dict[str, Any] | None = None  # a quick session: what the probe led to and its confirmation
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,11 +70,12 @@ class SweepReport:
 
 def run_sweep(
     runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
-    levels: Sequence[int] = (1,), plan: list[RunKey] | None = None,
+    levels: Sequence[int] = (1,), plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
 ) -> SweepReport:  # fmt: skip
     """`plan` (by default the baseline at each temperature + every draft × γ × temperature + every draft × policy ×
     temperature, each at every concurrency of `levels`) measured in `runner`, which is stopped on the way out,
-    whatever happens. The spec is validated by its engine first (engine.engines.registry.sweep)."""
+    whatever happens; `verify_cost` given (measured before, in the same session) is not measured again. The spec is
+    validated by its engine first (engine.engines.registry.sweep)."""
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
     plan = plan if plan is not None else plan_runs(spec, levels)
@@ -84,7 +86,7 @@ def run_sweep(
         for key, message in failures.items():
             _fail(tallies[key], hooks, f"{key.label()}: {message}")
         _require_a_baseline(tallies)
-        verify_cost, notes = _verify_cost(runner, spec, clock)
+        verify_cost, notes = (verify_cost, []) if verify_cost is not None else _verify_cost(runner, spec, clock)
         clock.start("warming up", 0, 1)
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
         _decode_all(runner, prompts, tallies, hooks, clock)

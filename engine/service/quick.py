@@ -1,0 +1,97 @@
+"""A quick session in the worker: the probe is measured and stored, the one model (the same recommendation and
+policy replay the Recommend and Policies pages show) decides what to confirm, and the confirmation runs live
+beside the target alone (engine.session.quick)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.core.policy import FixedGamma, parse_policy
+from engine.engines import registry
+from engine.errors import SpectuneError
+from engine.models.pool import ModelPool
+from engine.session.hooks import Hooks
+from engine.session.quick import Choice, Decision, confirm_plan, merged, probe_plan
+from engine.session.runner import PromptText, RunKey
+from engine.session.spec import SessionSpec
+from engine.session.sweep import SweepReport
+
+
+def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float, decision: Decision) -> None:
+    """The recommended configuration (a policy when one beats every fixed γ) and the best fixed γ at
+    `temperature`, judged for the session's serving batch."""
+    from engine.service.policies import recommendation_for, session_policies
+
+    report = session_policies(store, [session_id], batch_size=spec.serving_batch, engine=spec.engine,
+                              temperature=temperature, in_progress=session_id)  # fmt: skip
+    rec = recommendation_for(report)
+    if rec is None or rec.draft_name is None or rec.gamma < 1:
+        decision.notes.append(f"T={temperature:g}: nothing to confirm ({'; '.join(report.notes) or 'no draft'})")
+        return
+    decision.off[temperature] = bool(report.recommendation and report.recommendation.off)
+    fixed = Choice("best fixed γ", rec.draft_name, rec.gamma, temperature, rec.predicted_speedup)
+    best = report.best
+    entry = registry.get(spec.engine)
+    policy = parse_policy(best.policy) if best is not None else None
+    runnable = policy is not None and entry.runs_policies and (entry.runs_policy is None
+                                                               or entry.runs_policy(best.policy))  # fmt: skip
+    if best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible and runnable:
+        assert report.chosen is not None
+        decision.choices.append(Choice("recommended", report.chosen.draft, 0, temperature, best.predicted_speedup,
+                                       policy))  # fmt: skip
+    elif best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible:
+        decision.notes.append(f"T={temperature:g}: the best policy, {best.policy}, does not run in {entry.label}: "
+                              "its best fixed γ is confirmed instead")  # fmt: skip
+    decision.choices.append(fixed)
+
+
+def decide(store: Any, session_id: int, spec: SessionSpec) -> Decision:
+    """What the probe's stored runs lead to, per temperature of the session."""
+    decision = Decision()
+    for temperature in spec.temperatures:
+        try:
+            _choices(store, session_id, spec, temperature, decision)
+        except SpectuneError as exc:
+            decision.notes.append(f"T={temperature:g}: nothing to confirm ({exc})")
+    return decision
+
+
+def _confirmed(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
+    """Each choice with what was measured for it (the confirmation's run, else the probe's): measured ÷ predicted."""
+    rows = []
+    for choice in decision.choices:
+        key = choice.key().as_dict()
+        run = next((r for r in reversed(report.runs)
+                    if all(r.get(k) == v for k, v in key.items()) and r.get("concurrency", 1) == 1), None)  # fmt: skip
+        live = (run or {}).get("policy_live") or {}
+        measured = live.get("speedup_measured") if choice.policy is not None else (run or {}).get("speedup_measured")
+        ratio = measured / choice.predicted_speedup if measured and choice.predicted_speedup else None
+        rows.append(choice.to_dict() | {"measured_speedup": measured, "measured_over_predicted": ratio,
+                                        "noisy": (run or {}).get("speedup_noisy")})  # fmt: skip
+    return rows
+
+
+def run_quick(
+    store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
+) -> SweepReport:
+    """Probe, decide, confirm; one merged report whose `quick` says what was chosen, why, and how it measured."""
+    started = time.perf_counter()
+    levels = registry.levels_of(spec)
+    probe = registry.sweep(spec, prompts, hooks, pool, plan=probe_plan(spec, levels))
+    probed = time.perf_counter()
+    hooks.phase("predicting the grid from the probe", 0, 1, None)
+    decision = decide(store, session_id, spec)
+    measured = [RunKey(r["draft"], r["gamma"], r["temperature"], None, r.get("concurrency", 1)) for r in probe.runs]
+    plan = confirm_plan(spec, decision, measured, levels)
+    confirm = registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=probe.verify_cost) if plan else None
+    report = merged(probe, confirm)
+    report.quick = {
+        "probe": [k.label() for k in probe_plan(spec, levels)],
+        "confirmed": _confirmed(report, decision),
+        "off": {str(t): off for t, off in decision.off.items()},
+        "notes": decision.notes,
+        "probe_s": round(probed - started, 1),
+        "time_to_confirmed_s": round(time.perf_counter() - started, 1),
+    }
+    return report

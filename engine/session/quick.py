@@ -1,0 +1,94 @@
+"""A quick session: probe, predict, confirm.
+
+Instead of every configuration of the grid, a quick session runs the target alone and each draft once (at the
+grid's widest γ, so the recorded pass reaches every γ the grid names, and c, v(k) and acceptance are measured in
+the engine's own loop); the one prediction model then predicts the whole grid (every γ and policy) from that
+recorded pass, and the configurations it recommends — the best policy and the best fixed γ — run live beside the
+target alone to confirm them. The full grid stays available (mode "full")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engine.core.policy import SpeculationPolicy
+from engine.session.runner import RunKey
+from engine.session.spec import SessionSpec, gammas_and_policies
+from engine.session.sweep import SweepReport
+
+PROBE_POLICY_DEPTH = 8  # the probe's γ for a grid of policies only: deep enough for most of their steps
+
+
+def probe_gamma(spec: SessionSpec) -> int:
+    """The γ each draft is probed at: the grid's widest fixed γ (a policy-only grid: its most drafted, ≤ 8)."""
+    gammas, policies = gammas_and_policies(spec)
+    if gammas:
+        return max(gammas)
+    return min(max(p.max_draft() for p in policies), PROBE_POLICY_DEPTH)
+
+
+def probe_plan(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
+    """The target alone at each temperature, then each draft once at the probe γ, at each level."""
+    gamma = probe_gamma(spec)
+    drafts = [d for d in spec.drafts if d != "none"]
+    plan = [RunKey("none", 0, t, None, n) for n in levels for t in spec.temperatures]
+    return plan + [RunKey(d, gamma, t, None, n) for d in drafts for n in levels for t in spec.temperatures]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A configuration the one model recommends at one temperature, and what it predicted for it."""
+
+    role: str  # "recommended" (the best of everything) or "best fixed γ"
+    draft: str
+    gamma: int
+    temperature: float
+    predicted_speedup: float
+    policy: SpeculationPolicy | None = None
+
+    def key(self, concurrency: int = 1) -> RunKey:
+        return RunKey(self.draft, 0 if self.policy is not None else self.gamma, self.temperature, self.policy,
+                      concurrency)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "configuration": self.key().label(), "draft": self.draft, "gamma": self.gamma,
+                "policy": self.policy.spec() if self.policy else None, "temperature": self.temperature,
+                "predicted_speedup": self.predicted_speedup}  # fmt: skip
+
+
+@dataclass
+class Decision:
+    """What the probe led to: the choices to confirm and why (an off recommendation still confirms its best γ)."""
+
+    choices: list[Choice] = field(default_factory=list)
+    off: dict[float, bool] = field(default_factory=dict)  # per temperature: the recommendation is speculation off
+    notes: list[str] = field(default_factory=list)
+
+
+def confirm_plan(spec: SessionSpec, decision: Decision, measured: Sequence[RunKey],
+                 levels: Sequence[int] = (1,)) -> list[RunKey]:  # fmt: skip
+    """The target alone at each temperature of a choice, then each choice not measured by the probe already."""
+    done = set(measured)
+    wanted = [c.key(n) for c in decision.choices for n in levels]
+    fresh = list(dict.fromkeys(k for k in wanted if k not in done))
+    if not fresh:
+        return []
+    temperatures = sorted({k.temperature for k in fresh})
+    return [RunKey("none", 0, t, None, n) for n in levels for t in temperatures] + fresh
+
+
+def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
+    """One report for the session: the probe's runs and v(k), then the confirmation's runs beside its own
+    baselines (each run's speedup is against the baseline measured alongside it)."""
+    if confirm is None:
+        return probe
+    times = dict(probe.phase_times_s)
+    for name, seconds in confirm.phase_times_s.items():
+        times[name] = round(times.get(name, 0.0) + seconds, 3)
+    return replace(
+        confirm, verify_cost=probe.verify_cost, baselines=probe.baselines + confirm.baselines,
+        runs=probe.runs + confirm.runs, failed=probe.failed + confirm.failed,
+        notes=list(dict.fromkeys(probe.notes + confirm.notes)), noisy_runs=probe.noisy_runs + confirm.noisy_runs,
+        phase_times_s=times, engine_info=probe.engine_info | confirm.engine_info,
+    )  # fmt: skip

@@ -1,0 +1,159 @@
+"""A quick session through the worker (real SQLite, tiny in-process models): the target alone and each draft
+once at the widest γ, the grid predicted from that pass by the same recommendation and policy replay the pages
+show, and what they chose confirmed live beside the target alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.errors import SettingsError
+from engine.models.pool import ModelPool
+from engine.service.jobs import submit_session
+from engine.service.policies import recommendation_for, session_policies
+from engine.service.worker import run_session
+from engine.session.quick import Choice, Decision, confirm_plan, probe_gamma, probe_plan
+from engine.session.runner import RunKey
+from engine.session.spec import SessionSpec, validate
+from store import Store, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "tiny:1:48:2:64"
+DRAFT = "tiny:1:48:2:64~0.15"
+PROMPTS = [f"count {i}: one two three four five six seven eight" for i in range(4)]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    yield s
+    s.close()
+
+
+def spec(**over: Any) -> SessionSpec:
+    base = {"target": TARGET, "drafts": [DRAFT, "ngram"], "gammas": [1, 2, 3], "temperatures": [0.0],
+            "max_new_tokens": 24, "dtype": "float32", "device": "cpu", "chat_template": False,
+            "detect_regime": False, "mode": "quick"}  # fmt: skip
+    return SessionSpec(**(base | over))
+
+
+def run(store: Store, settings: SessionSpec) -> int:
+    set_id, _, _ = store.add_prompt_set("q", "q.txt", [{"text": p, "category": None} for p in PROMPTS])
+    sid = submit_session(store, settings, set_id)
+    assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+    return sid
+
+
+def test_the_probe_is_the_baseline_and_each_draft_once_at_the_widest_gamma() -> None:
+    s = spec(temperatures=[0.0, 0.7])
+    assert probe_gamma(s) == 3 and probe_gamma(spec(gammas=[], policies=["confidence:0.6:16:0"])) == 8
+    assert [k.label() for k in probe_plan(s)] == [
+        "baseline T=0", "baseline T=0.7", f"{DRAFT} γ=3 T=0", f"{DRAFT} γ=3 T=0.7", "ngram γ=3 T=0", "ngram γ=3 T=0.7",
+    ]  # fmt: skip
+    decision = Decision([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5), Choice("best fixed γ", "ngram", 2, 0.0, 1.2)])
+    plan = confirm_plan(s, decision, probe_plan(s))
+    assert plan == [RunKey("none", 0, 0.0), RunKey("ngram", 2, 0.0)]  # the probe measured the draft at γ=3 already
+    assert confirm_plan(s, Decision([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5)]), probe_plan(s)) == []
+    with pytest.raises(SettingsError, match="mode 'fast'"):
+        validate(spec(mode="fast"))
+
+
+def test_a_quick_session_confirms_what_the_one_model_chose(store: Store) -> None:
+    sid = run(store, spec())
+    session = store.get_session(sid)
+    quick = session["summary"]["quick"]
+    runs = store.list_runs(sid)
+    speculative = [r for r in runs if r["kind"] == "speculative"]
+    probed = [(r["draft"], r["gamma"]) for r in speculative[:2]]
+    assert probed == [(DRAFT, 3), ("ngram", 3)]  # the probe: each draft once, at the widest γ
+    assert quick["probe"] == ["baseline T=0", f"{DRAFT} γ=3 T=0", "ngram γ=3 T=0"]
+    assert len(speculative) < 2 * 3  # fewer live runs than the full grid (2 drafts × 3 γ)
+    confirmed = quick["confirmed"]
+    assert confirmed and {c["role"] for c in confirmed} <= {"recommended", "best fixed γ"}
+    for c in confirmed:  # each choice has its live measurement (the confirmation's run, or the probe's)
+        matching = [r for r in speculative if r["draft"] == c["draft"] and (
+            r["gamma"] == c["gamma"] if c["policy"] is None else (r.get("summary") or {}).get("policy") == c["policy"])]
+        assert matching, c
+        assert c["predicted_speedup"] > 0 and c["measured_speedup"] > 0
+        assert c["measured_over_predicted"] == pytest.approx(c["measured_speedup"] / c["predicted_speedup"])
+    baselines = [r for r in runs if r["kind"] == "baseline"]
+    assert len(baselines) == (2 if len(speculative) > 2 else 1)  # a confirmation brings its own baseline
+    assert 0 < quick["probe_s"] <= quick["time_to_confirmed_s"]
+    # the choice is what the pages say for the probe's runs alone: the recommendation and the policy replay
+    fixed = next(c for c in confirmed if c["role"] == "best fixed γ")
+    assert fixed["gamma"] >= 1 and fixed["draft"] in (DRAFT, "ngram")
+
+
+def test_the_full_mode_still_measures_every_configuration(store: Store) -> None:
+    sid = run(store, spec(mode="full", drafts=["ngram"], gammas=[1, 2]))
+    session = store.get_session(sid)
+    assert "quick" not in session["summary"] or session["summary"]["quick"] is None
+    assert sorted(r["gamma"] for r in store.list_runs(sid) if r["kind"] == "speculative") == [1, 2]
+
+
+def test_the_decision_equals_the_recommendation_from_the_probe(store: Store) -> None:
+    """The probe's runs, read back as a finished session would be, give the same fixed γ the quick session
+    confirmed: one model, one answer."""
+    sid = run(store, spec(drafts=["ngram"], gammas=[1, 2, 4]))
+    quick = store.get_session(sid)["summary"]["quick"]
+    probe_only = open_probe_copy(store, sid)
+    report = session_policies(store, [probe_only], engine="spectune", temperature=0.0)
+    rec = recommendation_for(report)
+    fixed = next(c for c in quick["confirmed"] if c["role"] == "best fixed γ")
+    assert (fixed["draft"], fixed["gamma"]) == (rec.draft_name, rec.gamma)
+    assert fixed["predicted_speedup"] == pytest.approx(rec.predicted_speedup)
+
+
+def open_probe_copy(store: Store, sid: int) -> int:
+    """A finished session holding only the quick session's probe runs (the evidence the decision had)."""
+    session = store.get_session(sid)
+    runs = store.list_runs(sid)
+    probe = {(r["draft"], r["gamma"], r["kind"]) for r in runs[:2]}
+    copy = store.create_session(target=session["target"], drafts=session["drafts"], gammas=session["gammas"],
+                                temperatures=session["temperatures"], max_new_tokens=session["max_new_tokens"],
+                                options=session["options"])  # fmt: skip
+    for r in runs:
+        if (r["draft"], r["gamma"], r["kind"]) not in probe or r["kind"] == "baseline" and r["id"] != runs[0]["id"]:
+            continue
+        run_id = store.create_run(copy, r["draft"], r["gamma"], r["temperature"], r["kind"])
+        store.finish_run(run_id, r.get("summary") or {}, **{k: r[k] for k in SUMMARY_COLUMNS if k in r})
+    store.finish_session(copy, "done", summary=session["summary"])
+    return copy
+
+
+SUMMARY_COLUMNS = ("alpha", "mean_acceptance_length", "tokens_per_s", "speedup_measured", "speedup_predicted", "c")
+
+
+def test_submit_defaults_to_quick_and_takes_policies(tmp_path: Path) -> None:
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    env = {"SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "engine", "submit", "--target", TARGET, "--draft", "ngram",
+                           "--gamma", "2", "--policy", "confidence:0.6:16:0", "--prompts", str(prompts),
+                           "--dtype", "float32", "--no-chat-template"], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    try:
+        options = s.list_sessions()[0]["options"]
+    finally:
+        s.close()
+    assert options["mode"] == "quick" and options["policies"] == ["confidence:0.6:16:0"]
+    bad = subprocess.run([sys.executable, "-m", "engine", "submit", "--mode", "fast", "--prompts", str(prompts)],
+                         cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "invalid choice: 'fast'" in bad.stderr and "Traceback" not in bad.stderr
