@@ -1,4 +1,5 @@
-"""Streamlit widgets the pages share: tables, the session picker, the status banner, confirm-then-delete."""
+"""Streamlit widgets the pages share: tables, the session picker, the status banner, confirm-then-delete, and the
+Recommend page's sections that read the store beyond the recommendation (the policy, the surface, the history)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app import common, data
+from app import charts, common, data
 from app import policies_view as pv
+from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
 from engine.service.policies import session_policies
+from engine.service.surface import surfaces
 
 SESSION_PARAM = "session"
 NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
@@ -262,3 +265,46 @@ def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> No
     if session_ids:
         st.page_link(common.PAGES["Policies"], label="Compare every policy, prove them live, export the policy",
                      icon="🧭", query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)})  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the Recommend page's sections that read the store beyond the recommendation
+
+
+def surface_section(store: Any, session_ids: Sequence[int]) -> None:
+    """The measured γ × concurrency surface (engine.service.surface) of a chosen session measured at several
+    concurrency levels (vLLM); nothing when none was. Draws its own divider."""
+    found = {s.session_id: s for s in surfaces(store, session_ids)}
+    if not found:
+        return
+    st.subheader("Measured speedup: γ × concurrency")
+    st.caption(rv.SURFACE_TEXT)
+    sid = next(iter(found))
+    if len(found) > 1:
+        sid = st.selectbox("Session", list(found), format_func=lambda i: rv.surface_label(found[i]),
+                           key="rec_surface_session")  # fmt: skip
+    surface = found[sid]
+    table(rv.styled_surface(rv.surface_table(surface), surface))
+    st.altair_chart(charts.concurrency_surface(rv.surface_chart_frame(surface)), width="stretch")
+    st.markdown("\n".join(f"- {md_escape(stop.line())}" for stop in surface.stops))
+    st.divider()
+
+
+def recommendation_history(store: Any) -> None:
+    """The saved recommendations, and their files to download again."""
+    st.subheader("Previous recommendations")
+    recs = common.attempt(store.list_recommendations, action="list the saved recommendations")
+    if not recs:
+        st.caption("None saved yet: download an export or press “Save to history”." if recs is not None else "")
+        return
+    table(rv.history_frame(recs), numbers={"speedup": "%.2f×"}, dates=["created"])
+    by_rec = {r["id"]: r for r in recs}
+    chosen = st.selectbox("Download a saved recommendation's files again", list(by_rec), key="rec_history_pick",
+                          format_func=lambda i: rv.history_label(by_rec[i]))  # fmt: skip
+    exports = common.attempt(store.list_exports, chosen, action=f"list the files of recommendation #{chosen}")
+    if exports == []:
+        st.caption("No files were saved with this recommendation.")
+    for col, item in zip(st.columns(len(exports or []) or 1), exports or [], strict=False):
+        col.download_button(f"⬇ {rv.FORMAT_LABELS.get(item['format'], item['format'])}", data=item["content"] or "",
+                            file_name=item["filename"] or "export.txt", key=f"rec_hist_dl_{item['id']}",
+                            on_click="ignore", width="stretch", help=item["filename"])  # fmt: skip

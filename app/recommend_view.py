@@ -20,6 +20,7 @@ import pandas as pd
 
 from app import data
 from engine.analysis.bounds import check_predicted_speedup
+from engine.analysis.export import VLLM_SCHEDULE_SINCE
 from engine.analysis.recommend import (
     DraftMeasurement,
     DraftSummary,
@@ -30,6 +31,7 @@ from engine.analysis.recommend import (
     regime_of,
 )
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
+from engine.service.surface import Surface
 
 OBJECTIVE_LABELS = {
     "latency": "Latency (fastest decoding)",
@@ -116,6 +118,9 @@ HELP = {
     "regime": "Auto judges each γ's verify step (batch × (γ+1) token rows) against the stored batch sweep's knee. "
     "Override it only if you know better than the measurement.",
     "draft": "The recommended draft first; pick another to see why it lost.",
+    "vllm": "The vLLM export is written for this version: it names it, and its keys follow it (before vLLM "
+    f"{VLLM_SCHEDULE_SINCE} there is no γ by batch size, so a schedule becomes a fixed γ and the export says so). "
+    "Default: the vLLM spectune checks its exports against. `python -m engine recommend --vllm-version` does the same.",
 }
 SWEEP_CAPTION = (
     "Flat: extra rows ride on the weight stream (memory-bound). About linear past the knee (red): compute is "
@@ -575,6 +580,77 @@ def schedule_text(rec: Recommendation) -> str:
     if rec.knee_batch is not None:
         return SCHEDULE_TEXT + f"Knee from the stored batch sweep: batch **{rec.knee_batch}**."
     return SCHEDULE_TEXT + f"No knee is used, so every batch is judged {rec.regime}."
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# the measured γ × concurrency surface (engine.service.surface)
+
+
+SURFACE_TEXT = (
+    "Measured, not predicted: each configuration at each concurrency level (requests in flight) against the target "
+    "alone at the same level, measured side by side. A cell at or below 1.00× (red) is where speculation stops "
+    "paying; ⚠ marks a speedup too noisy to tell (its per-prompt speedups straddle 1× or spread widely)."
+)
+NOISY_MARK = "⚠ noisy"
+LOSES = "background-color: rgba(214, 39, 40, 0.18)"
+FLIP = "background-color: rgba(214, 39, 40, 0.35); font-weight: bold"
+
+
+def level_column(level: int) -> str:
+    return f"×{int(level)} in flight"
+
+
+def gamma_text(gamma: int) -> str:
+    """A fixed γ, or 'policy' for a run whose γ varies step by step (stored as γ 0)."""
+    return str(int(gamma)) if gamma else "policy"
+
+
+def surface_label(surface: Surface) -> str:
+    """One session in the surface picker."""
+    return f"#{surface.session_id} {surface.name} (concurrency {', '.join(map(str, surface.levels))})"
+
+
+def surface_table(surface: Surface) -> pd.DataFrame:
+    """One row per configuration and γ, one column per measured concurrency (the speedup, ⚠ when noisy), and
+    where it stops paying."""
+    stops = {(s.configuration, s.gamma): s for s in surface.stops}
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for cell in surface.cells:
+        row = rows.setdefault((cell.configuration, cell.gamma),
+                              {"configuration": cell.configuration, "γ": gamma_text(cell.gamma)})
+        row[level_column(cell.concurrency)] = f"{cell.speedup:.2f}×" + (f" {NOISY_MARK}" if cell.noisy else "")
+    for key, row in rows.items():
+        stop = stops[key]
+        row["stops paying at"] = "pays at every level" if stop.at is None else f"concurrency {stop.at}"
+    columns = ["configuration", "γ", *(level_column(n) for n in surface.levels), "stops paying at"]
+    return pd.DataFrame(list(rows.values()), columns=columns)
+
+
+def styled_surface(table: pd.DataFrame, surface: Surface) -> Any:
+    """The surface table styled: cells that do not pay in red, the one where each row stops paying darker."""
+    speed = {(c.configuration, gamma_text(c.gamma), level_column(c.concurrency)): c.speedup
+             for c in surface.cells}  # fmt: skip
+    flips = {(s.configuration, gamma_text(s.gamma)): s.at for s in surface.stops}
+
+    def _style(row: Any) -> list[str]:
+        key = (row["configuration"], row["γ"])
+        out = []
+        for column in row.index:
+            value = speed.get((*key, column))
+            if value is None or value > 1.0:
+                out.append("")
+            else:
+                out.append(FLIP if column == level_column(flips.get(key) or 0) else LOSES)
+        return out
+
+    return table.style.apply(_style, axis=1)
+
+
+def surface_chart_frame(surface: Surface) -> pd.DataFrame:
+    """Long form for app.charts.concurrency_surface: configuration, γ, concurrency, speedup, verdict."""
+    rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,
+             "verdict": (c.verdict or "") + (" (noisy)" if c.noisy else "")} for c in surface.cells]  # fmt: skip
+    return pd.DataFrame(rows, columns=["configuration", "γ", "concurrency", "speedup", "verdict"])
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import streamlit as st
 from app import charts, common, components
 from app import recommend_view as rv
 from app.common import md_escape
+from engine.analysis.export import VLLM_VERSION
 from engine.errors import SpectuneError
 from engine.service.recommendations import Recommended, recommend_and_export, save_result
 from engine.service.session_report import report_filename, report_or_error
@@ -22,7 +23,7 @@ st.title("🎯 Recommendation and export")
 st.markdown(rv.INTRO)
 common.hardware_banner()
 store = common.get_store()
-SESSIONS, FLASH, SAVED = "rec_sessions", "rec_flash", "rec_saved"
+SESSIONS, FLASH, SAVED, VLLM = "rec_sessions", "rec_flash", "rec_saved", "rec_vllm_version"
 
 sessions = common.attempt(store.list_sessions, action="list the sessions")
 if sessions is None:
@@ -62,10 +63,11 @@ budget, price_per_hour = rv.budget_fraction(budget_pct), rv.price_or_none(price)
 override = rv.override_or_none(regime_choice)
 engine = components.engine_picker(store, [by_id[i] for i in chosen_ids], rv.HELP["engine"], rv.ENGINE_NUMBERS)
 temperature = components.temperature_picker(store, chosen_ids, st, "rec_temperature")
+vllm_version = st.session_state.get(VLLM, VLLM_VERSION)  # its field is in the export section
 result: Recommended | None = None
 with common.guard("compute the recommendation"):
     result = recommend_and_export(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override,
-                                  engine, temperature=temperature)  # fmt: skip
+                                  engine, temperature=temperature, vllm_version=vllm_version)  # fmt: skip
 
 
 def show_decision(rec: Any) -> None:
@@ -159,13 +161,15 @@ def _save(formats: list[str], result: Recommended, key: str) -> None:
 
 def show_exports(result: Recommended) -> None:
     st.subheader("Export")
+    st.columns([1, 3])[0].text_input("vLLM version you deploy", value=VLLM_VERSION, key=VLLM, max_chars=40,
+                                     help=rv.HELP["vllm"])  # fmt: skip
     for fmt, exc in result.failed.items():
         common.show_error(exc, f"export for {rv.FORMAT_LABELS[fmt]}")
     files = result.files
     if not files:
         return
     key = rv.fingerprint(result.inputs, files.get("spectune", ("", ""))[1])
-    result.payload  # noqa: B018 - made before the buttons: one that cannot be made stops this section here
+    _ = result.payload  # made before the buttons: one that cannot be made stops this section here
     st.caption(rv.export_caption(result.recommendation))
     cols = st.columns(len(files) + 1)
     for col, (fmt, (filename, text)) in zip(cols, files.items(), strict=False):
@@ -184,25 +188,6 @@ def show_exports(result: Recommended) -> None:
             st.code(text, language=rv.FORMAT_LANGUAGE.get(fmt, "text"))
 
 
-def show_history() -> None:
-    st.subheader("Previous recommendations")
-    recs = common.attempt(store.list_recommendations, action="list the saved recommendations")
-    if not recs:
-        st.caption("None saved yet: download an export or press “Save to history”." if recs is not None else "")
-        return
-    components.table(rv.history_frame(recs), numbers={"speedup": "%.2f×"}, dates=["created"])
-    by_rec = {r["id"]: r for r in recs}
-    chosen = st.selectbox("Download a saved recommendation's files again", list(by_rec), key="rec_history_pick",
-                          format_func=lambda i: rv.history_label(by_rec[i]))  # fmt: skip
-    exports = common.attempt(store.list_exports, chosen, action=f"list the files of recommendation #{chosen}")
-    if exports == []:
-        st.caption("No files were saved with this recommendation.")
-    for col, item in zip(st.columns(len(exports or []) or 1), exports or [], strict=False):
-        col.download_button(f"⬇ {rv.FORMAT_LABELS.get(item['format'], item['format'])}", data=item["content"] or "",
-                            file_name=item["filename"] or "export.txt", key=f"rec_hist_dl_{item['id']}",
-                            on_click="ignore", width="stretch", help=item["filename"])  # fmt: skip
-
-
 if result is not None:
     rec, ev, report = result.triple
     st.download_button("⬇ Report (one HTML file)", key="rec_report", file_name=report_filename(chosen_ids),
@@ -213,12 +198,17 @@ if result is not None:
     for title, show, args in (
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
+        ("the measured γ × concurrency surface", components.surface_section, (store, chosen_ids)),
         ("the drafting policy", components.policy_section, (store, chosen_ids, objective, budget, int(batch_size),
                                                             override, engine, result.triple)),
         ("export the recommendation", show_exports, (result,)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):
             show(*args)
-        st.divider()
+        if show is not components.surface_section:  # it draws its own divider, only when there is a surface
+            st.divider()
+else:
+    with common.guard("show the measured γ × concurrency surface"):
+        components.surface_section(store, chosen_ids)
 with common.guard("show the saved recommendations"):
-    show_history()
+    components.recommendation_history(store)

@@ -2,9 +2,11 @@
 beside it, and the exports (engine.service.recommendations, the same chain the Recommend page runs).
 
     python -m engine recommend --session ID [--objective O] [--export FORMAT [--out FILE]] \
-        [--policy-export FORMAT|all [--policy-out DIR]]
+        [--vllm-version X.Y.Z] [--policy-export FORMAT|all [--policy-out DIR]]
 
 With `--export` and no `--out` the export is printed to stdout byte for byte, and nothing follows it.
+`--vllm-version` names the vLLM the vLLM export is written for (default: the one spectune checked against); a
+malformed or unknown one is refused with one line before anything is computed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.export import FORMATS
+from engine.analysis.export import FORMATS, VLLM_VERSION, check_vllm_version
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
@@ -35,6 +37,9 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
     rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
+    rec.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
+                     help=f"the vLLM you deploy, for the vLLM export (default: {VLLM_VERSION}, the one spectune "
+                          "checks against); its keys follow that version")  # fmt: skip
     rec.add_argument("--engine", choices=sweep_cli_choices(), default=None,
                      help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
                           "include any, else spectune's loop)")  # fmt: skip
@@ -50,11 +55,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     """The recommendation (or its export), then the best speculation policy (and its export with --policy-export)."""
     from engine.service.jobs import open_app_store
 
+    vllm_version = check_vllm_version(args.vllm_version) if args.vllm_version is not None else None
     store = open_app_store()
     result = recommend_and_export(
         store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
         engine_from_cli(args.engine) if args.engine else None, formats=(args.export,) if args.export else (),
-        save=bool(args.export), temperature=args.temperature,
+        save=bool(args.export), temperature=args.temperature, vllm_version=vllm_version,
     )  # fmt: skip
     if args.export:
         write_export(result, args.export, args.out)

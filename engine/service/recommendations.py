@@ -55,22 +55,25 @@ def recommend_and_export(
     formats: Sequence[str] = FORMATS,
     save: bool = False,
     temperature: float | None = None,
+    vllm_version: str | None = None,
 ) -> Recommended:
     """Recommend from the sessions, export in each of `formats`, and with `save` keep it and its files.
 
     `engine` None: evidence.choose_engine decides (llama.cpp's measurements for a llama.cpp-only export when
     the sessions include any). A format whose export raises is in `failed`, not in `files`; nothing is saved
-    while any export failed. SpectuneError when the sessions cannot give a recommendation."""
+    while any export failed. `vllm_version` is the vLLM the user deploys (None: the one spectune checked, VLLM_VERSION);
+    a malformed or unknown one fails the vLLM export alone, with a SettingsError. SpectuneError when the sessions
+    cannot give a recommendation."""
     ids = [int(i) for i in session_ids]
     only = formats[0] if len(formats) == 1 else None
     engine = choose_engine(store, ids, engine, only)
     rec, ev, report = recommend_from_store(store, ids, objective, budget, batch_size, price_per_hour,
                                            regime_override, engine, temperature)  # fmt: skip
-    inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override)
+    inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override, vllm_version)
     result = Recommended(rec, ev, report, engine, inputs)
     for fmt in formats:
         try:
-            result.files[fmt] = export(rec, fmt, regime=report, target=ev.target)
+            result.files[fmt] = export(rec, fmt, regime=report, target=ev.target, vllm_version=vllm_version)
         except Exception as exc:  # noqa: BLE001 - kept per format: the others still export
             result.failed[fmt] = exc
     if save and not result.failed:

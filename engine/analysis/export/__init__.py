@@ -18,22 +18,23 @@ from engine.analysis.export.formats import (
     SGLANG_VERSION,
     SPECTUNE_FORMAT,
     TRANSFORMERS_VERSION,
+    VLLM_OLDEST,
     VLLM_SCHEDULE_SINCE,
     VLLM_VERSION,
 )
 from engine.analysis.export.payload import payload_inputs, recommendation_payload
 from engine.analysis.export.refs import HF_ORIGIN, EngineRef, bundled_gguf_path, engine_ref, other_tokenizer
-from engine.analysis.export.vllm import vllm_schedule
+from engine.analysis.export.vllm import check_vllm_version, vllm_schedule
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import SpeculationPolicy, parse_policy
 
 __all__ = [
     "FILENAMES", "FORMATS", "HF_ORIGIN", "LLAMACPP_BUILD", "LLAMACPP_SPEC_PARAMS_BUILD", "POLICY_SUPPORT",
-    "SGLANG_VERSION", "SPECTUNE_FORMAT", "TRANSFORMERS_VERSION", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "Deployment",
-    "EngineRef", "PolicyExport", "bundled_gguf_path", "engine_file", "engine_ref", "export", "export_policy",
-    "export_policy_all", "export_vllm", "for_policy", "other_tokenizer", "payload_inputs", "recommendation_payload",
-    "recommended", "vllm_schedule",
+    "SGLANG_VERSION", "SPECTUNE_FORMAT", "TRANSFORMERS_VERSION", "VLLM_OLDEST", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
+    "Deployment", "EngineRef", "PolicyExport", "bundled_gguf_path", "check_vllm_version", "engine_file", "engine_ref",
+    "export", "export_policy", "export_policy_all", "export_vllm", "for_policy", "other_tokenizer", "payload_inputs",
+    "recommendation_payload", "recommended", "vllm_schedule",
 ]  # fmt: skip
 
 ENGINE_FILES: dict[str, Callable[[Deployment], JsonFile | FlagsFile]] = {
@@ -60,6 +61,7 @@ def export(
     *,
     target: str | None = None,
     llamacpp_build: int | None = None,
+    vllm_version: str | None = None,
 ) -> tuple[str, str]:
     """(filename, text) for one format. `schedule` defaults to rec.schedule; an "off" recommendation wins over it.
 
@@ -69,11 +71,13 @@ def export(
     configuration in the JSON files (never inside vLLM's speculative_config, which vLLM parses).
 
     `target` (the sessions' target model) names the model to serve and decides whether the draft
-    tokenizes differently; `llamacpp_build` picks the llama.cpp flag names (default LLAMACPP_BUILD).
+    tokenizes differently; `llamacpp_build` picks the llama.cpp flag names (default LLAMACPP_BUILD),
+    `vllm_version` the vLLM the vLLM file is written for (default VLLM_VERSION; SettingsError for a malformed or
+    unknown one, raised by the vLLM format only).
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    dep = recommended(rec, schedule, regime, target=target, llamacpp_build=llamacpp_build)
+    dep = recommended(rec, schedule, regime, target=target, llamacpp_build=llamacpp_build, vllm_version=vllm_version)
     return FILENAMES[fmt], engine_file(dep, fmt).render()
 
 
@@ -86,6 +90,7 @@ def export_policy(
     predicted: Mapping[str, Any] | None = None,
     target: str | None = None,
     llamacpp_build: int | None = None,
+    vllm_version: str | None = None,
 ) -> PolicyExport:
     """A speculation policy (engine.core.policy) for one engine, for the draft `rec` recommends.
 
@@ -100,10 +105,10 @@ def export_policy(
     if isinstance(policy, str):
         policy = parse_policy(policy)
     if rec.off:
-        filename, text = export(rec, fmt, target=target, llamacpp_build=llamacpp_build)
+        filename, text = export(rec, fmt, target=target, llamacpp_build=llamacpp_build, vllm_version=vllm_version)
         return PolicyExport(fmt, filename, text, True, "speculation off", [])
     dep = for_policy(rec, policy, closest_gamma=closest_gamma, predicted=predicted, target=target,
-                     llamacpp_build=llamacpp_build)  # fmt: skip
+                     llamacpp_build=llamacpp_build, vllm_version=vllm_version)  # fmt: skip
     file = engine_file(dep, fmt)
     return PolicyExport(fmt, FILENAMES[fmt], file.render(), file.fit.exact, file.fit.runs, list(file.fit.lost))
 
@@ -113,7 +118,12 @@ def export_policy_all(rec: Recommendation, policy: SpeculationPolicy | str, **kw
     return {fmt: export_policy(rec, policy, fmt, **kwargs) for fmt in FORMATS}
 
 
-def export_vllm(rec: Recommendation, schedule: dict[int, int] | None = None, target: str | None = None) -> str:
+def export_vllm(
+    rec: Recommendation,
+    schedule: dict[int, int] | None = None,
+    target: str | None = None,
+    vllm_version: str | None = None,
+) -> str:
     """vLLM's file alone, without the recommendation's notes; `schedule` (default none) is the γ by batch size."""
-    dep = recommended(replace(rec, notes=[]), {}, target=target)
+    dep = recommended(replace(rec, notes=[]), {}, target=target, vllm_version=vllm_version)
     return vllm.config(replace(dep, per_batch=schedule or None)).render()

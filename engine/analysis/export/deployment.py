@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from engine.analysis.export.files import Fit
-from engine.analysis.export.formats import LLAMACPP_BUILD
+from engine.analysis.export.formats import LLAMACPP_BUILD, VLLM_VERSION
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy
@@ -42,6 +42,7 @@ class Deployment:
     llamacpp_build: int = LLAMACPP_BUILD
     as_policy: bool = False  # exported as a policy: each file says what its engine runs of it and what is lost
     predicted: Mapping[str, Any] = field(default_factory=dict)
+    vllm_version: str = VLLM_VERSION  # the vLLM the user deploys (engine.analysis.export.vllm checks it)
 
     @property
     def off(self) -> bool:
@@ -136,8 +137,10 @@ def recommended(
     *,
     target: str | None = None,
     llamacpp_build: int | None = None,
+    vllm_version: str | None = None,
 ) -> Deployment:
-    """The recommendation's own γ (and its schedule: `schedule`, else rec.schedule)."""
+    """The recommendation's own γ (and its schedule: `schedule`, else rec.schedule); `vllm_version` None: the
+    vLLM spectune checked its exports against."""
     if schedule is None:
         schedule = rec.schedule
     return Deployment(
@@ -150,6 +153,7 @@ def recommended(
         None if schedule is None else dict(schedule),
         regime,
         LLAMACPP_BUILD if llamacpp_build is None else int(llamacpp_build),
+        vllm_version=VLLM_VERSION if vllm_version is None else str(vllm_version),
     )
 
 
@@ -161,6 +165,7 @@ def for_policy(
     predicted: Mapping[str, Any] | None = None,
     target: str | None = None,
     llamacpp_build: int | None = None,
+    vllm_version: str | None = None,
 ) -> Deployment:
     """A speculation policy on the recommendation's draft; engines that cannot run it draft a fixed γ:
     `closest_gamma` (the best fixed γ of the replay; default rec.gamma)."""
@@ -185,6 +190,7 @@ def for_policy(
         LLAMACPP_BUILD if llamacpp_build is None else int(llamacpp_build),
         True,
         dict(predicted or {}),
+        VLLM_VERSION if vllm_version is None else str(vllm_version),
     )
 
 

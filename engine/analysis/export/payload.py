@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.analysis.export.files import clean
+from engine.analysis.export.formats import VLLM_VERSION
 from engine.analysis.export.spectune import record
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
@@ -20,8 +21,12 @@ def payload_inputs(
     batch_size: int,
     price_per_hour: float | None,
     regime_override: str | None,
+    vllm_version: str | None = None,
 ) -> dict[str, Any]:
-    """The inputs a stored recommendation was computed from (the CLI and the page build them alike)."""
+    """The inputs a stored recommendation was computed from (the CLI and the page build them alike); the vLLM
+    version the vLLM file was written for only when the user named another than VLLM_VERSION."""
+    version = str(vllm_version or "").strip()
+    named = {"vllm_version": version} if version and version != VLLM_VERSION else {}
     return {
         "session_ids": [int(x) for x in session_ids],
         "objective": objective,
@@ -29,6 +34,7 @@ def payload_inputs(
         "batch_size": int(batch_size),
         "price_per_hour": price_per_hour,
         "regime_override": regime_override,
+        **named,
     }
 
 

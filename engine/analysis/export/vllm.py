@@ -1,23 +1,69 @@
-"""vLLM 0.33.0: JSON whose "speculative_config" is the dict for `vllm serve --speculative-config`.
+"""vLLM (0.33.0 unless the user names another): JSON whose "speculative_config" is the dict for
+`vllm serve --speculative-config`, and the vLLM version it is written for as "engine_version".
 
 method "draft_model" | "ngram" | "suffix", model, num_speculative_tokens, prompt_lookup_max / _min (n-gram),
 suffix_decoding_* (suffix decoding: Arctic Inference's trees, which vLLM imports),
 use_heterogeneous_vocab for a draft with another tokenizer (vLLM then drafts from the tokens both vocabularies
 share), and num_speculative_tokens_per_batch_size ([[bs_lo, bs_hi, K], ...]; vLLM ≥ 0.24.0; it switches on
-dynamic speculative decoding) only when the schedule varies. Checked against vLLM's own source by
-scripts/check_vllm_export.py.
+dynamic speculative decoding) only when the schedule varies; a vLLM before that gets the headline γ fixed and
+a note saying so. The version is checked by check_vllm_version (VLLM_OLDEST to VLLM_VERSION, the newest spectune
+knows). Checked against vLLM's own source by scripts/check_vllm_export.py.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import FILENAMES, VLLM_SCHEDULE_SINCE, VLLM_VERSION
+from engine.analysis.export.formats import FILENAMES, VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import BatchSchedule, FixedGamma
+from engine.errors import SettingsError
+
+# MAJOR.MINOR.PATCH with an optional pre-release, post-release, dev or local part (0.32.0, 0.11.0rc1,
+# 0.8.5.post1, 0.32.0+cpu), as vLLM's releases are numbered
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)((?:rc|a|b)\d+)?(\.post\d+)?(\.dev\d+)?(\+[0-9A-Za-z.]+)?")
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """'0.32.0+cpu' → (0, 32, 0); SettingsError for anything that is not a vLLM version number."""
+    match = _VERSION.fullmatch(version.strip())
+    if match is None:
+        raise SettingsError(
+            f"vLLM version {version.strip()[:40]!r} is not a version number: write it as vLLM numbers its releases, "
+            f"e.g. {VLLM_VERSION} (python -c 'import vllm; print(vllm.__version__)' prints yours)"
+        )
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+def check_vllm_version(version: str | None) -> str:
+    """The vLLM version an export is written for (None or blank: VLLM_VERSION), or SettingsError when it is
+    malformed or outside the versions spectune knows (VLLM_OLDEST to VLLM_VERSION)."""
+    if version is None or not str(version).strip():
+        return VLLM_VERSION
+    text = str(version).strip()
+    if text.lower().startswith("v"):
+        text = text[1:]
+    at = version_tuple(text)
+    if at > version_tuple(VLLM_VERSION):
+        raise SettingsError(
+            f"vLLM {text} is unknown to spectune: the newest vLLM it knows is {VLLM_VERSION}, whose speculative_config "
+            f"keys it checks its exports against; name {VLLM_VERSION} or older"
+        )
+    if at < version_tuple(VLLM_OLDEST):
+        raise SettingsError(
+            f"vLLM {text} is older than spectune's exports go: they are written for vLLM {VLLM_OLDEST} to "
+            f"{VLLM_VERSION} (the V1 engine's speculative_config)"
+        )
+    return text
+
+
+def has_schedule(version: str) -> bool:
+    """Whether this vLLM takes num_speculative_tokens_per_batch_size (dynamic γ by batch size)."""
+    return version_tuple(version) >= version_tuple(VLLM_SCHEDULE_SINCE)
 
 
 def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
@@ -43,8 +89,10 @@ def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
 
 def config(dep: Deployment) -> JsonFile:
     """The engine header and "speculative_config" for `vllm serve`; off → speculative_config null and why."""
-    doc: dict[str, Any] = {"engine": "vllm", "engine_version": VLLM_VERSION}
-    fit = _fit(dep)
+    version = check_vllm_version(dep.vllm_version)
+    doc: dict[str, Any] = {"engine": "vllm", "engine_version": version}
+    fit = _fit(dep, version)
+    notes = dep.notes
     if dep.off:
         doc |= {
             "speculative_config": None,
@@ -52,7 +100,8 @@ def config(dep: Deployment) -> JsonFile:
             "note": "Launch vLLM without --speculative-config.",
         }
     else:
-        speculative, comments = _speculative_config(dep)
+        speculative, comments, fixed = _speculative_config(dep, version)
+        notes += fixed
         model, model_notes = target_value(dep.target, "hf", "<target model>")
         doc |= {
             "spectune": dep.headline,
@@ -68,7 +117,7 @@ def config(dep: Deployment) -> JsonFile:
     if dep.as_policy:
         doc |= {"spectune": dep.headline, "policy": {"spec": dep.policy.spec(), "exact": fit.exact, "runs": fit.runs,
                                                      "lost": list(fit.lost)}}  # fmt: skip
-    return JsonFile(with_notes(doc, dep.notes), fit)
+    return JsonFile(with_notes(doc, notes), fit)
 
 
 def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
@@ -90,9 +139,11 @@ def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     return config, comments
 
 
-def _speculative_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
-    """vLLM's speculative_config and the comments on it."""
+def _speculative_config(dep: Deployment, version: str) -> tuple[dict[str, Any], list[str], list[str]]:
+    """vLLM's speculative_config, the comments on it, and the note when a γ schedule had to become a fixed γ
+    (a vLLM before VLLM_SCHEDULE_SINCE)."""
     comments: list[str] = []
+    notes: list[str] = []
     config: dict[str, Any]
     if dep.suffix:
         config, comments = _suffix_config(dep)
@@ -113,7 +164,13 @@ def _speculative_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
                 "acceptance will differ" + (f" ({assumed})" if assumed else "")
             )
     ranges = vllm_schedule(dep.per_batch or {})
-    if len({k for _, _, k in ranges}) > 1:
+    if len({k for _, _, k in ranges}) > 1 and not has_schedule(version):
+        notes.append(
+            f"vLLM {version} has no num_speculative_tokens_per_batch_size (it came in vLLM {VLLM_SCHEDULE_SINCE}): "
+            f"the γ schedule {_ranges_text(ranges)} is exported as the fixed γ = {dep.gamma} of the serving batch; "
+            f"deploy vLLM >= {VLLM_SCHEDULE_SINCE} for γ by batch size"
+        )
+    elif len({k for _, _, k in ranges}) > 1:
         # K values are capped at num_speculative_tokens, so it must cover the schedule's largest γ
         config["num_speculative_tokens"] = max(dep.gamma, *(k for _, _, k in ranges))
         config["num_speculative_tokens_per_batch_size"] = ranges
@@ -121,18 +178,29 @@ def _speculative_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
             f"num_speculative_tokens_per_batch_size needs vLLM >= {VLLM_SCHEDULE_SINCE} and turns on its dynamic "
             "speculative decoding (γ per batch size); vLLM drops it when data_parallel_size > 1"
         )
-    return config, comments
+    return config, comments, notes
 
 
-def _fit(dep: Deployment) -> Fit:
-    """vLLM drafts a fixed K per step, or K by batch size."""
+def _ranges_text(ranges: list[list[int]]) -> str:
+    """[[1, 3, 4], [4, 8, 2]] → 'batch 1–3: γ 4, batch 4–8: γ 2'."""
+    return ", ".join(f"batch {lo}–{hi}: γ {k}" if lo != hi else f"batch {lo}: γ {k}" for lo, hi, k in ranges)
+
+
+def _fit(dep: Deployment, version: str) -> Fit:
+    """vLLM drafts a fixed K per step, or K by batch size (from VLLM_SCHEDULE_SINCE on)."""
     policy, gamma = dep.policy, dep.gamma
-    if isinstance(policy, BatchSchedule):
+    if isinstance(policy, BatchSchedule) and has_schedule(version):
         return Fit(True, f"K by batch size {vllm_schedule(dict(policy.schedule))}")
-    if isinstance(policy, FixedGamma):
+    if isinstance(policy, FixedGamma) or (isinstance(policy, BatchSchedule) and not dep.per_batch):
         return Fit(True, f"K = {gamma}")
+    if isinstance(policy, BatchSchedule):
+        lost = (
+            f"vLLM {version} has no K by batch size (num_speculative_tokens_per_batch_size came in vLLM "
+            f"{VLLM_SCHEDULE_SINCE}): the {policy.kind} policy becomes a fixed K = {gamma}"
+        )
+        return Fit(False, f"K = {gamma}", (lost,))
     lost = (
-        f"vLLM {VLLM_VERSION}'s {dep.rec.method} method drafts a fixed K per step (or K by batch size): the "
+        f"vLLM {version}'s {dep.rec.method} method drafts a fixed K per step (or K by batch size): the "
         f"{policy.kind} policy becomes a fixed K = {gamma}"
     )
     return Fit(False, f"K = {gamma}", (lost,))

@@ -1,0 +1,157 @@
+"""The measured speedup surface γ × concurrency of a session measured at several concurrency levels (vLLM).
+
+An engine that batches continuously measures every configuration at each concurrency of the session's sweep,
+each against the target alone at the same level, side by side (engine.session.sweep). Here those stored runs
+become rows: one cell per configuration, γ and concurrency with its measured speedup and noise verdict, and one
+line per configuration and γ saying at which measured concurrency speculation stops paying (speedup ≤ 1). The
+Recommend page renders them; nothing here is predicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.measure.noise import Spread, is_noisy
+
+
+@dataclass(frozen=True)
+class SurfaceCell:
+    """One speculative run: a configuration at one concurrency level, against the baseline at that level."""
+
+    configuration: str  # the draft, its policy when it has one, and the temperature: "ngram T=0"
+    gamma: int  # 0 for a policy run (its γ varies step by step)
+    concurrency: int
+    speedup: float
+    verdict: str | None  # engine.measure.noise's verdict on the per-prompt speedups; None when none was stored
+    noisy: bool | None  # too noisy to calibrate to (straddling 1×, or widely spread); None when no spread was stored
+
+    @property
+    def pays(self) -> bool:
+        return self.speedup > 1.0
+
+
+@dataclass(frozen=True)
+class StopsPaying:
+    """Per configuration and γ: the lowest measured concurrency where the speedup is ≤ 1, or None."""
+
+    configuration: str
+    gamma: int
+    at: int | None
+    highest: int  # the highest concurrency measured
+    noisy: bool  # the measurement at `at` is too noisy to tell
+
+    def line(self) -> str:
+        name = f"{self.configuration}{f' γ={self.gamma}' if self.gamma else ''}"
+        if self.at is None:
+            return f"{name}: pays at every level measured (up to {self.highest})"
+        return f"{name}: stops paying at concurrency {self.at} (measured{', too noisy to tell' if self.noisy else ''})"
+
+
+@dataclass(frozen=True)
+class Surface:
+    """A session's surface: its cells (configuration, γ, concurrency order), levels and where each γ stops paying."""
+
+    session_id: int
+    name: str
+    levels: list[int]
+    cells: list[SurfaceCell]
+    stops: list[StopsPaying]
+
+
+def run_concurrency(run: Mapping[str, Any]) -> int:
+    """Requests in flight while the run was measured (1 for an engine that does not batch)."""
+    try:
+        return int((run.get("summary") or {}).get("concurrency") or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+SPREAD_NUMBERS = ("min", "max", "median")
+
+
+def _spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    summary = run.get("summary") or {}
+    live = summary.get("policy_live") or {}
+    for spread in (summary.get("speedup_spread"), live.get("speedup_spread")):
+        if isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in SPREAD_NUMBERS):
+            return spread
+    return None
+
+
+def _noise(spread: Mapping[str, Any] | None) -> tuple[str | None, bool | None]:
+    if spread is None:
+        return None, None
+    verdict = str(spread.get("verdict") or "") or None
+    try:
+        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
+    except (KeyError, TypeError, ZeroDivisionError):
+        return verdict, None
+    return verdict, noisy
+
+
+def _temperature(x: Any) -> str:
+    try:
+        return f"{float(x):g}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
+    """The speculative runs with a measured speedup as cells; [] when every run was measured at one level."""
+    if len({run_concurrency(r) for r in runs}) < 2:
+        return []
+    cells = []
+    for run in runs:
+        summary = run.get("summary") or {}
+        live = summary.get("policy_live") or {}
+        speedup = run.get("speedup_measured")
+        if speedup is None:
+            speedup = live.get("speedup_measured")
+        if run.get("kind") == "baseline" or speedup is None or run.get("status", "done") != "done":
+            continue
+        policy = run.get("policy") or summary.get("policy")
+        verdict, noisy = _noise(_spread(run))
+        how = f" {policy}" if policy else ""
+        cells.append(SurfaceCell(
+            configuration=f"{run.get('draft')}{how} T={_temperature(run.get('temperature'))}",
+            gamma=int(run.get("gamma") or 0), concurrency=run_concurrency(run), speedup=float(speedup),
+            verdict=verdict, noisy=noisy,
+        ))  # fmt: skip
+    order = {c.configuration: i for i, c in reversed(list(enumerate(cells)))}
+    return sorted(cells, key=lambda c: (order[c.configuration], c.gamma, c.concurrency))
+
+
+def stops_paying(cells: Sequence[SurfaceCell]) -> list[StopsPaying]:
+    """Per configuration and γ (in the cells' order), the lowest measured concurrency where speedup ≤ 1."""
+    groups: dict[tuple[str, int], list[SurfaceCell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.configuration, cell.gamma), []).append(cell)
+    out = []
+    for (configuration, gamma), group in groups.items():
+        losing = sorted((c for c in group if not c.pays), key=lambda c: c.concurrency)
+        first = losing[0] if losing else None
+        out.append(StopsPaying(configuration, gamma, first.concurrency if first else None,
+                               max(c.concurrency for c in group), bool(first and first.noisy)))  # fmt: skip
+    return out
+
+
+def session_surface(store: Any, session_id: int) -> Surface | None:
+    """The stored session's surface, or None when it was measured at one concurrency level (or has no run)."""
+    session = store.get_session(int(session_id))
+    if session is None:
+        return None
+    runs = store.list_runs(int(session_id))
+    cells = surface_cells(runs)
+    if not cells:
+        return None
+    levels = sorted({run_concurrency(r) for r in runs})
+    return Surface(int(session_id), str(session.get("name") or f"session #{session_id}"), levels, cells,
+                   stops_paying(cells))  # fmt: skip
+
+
+def surfaces(store: Any, session_ids: Sequence[int]) -> list[Surface]:
+    """The surfaces of those sessions that were measured at several concurrency levels, in the order given."""
+    found = (session_surface(store, sid) for sid in session_ids)
+    return [s for s in found if s is not None]
