@@ -154,7 +154,7 @@ RUN_COLUMNS = [
     "kind",
     "status",
     "α",
-    "mean acceptance length",
+    "tokens per call",
     "c",
     "tokens/s",
     "baseline tokens/s",
@@ -187,7 +187,7 @@ def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
 
 
 def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per run; mean acceptance length is tokens emitted per target call (accepted + 1)."""
+    """One row per run; tokens per call: tokens emitted ÷ target calls (every call)."""
     rows = []
     for r in runs:
         policy = run_policy(r)
@@ -201,7 +201,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "kind": r.get("kind"),
                 "status": r.get("status"),
                 "α": r.get("alpha"),
-                "mean acceptance length": r.get("mean_acceptance_length"),
+                "tokens per call": r.get("tokens_per_call"),
                 "c": r.get("c"),
                 "tokens/s": r.get("tokens_per_s"),
                 "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),

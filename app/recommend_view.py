@@ -61,7 +61,6 @@ NVML_NOTE = (
     "whether you are memory- or compute-bound — the batch sweep and v(k) do."
 )
 CURVE_FORMATS = {
-    "mean acceptance length": "{:.2f}",
     "speedup (model)": "{:.2f}×",
     "speedup (calibrated)": "{:.2f}×",
     "speedup (Thm 3.8, one α)": "{:.2f}×",
@@ -84,7 +83,7 @@ COMPARISON_FORMATS = {
     "ops multiplier": "{:.2f}×",
 }
 ENGINE_NUMBERS = {
-    "α": "%.3f", "mean acceptance length": "%.2f", "draft acceptance rate": "%.3f", "c": "%.3f", "tokens/s": "%.1f",
+    "α": "%.3f", "tokens per call": "%.2f", "draft acceptance rate": "%.3f", "c": "%.3f", "tokens/s": "%.1f",
     "speedup measured": "%.2f×", "speedup predicted": "%.2f×",
 }  # fmt: skip
 COMPARISON_HELP = {

@@ -247,10 +247,10 @@ def run_numbers(store: Any, run: Mapping[str, Any] | None, final: bool) -> dict[
 
 def live_numbers(run: Mapping[str, Any], progress: Mapping[str, Any], final: bool) -> dict[str, Any]:
     """run_numbers on an already read progress dict."""
-    keys = ("tokens_per_s", "draft_acceptance_rate", "mean_acceptance_length", "steps")
+    keys = ("tokens_per_s", "draft_acceptance_rate", "tokens_per_call", "steps")
     numbers = {key: progress.get(key) for key in keys}
     if final:
-        for key in ("tokens_per_s", "mean_acceptance_length"):
+        for key in ("tokens_per_s", "tokens_per_call"):
             if run.get(key) is not None:
                 numbers[key] = run[key]
     return numbers
@@ -370,7 +370,7 @@ def _totals_numbers(totals: Mapping[str, Any] | None) -> dict[str, Any]:
         "steps": totals["steps"],
         "tokens_per_s": totals["emitted"] / busy if busy > 0 else None,
         "draft_acceptance_rate": draft_acceptance_rate(totals["proposed"], totals["accepted"]),
-        "mean_acceptance_length": tokens_per_call(totals["emitted"], totals["target_calls"]),
+        "tokens_per_call": tokens_per_call(totals["emitted"], totals["target_calls"]),
     }
 
 

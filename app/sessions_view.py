@@ -15,14 +15,14 @@ from engine.engines import registry
 
 RUN_NUMBERS = {
     "α": "%.3f",
-    "mean acceptance length": "%.2f",
+    "tokens per call": "%.2f",
     "c": "%.3f",
     "tokens/s": "%.1f",
     "baseline tokens/s": "%.1f",
     "speedup measured": "%.2f×",
     "speedup predicted": "%.2f×",
 }
-RUN_HELPS = {"mean acceptance length": "tokens per target call (accepted + 1)"}
+RUN_HELPS = {"tokens per call": "tokens emitted ÷ target calls, every call counted (a speedup is bounded by it)"}
 HISTORY_NUMBERS = {"best speedup": "%.2f×"}
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}
 CATEGORY_NUMBERS = {"tokens/s": "%.1f", "speedup": "%.2f×", "draft share": "%.2f"}

@@ -143,7 +143,7 @@ def main() -> int:
          "speedup_measured": r["speedup_measured"], "speedup_predicted": r["speedup_predicted"],
          "measured_over_predicted": (r["speedup_measured"] / r["speedup_predicted"])
          if r.get("speedup_measured") and r.get("speedup_predicted") else None,
-         "mean_acceptance_length": r["mean_acceptance_length"],
+         "tokens_per_call": r["tokens_per_call"],
          "spread": (r.get("summary") or {}).get("speedup_spread")}
         for r in runs if r["kind"] == "speculative" and r["status"] == "done"
     ]  # fmt: skip

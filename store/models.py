@@ -119,7 +119,7 @@ class Run(Base):
     kind: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), default="running")
     alpha: Mapped[float | None] = mapped_column(Float)
-    mean_acceptance_length: Mapped[float | None] = mapped_column(Float)  # tokens per target call (bonus included)
+    tokens_per_call: Mapped[float | None] = mapped_column(Float)  # tokens per target call (bonus included)
     per_position_acceptance: Mapped[JsonList | None]
     c: Mapped[float | None] = mapped_column(Float)
     verify_cost: Mapped[JsonDict | None]  # {k: v(k) = t(k)/t(1), a ratio}; JSON keys come back as str

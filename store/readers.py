@@ -43,7 +43,7 @@ def _progress(row: Any) -> dict[str, Any]:
     data = {key: row._mapping[key] for key in row._mapping.keys() if key != "run_id"}
     busy = data["draft_time_s"] + data["verify_time_s"]
     data["draft_acceptance_rate"] = data["accepted"] / data["proposed"] if data["proposed"] else None
-    data["mean_acceptance_length"] = data["emitted"] / data["target_calls"] if data["target_calls"] else None
+    data["tokens_per_call"] = data["emitted"] / data["target_calls"] if data["target_calls"] else None
     data["tokens_per_s"] = data["emitted"] / busy if busy > 0 else None
     return data
 
@@ -122,7 +122,7 @@ class ReadersMixin(StoreBase):
                     func.count(Step.id).label("steps"),
                     func.min(Step.step_index).label("step"),
                     # avg() over floats: PostgreSQL's avg() of integers is numeric, which arrives as Decimal.
-                    (cast(func.sum(Step.emitted), Float) / func.sum(Step.target_calls)).label("mean_acceptance_length"),
+                    (cast(func.sum(Step.emitted), Float) / func.sum(Step.target_calls)).label("tokens_per_call"),
                     func.avg(cast(Step.gamma, Float)).label("mean_gamma"),
                     func.sum(Step.accepted).label("accepted"),
                     func.sum(Step.gamma).label("proposed"),

@@ -34,7 +34,7 @@ def store_session(
     for draft, (alpha, c, measured) in drafts.items():
         run = store.create_run(sid, draft, gamma, 0.0, "speculative")
         result = {"alpha": alpha, "c": c, "per_position_acceptance": [alpha] * gamma,
-                  "verify_cost": verify_cost or {}, "mean_acceptance_length": (tokens_per_call or {}).get(draft),
+                  "verify_cost": verify_cost or {}, "tokens_per_call": (tokens_per_call or {}).get(draft),
                   "tokens_per_s": 10.0 * (measured or 1.0), "speedup_measured": measured}  # fmt: skip
         store.finish_run(run, result, **result)
     if regime is not None:

@@ -183,8 +183,8 @@ def test_live_view_helpers_number_prompts_from_one():
     assert run_view.output_title(run, {"prompt_index": 0}) == "d γ=2 T=0, prompt 1"
     assert data.prompt_number({"prompt_index": 4}) == 5 and data.prompt_number({}) is None
     assert run_view.speed_delta(150.0, 100.0) == "+50% vs baseline (1.50×)" and run_view.speed_delta(None, 1.0) is None
-    progress = {"tokens_per_s": 10.0, "draft_acceptance_rate": 0.5, "mean_acceptance_length": 1.5, "steps": 4}
-    final = run_view.live_numbers({"tokens_per_s": 12.0, "mean_acceptance_length": None}, progress, final=True)
+    progress = {"tokens_per_s": 10.0, "draft_acceptance_rate": 0.5, "tokens_per_call": 1.5, "steps": 4}
+    final = run_view.live_numbers({"tokens_per_s": 12.0, "tokens_per_call": None}, progress, final=True)
     assert final == {**progress, "tokens_per_s": 12.0}
 
 

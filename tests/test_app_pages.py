@@ -132,13 +132,13 @@ def make_session(
                          margin=None if verdict == "identical" else 0.01, tolerance=0.5, verdict=verdict)  # fmt: skip
         store.add_output(spec, spec_out, div)
     store.set_progress(sid, 2 * len(stored) if status != "running" else len(stored), 2 * len(stored))
-    store.finish_run(base, {}, tokens_per_s=100.0, mean_acceptance_length=1.0, speedup_measured=1.0)
+    store.finish_run(base, {}, tokens_per_s=100.0, tokens_per_call=1.0, speedup_measured=1.0)
     if status == "running":
         return sid
     result = {
         "tokens_per_s": 100.0 * speedup,
         "alpha": 0.61,
-        "mean_acceptance_length": 2.1,
+        "tokens_per_call": 2.1,
         "c": 0.12,
         "per_position_acceptance": [0.7, 0.5],
         "speedup_measured": speedup,

@@ -37,7 +37,7 @@ def prompt_files(tmp_path):
 
 
 REQUIRED = {
-    "target", "draft", "gamma", "temperature", "alpha", "mean_acceptance_length", "per_position_acceptance", "c",
+    "target", "draft", "gamma", "temperature", "alpha", "tokens_per_call", "per_position_acceptance", "c",
     "verify_cost", "tokens_per_s", "baseline_tokens_per_s", "speedup_measured", "speedup_predicted", "outputs",
     "divergences",
 }  # fmt: skip
@@ -55,7 +55,7 @@ def test_run_writes_the_contract(tmp_path, prompt_files):
         assert REQUIRED <= report.keys()
         assert (report["target"], report["draft"], report["gamma"], report["temperature"]) == (TARGET, DRAFT, 3, 0.0)
         assert 0 <= report["alpha"] <= 1
-        assert 1 <= report["mean_acceptance_length"] <= 4
+        assert 1 <= report["tokens_per_call"] <= 4
         assert 1 <= len(report["per_position_acceptance"]) <= 3
         assert report["c"] > 0
         assert report["verify_cost"]["1"] == 1.0 and "4" in report["verify_cost"]

@@ -33,10 +33,10 @@ def session(store: Store, engine: str, runs: list[dict[str, Any]], verify: dict[
                                options={"engine": engine})  # fmt: skip
     store.claim_next_session("test:1")
     base = store.create_run(sid, "none", 0, 0.0, "baseline")
-    store.finish_run(base, {"engine": engine}, tokens_per_s=10.0, mean_acceptance_length=1.0, speedup_measured=1.0)
+    store.finish_run(base, {"engine": engine}, tokens_per_s=10.0, tokens_per_call=1.0, speedup_measured=1.0)
     for r in runs:
         run = store.create_run(sid, DRAFT, r["gamma"], 0.0, "speculative")
-        columns = {k: r[k] for k in ("alpha", "c", "tokens_per_s", "speedup_measured", "mean_acceptance_length",
+        columns = {k: r[k] for k in ("alpha", "c", "tokens_per_s", "speedup_measured", "tokens_per_call",
                                      "per_position_acceptance", "speedup_predicted")}  # fmt: skip
         store.finish_run(run, {"engine": engine, **r.get("summary", {})}, **columns, verify_cost=verify)
     store.finish_session(sid, "done", summary={"verify_cost": verify})
@@ -47,7 +47,7 @@ def spectune_session(store: Store) -> int:
     """The PyTorch loop on a CPU with bf16 instructions: verification nearly free, the draft wins."""
     return session(store, "spectune", [{
         "gamma": 4, "alpha": 0.82, "c": 0.2, "tokens_per_s": 13.0, "speedup_measured": 1.3,
-        "mean_acceptance_length": 3.4, "per_position_acceptance": [0.9, 0.85, 0.8, 0.75], "speedup_predicted": 1.35,
+        "tokens_per_call": 3.4, "per_position_acceptance": [0.9, 0.85, 0.8, 0.75], "speedup_predicted": 1.35,
         "summary": {"speedup_spread": {"median": 1.3, "min": 1.2, "max": 1.4, "n": 3, "verdict": "faster"}},
     }], {"1": 1.0, "2": 1.02, "5": 1.05})  # fmt: skip
 
@@ -57,7 +57,7 @@ def llamacpp_session(store: Store, spread_verdict: str = "slower") -> int:
     lo, hi = (0.6, 0.8) if spread_verdict == "slower" else (0.7, 1.3)
     return session(store, "llama.cpp", [{
         "gamma": 4, "alpha": None, "c": 0.45, "tokens_per_s": 7.0, "speedup_measured": 0.7,
-        "mean_acceptance_length": 3.3, "per_position_acceptance": [0.88, 0.85, 0.8, 0.78], "speedup_predicted": 0.75,
+        "tokens_per_call": 3.3, "per_position_acceptance": [0.88, 0.85, 0.8, 0.78], "speedup_predicted": 0.75,
         "summary": {"alpha_from_acceptance_length": 0.8, "draft_acceptance_rate": 0.77,
                     "speedup_spread": {"median": 0.7, "min": lo, "max": hi, "n": 3, "verdict": spread_verdict}},
     }], {"1": 1.0, "2": 1.2, "4": 2.1, "5": 2.4})  # fmt: skip

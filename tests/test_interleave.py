@@ -223,7 +223,7 @@ def test_store_hooks_keep_one_writer_per_open_run_and_close_them_all() -> None:
 def _summary() -> Any:
     from engine.session.summary import RunSummary
 
-    return RunSummary(tokens_per_s=10.0, steps=1, tokens=1, mean_acceptance_length=1.0)
+    return RunSummary(tokens_per_s=10.0, steps=1, tokens=1, tokens_per_call=1.0)
 
 
 def test_worker_session_samples_by_category_and_records_phases_and_load(tmp_path) -> None:

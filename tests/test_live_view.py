@@ -101,7 +101,7 @@ def test_incremental_totals_match_the_stored_totals(env) -> None:  # noqa: F811
     for run in env.store.list_runs(sid):
         stored = env.store.run_progress(run["id"])
         mine = rv._totals_numbers(cache.totals[run["id"]])
-        for key in ("steps", "tokens_per_s", "draft_acceptance_rate", "mean_acceptance_length"):
+        for key in ("steps", "tokens_per_s", "draft_acceptance_rate", "tokens_per_call"):
             assert mine[key] == stored[key], key
         if run["kind"] == "speculative":
             counts = cache.histogram[run["id"]]

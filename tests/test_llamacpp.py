@@ -157,7 +157,7 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
     assert sorted(report["verify_cost"]) and report["verify_cost"]["1"] == 1.0
     for run in report["runs"]:
         assert run["engine"] == "llama.cpp" and run["alpha"] is None
-        assert 1.0 <= run["mean_acceptance_length"] <= 4.0
+        assert 1.0 <= run["tokens_per_call"] <= 4.0
         assert run["speedup_spread"]["n"] == len(PROMPTS)
         for divergence in run["divergences"]:
             assert divergence["verdict"] in ("identical", "near-tie"), divergence
@@ -167,7 +167,7 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
     run_id = next(run for run, key in hooks.keys.items() if key["draft"] == DRAFT)
     rows = [record for run, record in hooks.steps if run == run_id]
     calls = sum(r.target_calls for r in rows)
-    assert sum(r.emitted for r in rows) / calls == pytest.approx(model_run["mean_acceptance_length"])
+    assert sum(r.emitted for r in rows) / calls == pytest.approx(model_run["tokens_per_call"])
     assert sum(r.accepted for r in rows) / sum(r.gamma for r in rows) == pytest.approx(
         model_run["draft_acceptance_rate"]
     )

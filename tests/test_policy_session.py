@@ -74,7 +74,7 @@ def test_policy_runs_are_stored_apart_from_fixed_gammas(session):
         summary = run["summary"]
         assert run["gamma"] == 0 and run["alpha"] is None and run["speedup_measured"] is None
         live = summary["policy_live"]
-        assert live["policy"] == summary["policy"] and live["tokens_per_call"] == run["mean_acceptance_length"]
+        assert live["policy"] == summary["policy"] and live["tokens_per_call"] == run["tokens_per_call"]
         assert live["replayed"]["basis"] == "exact"
         assert live["replayed"]["tokens_per_call"] == pytest.approx(live["tokens_per_call"], abs=1e-12)
         assert live["replayed"]["draft_calls_per_step"] == pytest.approx(live["draft_calls_per_step"], abs=1e-12)
@@ -145,7 +145,7 @@ def test_run_policy_json(tmp_path, capsys):
     flat = json.loads(out.read_text())
     assert flat["policy"] == "heuristic:3" and flat["gamma"] is None and flat["draft_calls"] > 0
     assert flat["mean_drafted_per_step"] > 0 and flat["replayed"]["basis"] == "exact"
-    assert flat["replayed"]["tokens_per_call"] == pytest.approx(flat["mean_acceptance_length"], abs=1e-12)
+    assert flat["replayed"]["tokens_per_call"] == pytest.approx(flat["tokens_per_call"], abs=1e-12)
     assert "heuristic:3" in capsys.readouterr().out
     assert cli.main([*args, "--gamma", "3"]) == 0
     flat = json.loads(out.read_text())

@@ -136,7 +136,7 @@ def open_probe_copy(store: Store, sid: int) -> int:
     return copy
 
 
-SUMMARY_COLUMNS = ("alpha", "mean_acceptance_length", "tokens_per_s", "speedup_measured", "speedup_predicted", "c")
+SUMMARY_COLUMNS = ("alpha", "tokens_per_call", "tokens_per_s", "speedup_measured", "speedup_predicted", "c")
 
 
 def test_submit_defaults_to_quick_and_takes_policies(tmp_path: Path) -> None:

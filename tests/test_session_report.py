@@ -157,7 +157,7 @@ def test_each_run_shows_the_figures_the_sessions_page_shows(decoded: SimpleNames
     for f, (_, row) in zip(figures, page.iterrows(), strict=True):
         for ours, theirs in (
             (f.alpha, "α"),
-            (f.mean_acceptance_length, "mean acceptance length"),
+            (f.tokens_per_call, "tokens per call"),
             (f.c, "c"),
             (f.tokens_per_s, "tokens/s"),
             (f.baseline_tokens_per_s, "baseline tokens/s"),
@@ -174,7 +174,7 @@ def test_each_run_shows_the_figures_the_sessions_page_shows(decoded: SimpleNames
         if run["kind"] == "speculative":
             assert f"{spread['min']:.2f}–{spread['max']:.2f}×" in cells
             assert f'<td class="num">{run["alpha"]:.3f}</td>' in cells
-            assert f'<td class="num">{run["mean_acceptance_length"]:.2f}</td>' in cells
+            assert f'<td class="num">{run["tokens_per_call"]:.2f}</td>' in cells
             assert f'<td class="num">{run["summary"]["draft_acceptance_rate"]:.3f}</td>' in cells
             assert "identical" in cells  # greedy speculative outputs are the target's own
 

@@ -41,7 +41,7 @@ TABLES = {
     "endpoint_requests",
     "alembic_version",
 }
-HEAD = "0006"  # the newest migration in store/migrations/versions
+HEAD = "0007"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 
@@ -286,3 +286,29 @@ def test_works_from_any_cwd_and_honours_spectune_home(tmp_path: Path, monkeypatc
     nested = open_store("sqlite:///relative/dir/x.db")  # relative to cwd; missing folders are created
     nested.close()
     assert (elsewhere / "relative" / "dir" / "x.db").exists()
+
+
+def test_migrate_from_0006_keeps_tokens_per_call(store_url: str) -> None:
+    """0007 renames runs.mean_acceptance_length (it held tokens ÷ target calls) to tokens_per_call; values stay."""
+    engine = make_engine(store_url)
+    upgrade(engine, "0006")
+    old = "2024-01-01 00:00:00"
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO prompt_sets (id, name, content_hash, created_at, n_prompts) "
+                          "VALUES (1, 'old', 'h', :old, 1)"), {"old": old})  # fmt: skip
+        conn.execute(text(
+            "INSERT INTO sessions (id, name, target, drafts, gammas, temperatures, max_new_tokens, prompt_set_id, "
+            "status, cancel_requested, created_at, progress_done, progress_total) "
+            "VALUES (7, 'legacy', 'tiny', '[\"ngram\"]', '[4]', '[0.0]', 32, 1, 'done', :no, :old, 1, 1)"
+        ), {"no": False, "old": old})  # fmt: skip
+        conn.execute(text(
+            "INSERT INTO runs (id, session_id, draft, gamma, temperature, kind, status, created_at, "
+            "mean_acceptance_length) VALUES (5, 7, 'ngram', 4, 0.0, 'speculative', 'done', :old, 2.5)"
+        ), {"old": old})  # fmt: skip
+    engine.dispose()
+    store = open_store(store_url)
+    try:
+        assert current_revision(store.engine) == HEAD
+        assert store.list_runs(7)[0]["tokens_per_call"] == 2.5
+    finally:
+        store.close()

@@ -219,7 +219,7 @@ def test_step_series_buckets_in_sql(store: Store, run_id: int) -> None:
     assert sum(p["emitted"] for p in points) == sum(r.emitted for r in records)
     width = points[1]["step"] - points[0]["step"]
     first = records[:width]
-    assert points[0]["mean_acceptance_length"] == pytest.approx(sum(r.emitted for r in first) / width)
+    assert points[0]["tokens_per_call"] == pytest.approx(sum(r.emitted for r in first) / width)
     assert points[0]["mean_gamma"] == pytest.approx(sum(r.gamma for r in first) / width)
     assert_plain_numbers(points)
     fine = store.step_series(run_id, bucket=1)
@@ -246,7 +246,7 @@ def test_step_series_buckets_over_prompts_and_time(store: Store, run_id: int) ->
     assert sum(p["emitted"] for p in points) == sum(r.emitted for r in records)
     first = [r for r in records if r.step_index < 10]
     assert points[0]["step"] == 0 and points[0]["steps"] == len(first)
-    assert points[0]["mean_acceptance_length"] == pytest.approx(sum(r.emitted for r in first) / len(first))
+    assert points[0]["tokens_per_call"] == pytest.approx(sum(r.emitted for r in first) / len(first))
     assert points[0]["mean_gamma"] == pytest.approx(sum(r.gamma for r in first) / len(first))
     assert_plain_numbers(points)
     fine = store.step_series(run_id, bucket=1, max_points=10_000)
@@ -310,7 +310,7 @@ def test_runs_and_outputs_round_trip(store: Store, run_id: int) -> None:
     run = store.get_run(run_id) or {}
     assert run["verify_cost"] == {1: 0.011, 4: 0.013} and run["alpha"] == 0.7 and run["status"] == "done"
     assert [r["id"] for r in store.list_runs(sid)] == [run_id, baseline]
-    store.finish_run(baseline, {"steps": 3}, tokens_per_s=41.5, mean_acceptance_length=1.0)
+    store.finish_run(baseline, {"steps": 3}, tokens_per_s=41.5, tokens_per_call=1.0)
     assert (store.get_run(baseline) or {})["tokens_per_s"] == 41.5
     with pytest.raises(StoreError, match="does not exist"):
         store.update_run(run_id + 1000, alpha=0.1)
@@ -344,13 +344,13 @@ def test_finish_run_takes_a_runner_summary(store: Store, run_id: int) -> None:
     from engine.session.summary import RunSummary
 
     result = RunSummary(
-        tokens_per_s=41.5, steps=12, tokens=40, mean_acceptance_length=2.4, alpha=0.62,
+        tokens_per_s=41.5, steps=12, tokens=40, tokens_per_call=2.4, alpha=0.62,
         per_position_acceptance=[0.8, 0.6], c=0.04, speedup_measured=1.8, speedup_predicted=1.9,
         verify_cost={1: 1.0, 5: 1.12}, method="ngram",
     )
     store.finish_run(run_id, result.to_dict(), **result.columns(), baseline_tokens_per_s=23.0)
     run = store.get_run(run_id) or {}
-    assert (run["status"], run["mean_acceptance_length"], run["alpha"], run["baseline_tokens_per_s"]) == (
+    assert (run["status"], run["tokens_per_call"], run["alpha"], run["baseline_tokens_per_s"]) == (
         "done",
         2.4,
         0.62,

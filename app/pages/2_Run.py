@@ -159,7 +159,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     m[1].metric("Baseline tokens/s", fmt_num(base_tps, 1))
     is_spec = current.get("kind") == "speculative"
     m[2].metric("Draft acceptance rate", fmt_num(now.get("draft_acceptance_rate"), 3) if is_spec else "—")
-    m[3].metric("Mean acceptance length", fmt_num(now.get("mean_acceptance_length"), 2) if is_spec else "—")
+    m[3].metric("Tokens per call", fmt_num(now.get("tokens_per_call"), 2) if is_spec else "—")
     m[4].metric("Steps logged", now.get("steps") or 0)
 
     for col, spec, empty in zip(st.columns(2), (frame.positions_spec, frame.util_spec), rv.NO_CHART, strict=True):

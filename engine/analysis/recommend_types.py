@@ -36,7 +36,7 @@ class DraftMeasurement:
     c_hat: float = 0.0  # draft arithmetic / target arithmetic (≈ parameter ratio); 0 reproduces the chapter
     ngram_max: int = 4  # n-gram window the session used (method == "ngram" only)
     ngram_min: int = 1
-    measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's mean acceptance length
+    measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's tokens per target call
     c_hat_source: str = ""  # where ĉ came from ("parameter counts …", "measured c"), for the notes
     # share of target calls that verified a draft at all: below 1 where the proposer drafts only sometimes
     # (llama.cpp's n-gram lookup, when it finds a match); its per-position acceptance counts only those calls

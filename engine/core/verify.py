@@ -15,8 +15,8 @@ Glossary (each term is defined here once; the rest of spectune uses these words)
 - β (beta): the exact probability that a drafted token is accepted at one position, Σ min(p, q)
   (greedy: 1 if the draft token is the target's argmax, else 0). Recorded per evaluated position.
 - α (alpha): the mean of β over every evaluated position: the chance the target accepts a draft token.
-- mean acceptance length: tokens emitted per target call, accepted + 1 averaged over steps (vLLM's
-  word; it includes the bonus or corrected token, so it is 1 with no draft and at most γ+1).
+- mean acceptance length: accepted + 1 averaged over the steps that drafted (vLLM's word; it includes the bonus
+  or corrected token, so it is at most γ+1); tokens per call averages over every step (engine.core.counters).
 - per-position acceptance rate: at draft position i, the share accepted among steps that reached i.
 - draft acceptance rate: accepted draft tokens ÷ drafted tokens, over a whole run.
 """

@@ -152,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_path.write_text(json.dumps(flat, indent=2))
     print(
         f"{flat['draft']} {policy or 'γ=' + str(flat['gamma'])} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
-        f"mean acceptance length={_fmt(flat['mean_acceptance_length'])} c={_fmt(flat['c'])} "
+        f"tokens per call={_fmt(flat['tokens_per_call'])} c={_fmt(flat['c'])} "
         f"{flat['tokens_per_s']:.2f} tok/s vs {flat['baseline_tokens_per_s']:.2f} baseline "
         f"(speedup {_fmt(flat['speedup_measured'])}× measured, {_fmt(flat['speedup_predicted'])}× predicted)"
     )
@@ -181,7 +181,7 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "device": report["device"],
         "alpha": src.get("alpha"),
         "alpha_from_acceptance_length": src.get("alpha_from_acceptance_length"),
-        "mean_acceptance_length": src.get("mean_acceptance_length"),
+        "tokens_per_call": src.get("tokens_per_call"),
         "draft_acceptance_rate": src.get("draft_acceptance_rate"),
         "per_position_acceptance": src.get("per_position_acceptance", []),
         "c": src.get("c"),
@@ -212,7 +212,7 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
 
 
 LEVEL_FIELDS = ("draft", "gamma", "temperature", "concurrency", "tokens_per_s", "speedup_measured", "speedup_noisy",
-                "mean_acceptance_length", "draft_acceptance_rate", "ttft_p50_s", "itl_p50_s")  # fmt: skip
+                "tokens_per_call", "draft_acceptance_rate", "ttft_p50_s", "itl_p50_s")  # fmt: skip
 
 
 def _levels_table(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -63,7 +63,7 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
     """Each finished run of the sessions, one row per engine × draft × γ × temperature, side by side.
 
     α should agree between engines within noise (same models, same text); c, v(k) and speed belong to the
-    engine and the machine and will not. llama.cpp's α is the estimate from the mean acceptance length.
+    engine and the machine and will not. llama.cpp's α is the estimate from the mean acceptance length (vLLM's).
     """
     rows = []
     for sid in session_ids:
@@ -80,7 +80,7 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
                 "T": run["temperature"],
                 "α": run.get("alpha") if run.get("alpha") is not None else summary.get("alpha_from_acceptance_length"),
                 "α measured as": "mean β" if run.get("alpha") is not None else "from acceptance length",
-                "mean acceptance length": run.get("mean_acceptance_length"),
+                "tokens per call": run.get("tokens_per_call"),
                 "draft acceptance rate": summary.get("draft_acceptance_rate"), "c": run.get("c"),
                 "tokens/s": run.get("tokens_per_s"), "speedup measured": run.get("speedup_measured"),
                 "spread": f"{spread['min']:.2f}–{spread['max']:.2f} ({spread['verdict']})" if spread else None,
@@ -263,7 +263,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         llamacpp_loop=bool(widest.get("llamacpp_loop")),
         c_values=[float(x) for x in cs],
         measured_tokens_per_call={
-            int(r["gamma"]): float(r["mean_acceptance_length"]) for r in runs if r.get("mean_acceptance_length")
+            int(r["gamma"]): float(r["tokens_per_call"]) for r in runs if r.get("tokens_per_call")
         },
         **window,
     )

@@ -149,7 +149,7 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
             steps = summary.get("steps") or 0
             spec = FixedGamma(int(run["gamma"])).spec()
             figures = {
-                "policy": spec, "tokens_per_call": run.get("mean_acceptance_length"),
+                "policy": spec, "tokens_per_call": run.get("tokens_per_call"),
                 "tokens_per_s": run.get("tokens_per_s"), "speedup_measured": run.get("speedup_measured"),
                 "speedup_spread": summary.get("speedup_spread"),
                 "mean_drafted_per_step": summary.get("mean_drafted_per_step"),

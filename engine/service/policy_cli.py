@@ -143,7 +143,7 @@ def flatten_policy(flat: dict[str, Any], report: dict[str, Any], spec: str | Non
         return flat
     live = run.get("policy_live") or {}
     flat |= {
-        "gamma": None, "alpha": live.get("alpha"), "mean_acceptance_length": live.get("tokens_per_call"),
+        "gamma": None, "alpha": live.get("alpha"), "tokens_per_call": live.get("tokens_per_call"),
         "speedup_measured": live.get("speedup_measured"), "speedup_measured_spread": live.get("speedup_spread"),
         "draft_calls_per_step": live.get("draft_calls_per_step"),
         "speedup_predicted": (live.get("replayed") or {}).get("speedup"),

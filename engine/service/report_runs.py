@@ -34,7 +34,7 @@ class RunFigures:
     temperature: float | None
     status: str
     alpha: float | None
-    mean_acceptance_length: float | None  # tokens per target call
+    tokens_per_call: float | None  # tokens per target call
     draft_acceptance_rate: float | None
     c: float | None
     tokens_per_s: float | None
@@ -116,7 +116,7 @@ def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> l
     summary = run.get("summary") or {}
     policy, live = run_policy(run), summary.get("policy_live") or {}
     gamma = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
-    per_call = live.get("tokens_per_call") if policy else run.get("mean_acceptance_length")
+    per_call = live.get("tokens_per_call") if policy else run.get("tokens_per_call")
     measured = run_speedups(run)[0]
     flags = []
     if per_call is not None and gamma >= 1 and (flag := check_tokens_per_call(float(per_call), gamma)) is not None:
@@ -156,7 +156,7 @@ def run_figures(
         rows.append(RunFigures(
             label=run_label(r), kind=str(r.get("kind")), draft=str(r.get("draft")),
             gamma=None if policy else r.get("gamma"), policy=policy, temperature=r.get("temperature"),
-            status=str(r.get("status")), alpha=r.get("alpha"), mean_acceptance_length=r.get("mean_acceptance_length"),
+            status=str(r.get("status")), alpha=r.get("alpha"), tokens_per_call=r.get("tokens_per_call"),
             draft_acceptance_rate=(r.get("summary") or {}).get("draft_acceptance_rate"), c=r.get("c"),
             tokens_per_s=r.get("tokens_per_s"),
             baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),

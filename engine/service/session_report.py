@@ -236,11 +236,11 @@ def stored_regime(regime: Any) -> list[Html]:
 # the runs
 
 
-RUN_HEADERS = ["configuration", "status", "α", "mean acceptance length", "draft acceptance rate", "c", "tokens/s",
+RUN_HEADERS = ["configuration", "status", "α", "tokens per call", "draft acceptance rate", "c", "tokens/s",
                "baseline tokens/s", "speedup measured", "per-prompt spread", "verdict", "speedup predicted", "fidelity",
                "check"]  # fmt: skip
 RUN_LEGEND = (
-    "mean acceptance length: tokens per target call (accepted + 1) · draft acceptance rate: accepted ÷ drafted "
+    "tokens per call: tokens emitted ÷ target calls, every call counted · draft acceptance rate: accepted ÷ drafted "
     "tokens · c: a draft forward's time ÷ a target forward's · speedup measured: the median over prompts, each "
     "against the target alone on the same prompt; the spread runs from the lowest to the highest prompt · "
     "predicted: from the measured α, c and verify cost · fidelity: the outputs against the target alone's"
@@ -251,7 +251,7 @@ RUN_NUMERIC = RUN_HEADERS[2:10] + ["speedup predicted"]
 def run_row(r: RunFigures, status: bool) -> list[Any]:
     spread = f"{r.spread['min']:.2f}–{r.spread['max']:.2f}×" if r.spread else "—"
     check = tag("span", "⚠ flagged", "flag") if r.flags else ""
-    return [r.label, *([r.status] if status else []), number(r.alpha, "%.3f"), number(r.mean_acceptance_length, "%.2f"),
+    return [r.label, *([r.status] if status else []), number(r.alpha, "%.3f"), number(r.tokens_per_call, "%.2f"),
             number(r.draft_acceptance_rate, "%.3f"), number(r.c, "%.3f"), number(r.tokens_per_s, "%.1f"),
             number(r.baseline_tokens_per_s, "%.1f"), number(r.speedup_measured, "%.2f×"), spread, r.verdict or "—",
             number(r.speedup_predicted, "%.2f×"), r.fidelity or "—", check]  # fmt: skip

@@ -74,7 +74,7 @@ def summarise(
     tokens = tally.tokens
     common: dict[str, Any] = {
         "tokens_per_s": tokens / tally.decode_s if tally.decode_s > 0 else 0.0, "steps": int(counters.target_calls),
-        "tokens": tokens, "mean_acceptance_length": counters.tokens_per_call(), "verify_cost": dict(verify_cost),
+        "tokens": tokens, "tokens_per_call": counters.tokens_per_call(), "verify_cost": dict(verify_cost),
         "machine_load": noise.load_summary(tally.loads), "wall_s": tally.wall_s, "engine": engine,
         "concurrency": tally.key.concurrency, **latency(tally.ttft_s, "ttft"), **latency(tally.itl_s, "itl"),
     }  # fmt: skip
@@ -91,6 +91,7 @@ def summarise(
         alpha=tally.stats.alpha(),
         alpha_from_acceptance_length=_alpha_from(counters.mean_acceptance_length(), gamma),
         draft_acceptance_rate=counters.draft_acceptance_rate(),
+        mean_acceptance_length=counters.mean_acceptance_length(),
         per_position_acceptance=per_pos,
         drafting_fraction=drafting,
         c=c,
@@ -139,7 +140,7 @@ def policy_live(
     steps = summary.steps or 1
     summary.policy = spec
     summary.policy_live = {
-        "policy": spec, "tokens_per_call": summary.mean_acceptance_length, "tokens_per_s": summary.tokens_per_s,
+        "policy": spec, "tokens_per_call": summary.tokens_per_call, "tokens_per_s": summary.tokens_per_s,
         "speedup_measured": summary.speedup_measured, "speedup_spread": summary.speedup_spread,
         "alpha": summary.alpha, "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
         "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,

@@ -1,8 +1,9 @@
 """RunSummary: what one run of a sweep measured, typed, with the store's columns named in one place.
 
-Names follow vLLM's spec-decode metrics (see engine.core.verify's glossary): mean acceptance length is
-tokens per target call including the bonus/corrected token; draft acceptance rate is accepted ÷ drafted;
-per-position acceptance is the conditional rate at each draft position. α is the mean exact acceptance
+Names follow vLLM's spec-decode metrics (engine.core.counters' glossary): tokens per call is tokens emitted ÷
+every target call (what a speedup is bounded by); mean acceptance length is vLLM's, 1 + accepted ÷ drafts, over the
+calls that drafted (the two differ where a proposer drafts on some calls only); draft acceptance rate is accepted ÷
+drafted; per-position acceptance is the conditional rate at each draft position. α is the mean exact acceptance
 probability β. v(k) (`verify_cost`) is a ratio of forward times, t(k)/t(1), never seconds.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 # RunSummary fields that are also columns of the runs table (the rest lives in the run's summary JSON)
 RUN_COLUMNS = (
-    "alpha", "mean_acceptance_length", "per_position_acceptance", "c", "verify_cost", "tokens_per_s",
+    "alpha", "tokens_per_call", "per_position_acceptance", "c", "verify_cost", "tokens_per_s",
     "speedup_measured", "speedup_predicted",
 )  # fmt: skip
 
@@ -25,7 +26,8 @@ class RunSummary:
     tokens_per_s: float
     steps: int
     tokens: int
-    mean_acceptance_length: float | None
+    tokens_per_call: float | None
+    mean_acceptance_length: float | None = None  # vLLM's: over the drafting calls only (None: none drafted)
     alpha: float | None = None
     alpha_from_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
