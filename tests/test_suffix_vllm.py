@@ -44,3 +44,22 @@ def test_vllm_runs_the_suffix_export_and_learns_across_requests() -> None:
     assert first.strip() and second == first, (first, second)  # greedy, speculative or not
     assert drafts_1 > 0 and accepted_1 > 0
     assert accepted_2 - accepted_1 > accepted_1  # warm: the earlier response is drafted back
+
+
+def test_a_vllm_session_runs_suffix_decoding_through_the_one_driver() -> None:
+    """A vLLM session with a suffix draft (the config the export writes) measured beside the target alone: vLLM's
+    own counters show drafts and acceptance, the output is the target's, the servers are gone afterwards."""
+    from engine.engines import registry
+    from engine.session.runner import PromptText
+    from engine.session.spec import SessionSpec
+
+    prompts = [PromptText("a", PROMPT), PromptText("b", PROMPT)]  # the second sees the first's response in the tree
+    spec = SessionSpec(target="smollm2-135m", drafts=["suffix:24:1:0.1"], gammas=[4], max_new_tokens=24,
+                       dtype="float32", engine="vllm", concurrency=[1], measure_verify_cost=False,
+                       detect_regime=False, chat_template=False)  # fmt: skip
+    report = registry.sweep(spec, prompts).to_dict()
+    assert report["failed"] == [], report["failed"]
+    (run,) = report["runs"]
+    assert run["method"] == "suffix" and run["draft_acceptance_rate"] is not None and run["tokens_per_call"] > 1
+    assert all(d["verdict"] in ("identical", "near-tie") for d in run["divergences"])
+    assert report["vllm"]["startups"][1]["speculative_config"]["method"] == "suffix"

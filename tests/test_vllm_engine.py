@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_suffix_export import suffix_rec
 
+from engine.analysis.export import export
 from engine.core.policy import parse_policy
 from engine.engines import registry
 from engine.engines.vllm import choose_dtype, cpu_has_bf16, speculative_config
@@ -54,6 +56,12 @@ def test_each_configuration_is_the_speculative_config_vllm_takes() -> None:
         "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
         "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 7, 1], [8, 8, 0]],
     }  # fmt: skip
+    rec = suffix_rec("suffix:16:1.5:0.2:0")  # a session launches exactly what the export writes
+    suffix = speculative_config(RunKey("suffix:16:1.5:0.2:0", rec.gamma, 0.0), None)
+    assert suffix == json.loads(export(rec, "vllm")[1])["speculative_config"]
+    assert suffix == {"method": "suffix", "num_speculative_tokens": rec.gamma, "suffix_decoding_max_tree_depth": 16,
+                      "suffix_decoding_max_cached_requests": 0, "suffix_decoding_max_spec_factor": 1.5,
+                      "suffix_decoding_min_token_prob": 0.2}  # fmt: skip
     config = VllmConfig.with_speculation(Path("/m/t"), {"method": "ngram", "num_speculative_tokens": 1})
     flags = config.flags()
     assert flags[flags.index("--speculative-config") + 1] == '{"method":"ngram","num_speculative_tokens":1}'
@@ -76,6 +84,9 @@ def test_what_vllm_sessions_refuse() -> None:
     with pytest.raises(SettingsError, match="fixed γ and γ by batch size"):
         registry.validate(spec(policies=["confidence:0.6:8:0"]))
     registry.validate(spec(gammas=[], policies=["batch:1=3,2=1"]))  # γ by batch size: vLLM runs it
+    registry.validate(spec(drafts=["suffix"]))  # suffix decoding: vLLM runs it (Arctic Inference's tree)
+    with pytest.raises(SettingsError, match="bad suffix spec 'suffix:x'"):
+        registry.validate(spec(drafts=["suffix:x"]))
     with pytest.raises(SettingsError, match="concurrency 0"):
         registry.validate(spec(concurrency=[0, 2]))
     with pytest.raises(SettingsError, match="each level once"):

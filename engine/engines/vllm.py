@@ -1,15 +1,16 @@
 """vLLM as a session engine: one managed vLLM server on 127.0.0.1 per distinct configuration, measured like a
 deployment.
 
-Configurations are the target alone, each draft model × γ (`{"method": "draft_model", …}`) and n-gram lookup × γ
-(`{"method": "ngram", "prompt_lookup_min/max": …}`), and γ by batch size (a `batch:B=G,..` policy, launched with
-`num_speculative_tokens_per_batch_size` exactly as the vLLM export writes it); temperatures and concurrency levels
-share a server. vLLM batches continuously, so every configuration is measured at each concurrency level of the
-session (n prompts in flight at once, streamed): tokens/s over the batch, time to first token, inter-token gaps,
-and acceptance from vLLM's own /metrics counters over exactly that batch. What vLLM cannot give is named, not
-guessed: β per position (so α as mean β), which output tokens came from the draft, v(k) and c. The dtype is chosen
-per CPU: bfloat16 only where the CPU has bf16 instructions (AVX512_BF16 or AMX), float32 otherwise; a CUDA build
-takes the session's."""
+Configurations are the target alone, each draft model × γ (`{"method": "draft_model", …}`), n-gram lookup × γ
+(`{"method": "ngram", "prompt_lookup_min/max": …}`), suffix decoding × γ (`{"method": "suffix", …}` as the export
+writes it; its global tree learns the session's prompts in the order the driver sends them), and γ by batch size
+(a `batch:B=G,..` policy, launched with `num_speculative_tokens_per_batch_size` exactly as the vLLM export writes
+it); temperatures and concurrency levels share a server. vLLM batches continuously, so every configuration is
+measured at each concurrency level of the session (n prompts in flight at once, streamed): tokens/s over the batch,
+time to first token, inter-token gaps, and acceptance from vLLM's own /metrics counters over exactly that batch.
+What vLLM cannot give is named, not guessed: β per position (so α as mean β), which output tokens came from the
+draft, v(k) and c. The dtype is chosen per CPU: bfloat16 only where the CPU has bf16 instructions (AVX512_BF16 or
+AMX), float32 otherwise; a CUDA build takes the session's."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from engine.analysis.export.vllm import vllm_schedule
+from engine.analysis.export.vllm import suffix_config, vllm_schedule
 from engine.core.policy import BatchSchedule
 from engine.core.records import Cancelled, PromptOutput, StepRecord
-from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
+from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
@@ -34,6 +35,7 @@ from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
 REQUEST_TIMEOUT_S = 600.0
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+WARM_UP_TEXT = "Warm-up request."
 
 
 def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
@@ -48,7 +50,7 @@ def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
                             "per step): use spectune or llama.cpp")  # fmt: skip
     for draft in spec.drafts:
         if is_suffix(draft):
-            raise SettingsError(f"{draft}: vLLM sessions do not run suffix decoding yet: use spectune's loop")
+            parse_suffix_spec(draft)  # a malformed spec is refused here, before any server starts
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
@@ -77,7 +79,9 @@ def speculative_config(key: RunKey, draft_dir: str | None) -> dict[str, Any] | N
         return None
     schedule = dict(key.policy.schedule) if isinstance(key.policy, BatchSchedule) else None
     gamma = max(schedule.values()) if schedule else key.gamma
-    if is_ngram(key.draft):
+    if is_suffix(key.draft):
+        config = suffix_config(parse_suffix_spec(key.draft), gamma)
+    elif is_ngram(key.draft):
         lo, hi = parse_ngram_spec(key.draft)
         config = {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_max": hi,
                   "prompt_lookup_min": lo}  # fmt: skip
@@ -135,7 +139,8 @@ class VllmRunner:
         self.dtype, note = choose_dtype(spec.dtype, self.install.build)
         self.notes += [note] if note else []
         target = _model_dir(spec.target)
-        drafts = {k.draft: _model_dir(k.draft) for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+        drafts = {k.draft: _model_dir(k.draft) for k in plan
+                  if k.kind != "baseline" and not is_ngram(k.draft) and not is_suffix(k.draft)}  # fmt: skip
         self.configs = {key: self._config(key, target, drafts) for key in plan}
         wanted = list(dict.fromkeys(self.configs.values()))
         why: dict[VllmConfig, str] = {}
@@ -165,11 +170,12 @@ class VllmRunner:
         return {}, ["v(k) not measured: vLLM serves whole requests, it has no single-forward timing here"]
 
     def warm_up(self, plan: list[RunKey]) -> None:
-        """One short request per server: first-request initialisation lands on no measurement."""
+        """One short request per server, on a text of no prompt of the session (a suffix server's global tree would
+        learn it): first-request initialisation lands on no measurement."""
         assert self.spec is not None
         for server in self.servers.values():
             try:
-                client.batch(server.url, str(server.config.model), self.prompts[:1], {"max_tokens": 4}, 0, 120.0)
+                client.batch(server.url, str(server.config.model), [WARM_UP_TEXT], {"max_tokens": 4}, 0, 120.0)
             except EndpointError:
                 pass
 

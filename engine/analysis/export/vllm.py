@@ -21,6 +21,7 @@ from engine.analysis.export.files import Fit, JsonFile, with_notes
 from engine.analysis.export.formats import FILENAMES, VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import BatchSchedule, FixedGamma
+from engine.drafts.refs import SuffixParams
 from engine.errors import SettingsError
 
 # MAJOR.MINOR.PATCH with an optional pre-release, post-release, dev or local part (0.32.0, 0.11.0rc1,
@@ -120,16 +121,21 @@ def config(dep: Deployment) -> JsonFile:
     return JsonFile(with_notes(doc, notes), fit)
 
 
-def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
-    """vLLM's suffix decoding with the measured parameters; num_speculative_tokens is its cap per step."""
-    p = dep.suffix_params()
-    config = {
-        "method": "suffix", "num_speculative_tokens": dep.gamma,
+def suffix_config(p: SuffixParams, gamma: int) -> dict[str, Any]:
+    """vLLM's speculative_config for suffix decoding with these parameters; num_speculative_tokens is its cap per
+    step (what the export writes and what a vLLM session launches)."""
+    return {
+        "method": "suffix", "num_speculative_tokens": gamma,
         "suffix_decoding_max_tree_depth": p.max_tree_depth,
         "suffix_decoding_max_cached_requests": p.max_cached_requests,
         "suffix_decoding_max_spec_factor": p.max_spec_factor,
         "suffix_decoding_min_token_prob": p.min_token_prob,
     }  # fmt: skip
+
+
+def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's suffix decoding with the measured parameters, and what a deployer must know about it."""
+    config = suffix_config(dep.suffix_params(), dep.gamma)
     comments = [
         "suffix decoding needs Arctic Inference in vLLM's environment (pip install arctic-inference; vLLM imports "
         "arctic_inference.suffix_decoding); spectune measured with Arctic Inference 0.3.0's suffix tree",
