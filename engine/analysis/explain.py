@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engine.analysis.calibrate import calibration, measurement_flags
 from engine.analysis.feasibility import TIE
 from engine.analysis.recommend_types import UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
+from engine.analysis.regime import evidence_said
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, largest_measured_k
 
 
@@ -50,17 +51,28 @@ def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
 
 def explain_off(summaries: list[DraftSummary], objective: str, budget: float | None) -> str:
     """One sentence on why speculation is off: no candidate, or why the best one may not be recommended (the very
-    rule that refused it, in the regime of its own verify width)."""
+    rule that refused it, in the regime of its own verify width). For the cost objective it speaks of cost: the
+    cheapest candidate, what it does to the cost per token and the rule of its regime that says so."""
     if not summaries:
         return "Speculation off: there is no draft or n-gram measurement to base a recommendation on."
+    if objective == "cost":
+        cheapest = min(summaries, key=lambda s: (s.cost_change, -s.best_speedup))
+        rule = (
+            f"cost per token is 1/speedup and it runs at {cheapest.best_speedup:.2f}× the target's speed"
+            if cheapest.regime == MEMORY_BOUND
+            else f"cost per token is the ops multiplier, {cheapest.ops_multiplier:.2f}×"
+        )
+        why = cheapest.why_not
+        refused = "" if not why or "cost" in why else f"; it is refused anyway: {why}"
+        change = "raises it by" if cheapest.cost_change > TIE else "changes it by"
+        return (
+            f"Speculation off: no candidate lowers the cost per token — the cheapest, {cheapest.name} at "
+            f"γ={cheapest.best_gamma}, {change} {_pct(cheapest.cost_change)} ({cheapest.regime} at its verify width: "
+            f"{rule}){refused}."
+        )
     best = max(summaries, key=lambda s: (s.best_speedup, -s.ops_multiplier))
     figures = f"{best.best_speedup:.2f}× at γ={best.best_gamma}, cost per token {_pct(best.cost_change)}"
     why = best.why_not or "it does not pay"
-    if objective == "cost":
-        return (
-            f"Speculation off: no candidate lowers the cost per token — the best ({best.name}: {figures}, "
-            f"{best.regime} at its verify width) {why}."
-        )
     if objective == "latency_within_budget" and "budget" in why:
         return (
             f"Speculation off: nothing fits the {_pct(budget or 0.0)} cost-per-token budget — {best.name}: {figures}."
@@ -76,23 +88,61 @@ def explain_off(summaries: list[DraftSummary], objective: str, budget: float | N
     )
 
 
+def _unknown_note(votes: Mapping[str, str] | None) -> str:
+    """The regime was not decided: what the evidence said (decided, took no side, not measured) and what is assumed."""
+    said = "no batch sweep, v(k) or roofline decided it" if votes is None else evidence_said(votes)
+    return (
+        f"Regime unknown — {said}; assumed memory-bound, i.e. the extra arithmetic is treated as free — if the "
+        "server is compute-bound the cost per token is understated. Run a batch sweep at the serving batch."
+    )
+
+
+def _memory_bound_note(row: GammaPoint | None, objective: str, best: DraftSummary | None) -> str:
+    """Memory-bound, cost per token is 1/speedup: it falls only where the speedup is above 1, and the note says
+    which side the chosen row (or, with speculation off, the best candidate) is on."""
+    if row is not None:
+        s = row.speedup_predicted
+        return (
+            "Memory-bound: the extra arithmetic runs in idle capacity, so cost per token is 1/speedup — "
+            f"{_pct(1.0 / s - 1.0)} at the chosen {s:.2f}× (γ={row.gamma}); a draft or γ slower than the target "
+            "(below 1×) raises it."
+        )
+    if best is None:
+        return "Memory-bound: the extra arithmetic would be free, but there is no candidate to speculate with."
+    s = best.best_speedup
+    at = f"{best.name}, {s:.2f}× at γ={best.best_gamma}"
+    if s > 1.0 + TIE:
+        return (
+            f"Memory-bound: the extra arithmetic would be free (cost per token is 1/speedup), but the best candidate "
+            f"({at}) may not be recommended: {best.why_not or 'it does not pay'}."
+        )
+    if objective == "cost":
+        return (
+            "Memory-bound: the extra arithmetic would be free, so cost per token is 1/speedup — but no candidate is "
+            f"faster than the target, so none lowers it: the best ({at}) raises it by {_pct(1.0 / s - 1.0)}."
+        )
+    return (
+        "Memory-bound: the extra arithmetic would be free, but no candidate is faster than the target (the best: "
+        f"{at}); below 1× the cost per token rises too ({_pct(1.0 / s - 1.0)}), since it is 1/speedup."
+    )
+
+
 def _regime_notes(
-    row: GammaPoint | None, regime: str, given: str, batch_size: int, knee_batch: int | None
+    row: GammaPoint | None,
+    regime: str,
+    given: str,
+    batch_size: int,
+    knee_batch: int | None,
+    objective: str = "latency",
+    votes: Mapping[str, str] | None = None,
+    best: DraftSummary | None = None,
 ) -> list[str]:
     """What the regime was taken to be and why: unknown, memory- or compute-bound, the verify width at the knee."""
     notes: list[str] = []
     if given == UNKNOWN:
-        notes.append(
-            "Regime unknown (no batch sweep, v(k) or roofline decided it): assumed memory-bound, i.e. the extra "
-            "arithmetic is treated as free — if the server is compute-bound the cost per token is understated. "
-            "Run a batch sweep at the serving batch."
-        )
-    if regime == MEMORY_BOUND and row is not None:
-        notes.append(
-            "Memory-bound: the extra arithmetic runs in idle capacity, so cost per token falls by the speedup."
-        )
-    elif regime == MEMORY_BOUND:
-        notes.append("Memory-bound: the extra arithmetic would be free, but no candidate is faster than the target.")
+        notes.append(_unknown_note(votes))
+    if regime == MEMORY_BOUND:
+        notes.append(_memory_bound_note(row, objective, best))
     else:
         notes.append(
             "Compute-bound: the extra arithmetic displaces real work, so cost per token rises by the ops "
@@ -170,9 +220,16 @@ def notes(
     batch_size: int,
     knee_batch: int | None,
     candidates: Sequence[DraftMeasurement],
+    objective: str = "latency",
+    votes: Mapping[str, str] | None = None,
+    summaries: Sequence[DraftSummary] = (),
 ) -> list[str]:
-    """What the decision rests on and what it assumed, one sentence each (every export carries them)."""
-    out = _regime_notes(row, regime, given, batch_size, knee_batch)
+    """What the decision rests on and what it assumed, one sentence each (every export carries them).
+
+    `votes` are what each regime source said (engine.analysis.regime), so an unknown regime names the evidence that
+    took no side; `summaries` give the best candidate a speculation-off note speaks of."""
+    best = _best_for(summaries, objective)
+    out = _regime_notes(row, regime, given, batch_size, knee_batch, objective, votes, best)
     for cand in candidates:
         for _gamma, flag in sorted(measurement_flags(cand).items()):
             out.append(f"{cand.name}: {flag.message}")
@@ -180,6 +237,15 @@ def notes(
         return out
     free = [SUFFIX_NOTE] if m.method == "suffix" else []
     return out + _verify_and_arithmetic_notes(m, row, regime) + _calibration_notes(m, row) + free
+
+
+def _best_for(summaries: Sequence[DraftSummary], objective: str) -> DraftSummary | None:
+    """The candidate a speculation-off sentence names: the cheapest for the cost objective, else the fastest."""
+    if not summaries:
+        return None
+    if objective == "cost":
+        return min(summaries, key=lambda s: (s.cost_change, -s.best_speedup))
+    return max(summaries, key=lambda s: (s.best_speedup, -s.ops_multiplier))
 
 
 SUFFIX_NOTE = (

@@ -25,7 +25,7 @@ every name they export that callers use is importable from here too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.analysis.calibrate import (
@@ -88,6 +88,7 @@ class _Ask:
     budget: float | None
     batch_size: int
     knee_batch: int | None
+    votes: Mapping[str, str] | None = None  # what each regime source said, for the notes (None: not known)
 
 
 @dataclass
@@ -173,6 +174,12 @@ def _baseline_money(price_per_hour: float | None, baseline_tokens_per_s: float |
     return None
 
 
+def _notes(ask: _Ask, table: _Table, m: DraftMeasurement | None, row: GammaPoint | None, regime: str) -> list[str]:
+    """The notes of a recommendation (engine.analysis.explain.notes) from what recommend() was asked and compared."""
+    return notes(m, row, regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates, ask.objective,
+                 ask.votes, table.summaries)  # fmt: skip
+
+
 def _off(ask: _Ask, table: _Table, regime_at: RegimeOf, baseline_money: float | None) -> Recommendation:
     """The recommendation when no candidate pays: speculation off, and why."""
     off_regime = regime_at(0)
@@ -194,7 +201,7 @@ def _off(ask: _Ask, table: _Table, regime_at: RegimeOf, baseline_money: float | 
         temperature=min((m.temperature for m in table.candidates), default=0.0),
         cost_per_million_baseline=baseline_money,
         cost_per_million=baseline_money,
-        notes=notes(None, None, off_regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates),
+        notes=_notes(ask, table, None, None, off_regime),
         knee_batch=ask.knee_batch,
         regime_given=ask.regime,
     )
@@ -234,7 +241,7 @@ def _on(
         cost_per_million_baseline=baseline_money,
         cost_per_million=None if baseline_money is None else baseline_money * multiplier,
         schedule=schedule,
-        notes=notes(m, row, chosen_regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates),
+        notes=_notes(ask, table, m, row, chosen_regime),
         knee_batch=ask.knee_batch,
         regime_given=ask.regime,
     )
@@ -251,6 +258,7 @@ def recommend(
     gammas: Iterable[int] = DEFAULT_GAMMAS,
     knee_batch: int | None = None,
     schedule_batches: Sequence[int] = SCHEDULE_BATCHES,
+    regime_votes: Mapping[str, str] | None = None,
 ) -> Recommendation:
     """Pick the draft and γ that best serve the objective in this regime, or recommend speculation off.
 
@@ -270,9 +278,11 @@ def recommend(
 
     `baseline_tokens_per_s` is the per-stream decode rate without speculation at `batch_size`
     streams; with `price_per_hour` it gives money per million tokens before and after. Measurements
-    with method "none" (baselines) are not candidates.
+    with method "none" (baselines) are not candidates. `regime_votes` (engine.analysis.regime's RegimeReport.votes)
+    let the notes say which evidence decided the regime and which took no side.
     """
-    ask = _Ask(objective=objective, regime=regime, budget=budget, batch_size=batch_size, knee_batch=knee_batch)
+    ask = _Ask(objective=objective, regime=regime, budget=budget, batch_size=batch_size, knee_batch=knee_batch,
+               votes=regime_votes)  # fmt: skip
     gamma_list = _validated_gammas(measurements, ask, gammas)
     regime_at = regime_of(regime, batch_size, knee_batch)
     table = _compare([m for m in measurements if m.method != "none"], gamma_list, ask)

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.analysis.regime_sources import (
+    ABSTAIN_FRACTION,
     MEASUREMENT_ERROR,
+    OVERHEAD_BOUND,
     VERIFY_BILLED_FRACTION,
     VERIFY_FREE_FRACTION,
     BatchSweepClassification,
@@ -51,6 +53,7 @@ __all__ = [
     "VerifyCurveClassification",
     "classify_batch_sweep",
     "classify_verify_curve",
+    "evidence_said",
     "judge_regime",
     "regime_at_width",
     "regime_report",
@@ -98,6 +101,29 @@ def votes_agree(votes: Mapping[str, str]) -> bool:
     return len({v for v in votes.values() if v in _SIDES}) <= 1
 
 
+_NAMES = {"batch sweep": "batch sweep", "verify curve": "v(k)", "roofline": "roofline"}
+_NO_SIDE = {
+    "mixed": "partly billed, between free and fully billed",
+    MEASUREMENT_ERROR: "outside its physical bounds, so not evidence",
+    OVERHEAD_BOUND: f"overhead-bound, below {ABSTAIN_FRACTION:.0%} of both peaks",
+}
+
+
+def evidence_said(votes: Mapping[str, str]) -> str:
+    """Which evidence decided the regime, which was measured but took no side (and why), which was not measured.
+
+    The one wording of the evidence's verdict: the regime's own lines, the source sentence and the recommendation's
+    notes all say it this way, so a measured v(k) is never called missing."""
+    decided = [f"the {_NAMES[s]} says {votes[s]}" for s in _WEIGHTS if votes.get(s) in _SIDES]
+    abstained = [f"{_NAMES[s]} ({_NO_SIDE.get(votes[s], votes[s])})" for s in _WEIGHTS
+                 if s in votes and votes[s] not in _SIDES]  # fmt: skip
+    missing = [_NAMES[s] for s in _WEIGHTS if s not in votes]
+    parts = [", ".join(decided)] if decided else []
+    parts += [f"measured but taking no side: {', '.join(abstained)}"] if abstained else []
+    parts += [f"not measured: {', '.join(missing)}"] if missing else []
+    return "; ".join(parts)
+
+
 def _combine(votes: Mapping[str, str], evidence: list[str]) -> tuple[str, bool]:
     """Weighted vote (3 / 2 / 1), ties to the higher-weighted source; appends the verdict's own lines."""
     scores = {MEMORY_BOUND: 0.0, COMPUTE_BOUND: 0.0}
@@ -109,14 +135,10 @@ def _combine(votes: Mapping[str, str], evidence: list[str]) -> tuple[str, bool]:
             first_side = first_side or side
     if first_side is None:
         label = "unknown"
-        undecided = ", ".join(f"{k} ({v})" for k, v in votes.items())
         missing = [what for source, what in (("batch sweep", "run a batch sweep at the serving batch"),
                                               ("verify curve", "measure v(k)")) if source not in votes]  # fmt: skip
-        evidence.append(
-            "no decisive evidence"
-            + (f": measured but undecided — {undecided}" if undecided else "")
-            + (f"; {' or '.join(missing)}" if missing else "")
-        )
+        todo = f"; to decide it, {' or '.join(missing)}" if missing else ""
+        evidence.append(f"no decisive evidence — {evidence_said(votes)}{todo}")
     elif scores[MEMORY_BOUND] == scores[COMPUTE_BOUND]:
         label = first_side
     else:
@@ -184,7 +206,10 @@ def _source_sentence(
             return f"From the {' and the '.join(sources)} measured in the chosen sessions."
         return "From the stored regime evidence of the chosen sessions."
     if votes:
-        return f"The evidence of these sessions does not decide the regime ({label}): memory-bound is assumed."
+        return (
+            f"The evidence of these sessions does not decide the regime ({label}) — {evidence_said(votes)}; "
+            "memory-bound is assumed."
+        )
     return "No decisive regime evidence is stored for these sessions: the regime is unknown (assumed memory-bound)."
 
 

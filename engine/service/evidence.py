@@ -300,7 +300,7 @@ def recommend_from_store(
         rec = recommend(
             ev.measurements, objective, first.label if first.label in REGIMES else UNKNOWN, budget=budget,
             batch_size=batch_size, price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
-            knee_batch=knee,
+            knee_batch=knee, regime_votes=first.votes,
         )  # fmt: skip
         report = judge_regime(ev.regime, batch_size, rec.gamma, ev.verify_cost, regime_override)
     except ValueError as exc:
