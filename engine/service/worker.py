@@ -37,7 +37,28 @@ STALE_AFTER_S = 30.0
 
 
 def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
-    """Run one claimed session to its end state; returns that state. Never raises for session errors."""
+    """Run one claimed session to its end state; returns that state. Never raises for session errors.
+
+    The pool keeps only what the session loads (its target and drafts in its dtype, in an in-process engine) while
+    it runs, and nothing after one that did not finish: models of a cancelled or failed session are not held."""
+    state = _run_session(store, session, pool, worker_id)
+    if state != "done":
+        _release(pool.clear(), f"after session {session['id']} ({state})")
+    return state
+
+
+def keep_for(pool: ModelPool, spec: SessionSpec) -> list[tuple[str, str, str]]:
+    """Drop the pooled models `spec` does not load (all of them for an engine whose models live elsewhere)."""
+    wanted = {spec.target, *spec.drafts} if registry.get(spec.engine).in_process else set()
+    return pool.keep_only(wanted, spec.dtype, spec.device)
+
+
+def _release(dropped: list[tuple[str, str, str]], when: str) -> None:
+    if dropped:
+        log.info("released %s from the model pool %s", ", ".join(f"{r} ({d})" for r, d, _ in dropped), when)
+
+
+def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
     from engine.measure.hardware import describe_hardware
     from engine.measure.telemetry import UtilisationSampler
 
@@ -47,6 +68,7 @@ def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id:
     sampler = None
     try:
         settings = SessionSpec.from_row(session)
+        _release(keep_for(pool, settings), f"before session {session_id}: it does not use them")
         hardware = describe_hardware()
         store.set_hardware(session_id, hardware.get("label", "unknown hardware"))
         prompts = [
