@@ -109,16 +109,21 @@ def _num(x: Any) -> str:
 
 
 def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] | None = None) -> float | None:
-    """The best measured speedup of a session: from its runs when given, else from its summary."""
-    values: list[float] = []
-    if runs is not None:
-        values = [r["speedup_measured"] for r in runs if r.get("kind") != "baseline" and r.get("speedup_measured")]
-    else:
-        summary = session.get("summary") or {}
-        for r in summary.get("runs") or []:
-            if isinstance(r, Mapping) and r.get("speedup_measured") is not None:
-                values.append(float(r["speedup_measured"]))
-    return max(values) if values else None
+    """The best measured speedup of a session that stands (an impossible one, flagged, is never the best): from
+    its runs when given, else from its summary."""
+    from engine.session.summarise import best_speedup as best
+
+    if runs is None:
+        runs = [r for r in (session.get("summary") or {}).get("runs") or [] if isinstance(r, Mapping)]
+    return best(runs)
+
+
+def most_drafted(run: Mapping[str, Any]) -> int:
+    """The most tokens a run drafts in one step: its γ, or its policy's widest draft (0 for the baseline)."""
+    from engine.core.policy import parse_policy
+
+    policy = run_policy(run)
+    return parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
 
 
 def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, float | None]) -> pd.DataFrame:
@@ -377,7 +382,11 @@ def category_frame(
 
 def positions_frame(positions: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     rows = [
-        {"position": int(p["position"]) + 1, "rate": float(p["rate"]), "evaluated": int(p["evaluated"])}
+        {
+            "position": int(p["position"]) + 1,
+            "rate": float(p["rate"]),
+            "evaluated": int(p["evaluated"]) if p.get("evaluated") is not None else None,
+        }
         for p in positions
     ]
     return pd.DataFrame(rows, columns=["position", "rate", "evaluated"])

@@ -201,7 +201,8 @@ def quick_lines(session: Mapping[str, Any]) -> list[str]:
     for c in quick.get("confirmed") or []:
         measured, ratio = c.get("measured_speedup"), c.get("measured_over_predicted")
         got = f"measured {measured:.2f}× (measured ÷ predicted {ratio:.2f})" if measured and ratio else "not measured"
-        noisy = " — too noisy to tell" if c.get("noisy") else ""
+        noisy = " — impossible (a measurement error)" if c.get("flag") else (
+            " — too noisy to tell" if c.get("noisy") else "")  # fmt: skip
         role = "Speculation OFF; best candidate, not recommended" if c["temperature"] in off else c["role"].capitalize()
         lines.append(f"{role}: {c['configuration']} — predicted {c['predicted_speedup']:.2f}×, {got}{noisy}.")
     lines += [f"Note: {n}" for n in quick.get("notes") or []]
@@ -256,15 +257,75 @@ def live_numbers(run: Mapping[str, Any], progress: Mapping[str, Any], final: boo
     return numbers
 
 
-def speed_delta(tps: float | None, base_tps: float | None) -> str | None:
+def speed_delta(tps: float | None, base_tps: float | None, flag: str | None = None) -> str | None:
+    """'+50% vs baseline (1.50×)'; a ratio that breaks its bound (`flag`) is named impossible, not a gain."""
     if not tps or not base_tps:
         return None
+    if flag:
+        return f"{tps / base_tps:.2f}× vs baseline: impossible (a measurement error)"
     return f"{tps / base_tps - 1:+.0%} vs baseline ({tps / base_tps:.2f}×)"
+
+
+@dataclass(frozen=True)
+class SpeedCheck:
+    """The Tokens/s metric's delta against the baseline, and the bound it breaks (then shown grey, no arrow)."""
+
+    delta: str | None
+    flag: str | None
+
+    @property
+    def colour(self) -> str:
+        return "off" if self.flag else "normal"
+
+    @property
+    def arrow(self) -> str:
+        return "off" if self.flag else "auto"
+
+
+def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[str, Any], final: bool) -> SpeedCheck:
+    """The live (or final) tokens/s ratio against the baseline, checked against the one bound a measured speedup
+    has (engine.session.summarise.speedup_flag: tokens per call ÷ (1 + the draft's share)); a finished run's own
+    stored verdict (the flag its summary was stored with) counts too."""
+    from engine.session.summarise import speedup_flag, stored_speedup_flag
+
+    tps, base_tps = now.get("tokens_per_s"), base.get("tokens_per_s")
+    if run.get("kind") == "baseline" or not tps or not base_tps:
+        return SpeedCheck(speed_delta(tps, base_tps) if run.get("kind") != "baseline" else None, None)
+    flag = stored_speedup_flag(run) if final else None
+    flag = flag or speedup_flag(tps / base_tps, data.most_drafted(run), now.get("tokens_per_call"),
+                                float(run.get("c") or 0.0), None)  # fmt: skip
+    return SpeedCheck(speed_delta(tps, base_tps, flag), flag)
 
 
 def current_run(runs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The running run, else the last one."""
     return next((r for r in reversed(runs) if r.get("status") == "running"), runs[-1])
+
+
+def run_caption(run: Mapping[str, Any], session: Mapping[str, Any]) -> str:
+    """The line above the live numbers (markdown, escaped): 'Current run: … (decoding …)' only while that run
+    decodes; otherwise the last run measured and what the session is doing instead (its phase), so a run is
+    never called running before its first step, between its prompts while the engine does something else (a
+    server starting, v(k) measured), or after the session ended."""
+    from app.common import ACTIVE_STATUSES, md_escape
+
+    label, status, phase = md_escape(data.run_label(run)), session.get("status"), session.get("phase") or {}
+    if run.get("status") == "done":
+        state = "done; tokens/s measured end to end"
+    elif status == "running" and is_decoding(phase):
+        return f"Current run: **{label}** (decoding; tokens/s live, over decode-step time)"
+    elif status in ACTIVE_STATUSES:
+        state = "paused between prompts; tokens/s live, over decode-step time"
+    else:
+        state = f"not finished: the session is {status}; tokens/s over the steps it logged"
+    now = f" · now: {md_escape(str(phase['name']))}" if status == "running" and phase.get("name") else ""
+    return f"Last run measured: **{label}** ({state}){now}"
+
+
+def waiting_text(session: Mapping[str, Any]) -> str:
+    """What the live view says before any run has logged a step: the session's phase, never a run."""
+    name = str((session.get("phase") or {}).get("name") or "loading models")
+    return f"{name[:1].upper()}{name[1:]}… (no run has decoded a token yet)"
 
 
 def latest_output(store: Any, runs: Sequence[Mapping[str, Any]]) -> tuple[Mapping, Mapping] | None:
@@ -293,7 +354,8 @@ UTIL_POINTS = 300  # utilisation samples kept per metric for the chart
 
 
 NO_CHART = (
-    "Per-position acceptance appears once a speculative run logs steps.",
+    "Per-position acceptance appears once a speculative run logs steps (an engine that logs only each request's "
+    "totals gives it, where it counts by position, when the run finishes).",
     "Utilisation appears once the worker samples the device.",
 )
 
@@ -476,9 +538,7 @@ class LiveCache:
         current = self.current_run()
         positions = None
         if current is not None and current.get("kind") == "speculative":
-            counts = self.histogram.get(current["id"], {})
-            rows = store.positions_from_histogram([(g, a, n) for (g, a), n in counts.items()])
-            positions = data.positions_frame(rows)
+            positions = live_positions(store, current, self.histogram.get(current["id"], {}))
         self.positions_spec = (
             charts.vega_spec(charts.acceptance_by_position(positions))
             if positions is not None and not positions.empty
@@ -495,14 +555,13 @@ class LiveCache:
         return current["id"] if current is not None else None
 
     def current_run(self) -> Mapping[str, Any] | None:
-        """The run that logged the newest step while the session runs (every run is open at once in an
-        interleaved sweep), else the last run."""
-        if not self.runs:
-            return None
+        """The run that logged the newest step (every run is open at once in an interleaved sweep), else the
+        last run that logged one or finished; None before any run has logged a step."""
         by_id = {r["id"]: r for r in self.runs}
-        if self.last_run_id in by_id and by_id[self.last_run_id].get("status") == "running":
+        if self.last_run_id in by_id:
             return by_id[self.last_run_id]
-        return current_run(self.runs)
+        started = [r for r in self.runs if r["id"] in self.totals or r.get("status") == "done"]
+        return started[-1] if started else None  # none before a run logs its first step
 
     def _frame(self, rebuilt: bool) -> LiveFrame:
         current = self.current_run()
@@ -527,6 +586,19 @@ class LiveCache:
             base=numbers(baseline), positions_spec=self.positions_spec, util_spec=self.util_spec, latest=latest,
             other_cpu_pct=other, charts_rebuilt=rebuilt,
         )  # fmt: skip
+
+
+def live_positions(store: Any, run: Mapping[str, Any], counts: Mapping[tuple[int, int], int]) -> Any:
+    """The per-position chart's frame, in the convention of engine.core.counters' glossary (the conditional rate:
+    accepted at p ÷ drafts that reached p) from the run's single steps; where the engine logs only a request's
+    totals (no step says which position was accepted), the per-position rates the finished run was stored with.
+    Never more positions than the run drafts in a step (its γ; a policy: its widest draft)."""
+    rows = store.positions_from_histogram([(g, a, n) for (g, a), n in counts.items()])
+    if not rows and run.get("status") == "done":
+        rows = [{"position": p, "rate": rate, "evaluated": None}
+                for p, rate in enumerate(run.get("per_position_acceptance") or [])]  # fmt: skip
+    top = data.most_drafted(run)
+    return data.positions_frame([r for r in rows if not top or int(r["position"]) < top])
 
 
 def _thin(samples: list[dict[str, Any]], per_source: int) -> list[dict[str, Any]]:

@@ -12,6 +12,8 @@ import pandas as pd
 
 from app import data
 from engine.engines import registry
+from engine.service.report_runs import run_verdict
+from engine.session.summarise import stored_speedup_flag
 
 RUN_NUMBERS = {
     "α": "%.3f",
@@ -22,7 +24,11 @@ RUN_NUMBERS = {
     "speedup measured": "%.2f×",
     "speedup predicted": "%.2f×",
 }
-RUN_HELPS = {"tokens per call": "tokens emitted ÷ target calls, every call counted (a speedup is bounded by it)"}
+RUN_HELPS = {
+    "tokens per call": "tokens emitted ÷ target calls, every call counted (a speedup is bounded by it)",
+    "bound": "the measured speedup is above tokens per call ÷ (1 + the draft's share of a call): impossible, a "
+    "measurement error, never calibrated to (why: below the table)",
+}
 HISTORY_NUMBERS = {"best speedup": "%.2f×"}
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}
 CATEGORY_NUMBERS = {"tokens/s": "%.1f", "speedup": "%.2f×", "draft share": "%.2f"}
@@ -76,11 +82,22 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say."""
     table = data.runs_frame(runs)
     spreads = [_spread(r) for r in runs]
+    at = list(table.columns).index("speedup measured") + 1
     if any(spreads):
-        at = list(table.columns).index("speedup measured") + 1
         table.insert(at, "per-prompt spread", [f"{s['min']:.2f}–{s['max']:.2f}×" if s else None for s in spreads])
-        table.insert(at + 1, "verdict", [_verdict(s) if s else None for s in spreads])
+        table.insert(at + 1, "verdict", [run_verdict(r) for r in runs])
+    flags = [stored_speedup_flag(r) for r in runs]
+    if any(flags):  # beside the number it flags: an impossible speedup is never read as a win
+        table.insert(at, "bound", ["⚠ impossible" if f else None for f in flags])
     return table.drop(columns=["status"]) if (table["status"] == "done").all() else table
+
+
+def impossible_note(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Which runs' measured speedups break their bound, and why (the flag each was stored with)."""
+    flagged = [f"{data.run_label(r)}: {flag}" for r in runs if (flag := stored_speedup_flag(r))]
+    if not flagged:
+        return None
+    return "Impossible speedups, not results — " + "; ".join(flagged)
 
 
 def _spread(run: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -106,8 +123,11 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     frame = data.speedup_long(runs).copy()
     if frame.empty:
         return frame
+    impossible = {data.run_label(r) for r in runs if stored_speedup_flag(r)}
+    flagged = frame["config"].isin(impossible) & (frame["which"] == "measured")
+    frame.loc[flagged, "which"] = "measured: impossible"
     bounds = {data.run_label(r): _spread(r) for r in runs if r.get("kind") != "baseline"}
-    rows = list(zip(frame["config"], frame["which"] == "measured", strict=True))
+    rows = list(zip(frame["config"], frame["which"].str.startswith("measured"), strict=True))
     frame["lo"] = [bounds[c]["min"] if m and bounds.get(c) else None for c, m in rows]
     frame["hi"] = [bounds[c]["max"] if m and bounds.get(c) else None for c, m in rows]
     return frame

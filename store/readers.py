@@ -268,23 +268,26 @@ class ReadersMixin(StoreBase):
         can keep running totals without re-reading old steps: {"max_step_id", "last_run_id" (the run of the
         newest step), "runs": {run_id: {steps, accepted, proposed, emitted, target_calls, draft_time_s,
         verify_time_s}}, "histogram": {run_id: [(γ, accepted, count), …]}} (per-position acceptance comes
-        from the histogram: positions_from_histogram)."""
+        from the histogram: positions_from_histogram). The histogram holds single steps only: a record that
+        covers several target calls (an engine's totals for a request: llama.cpp, vLLM) says how many tokens were
+        drafted and accepted in all, not at which position, so it is no step of γ = its draft tokens."""
         where = [Run.session_id == session_id]
         join = Run.id == Step.run_id
         if after_step_id is not None:
             where.append(Step.id > after_step_id)
             # "+ 0" keeps SQLite off the (run_id, step_index) index, so only the new rows are read, by primary key
             join = Run.id == Step.run_id + 0
+        single = (func.coalesce(Step.target_calls, 1) <= 1).label("single")  # one step, not a request's totals
         sums = (
             select(
-                Step.run_id, Step.gamma, Step.accepted, func.count(Step.id).label("steps"),
+                Step.run_id, Step.gamma, Step.accepted, single, func.count(Step.id).label("steps"),
                 func.sum(Step.emitted).label("emitted"), func.sum(Step.target_calls).label("target_calls"),
                 func.sum(Step.draft_time_s).label("draft_time_s"), func.sum(Step.verify_time_s).label("verify_time_s"),
                 func.max(Step.id).label("max_id"),
             )
             .join(Run, join)
             .where(*where)
-            .group_by(Step.run_id, Step.gamma, Step.accepted)
+            .group_by(Step.run_id, Step.gamma, Step.accepted, single)
         )  # fmt: skip
         runs: dict[int, dict[str, Any]] = {}
         histogram: dict[int, list[tuple[int, int, int]]] = {}
@@ -297,7 +300,9 @@ class ReadersMixin(StoreBase):
                 totals["proposed"] += row.gamma * row.steps
                 for key in ("emitted", "target_calls", "draft_time_s", "verify_time_s"):
                     totals[key] += getattr(row, key) or 0
-                histogram.setdefault(row.run_id, []).append((row.gamma, row.accepted, row.steps))
+                positions = histogram.setdefault(row.run_id, [])
+                if row.single:
+                    positions.append((row.gamma, row.accepted, row.steps))
                 if newest is None or row.max_id > newest[0]:
                     newest = (row.max_id, row.run_id)
         return {
@@ -337,6 +342,6 @@ class ReadersMixin(StoreBase):
     def _histogram_query(run_id: int) -> Select[Any]:
         return (
             select(Step.gamma, Step.accepted, func.count())
-            .where(Step.run_id == run_id)
+            .where(Step.run_id == run_id, func.coalesce(Step.target_calls, 1) <= 1)
             .group_by(Step.gamma, Step.accepted)
         )

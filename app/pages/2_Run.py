@@ -144,23 +144,23 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
 
     if status == "done" and (quick := rv.quick_lines(session)):
         st.caption("  \n".join(md_escape(line) for line in quick))
-    current, baseline = frame.current, frame.baseline
+    current = frame.current
     if current is None:
         if status == "running":
-            st.caption(f"{md_escape((session.get('phase') or {}).get('name') or 'loading models').capitalize()}…")
+            st.caption(md_escape(rv.waiting_text(session)))
         return
-    final = current.get("status") == "done"
-    which = "Current run" if status in ACTIVE_STATUSES else "Last run"
-    basis = "measured end to end" if final else "live, over decode-step time"
-    st.caption(f"{which}: **{md_escape(data.run_label(current))}** ({current.get('status')}; tokens/s {basis})")
+    st.caption(rv.run_caption(current, session))
     m, now = st.columns(5), frame.now
-    tps, base_tps = now.get("tokens_per_s"), frame.base.get("tokens_per_s")
-    m[0].metric("Tokens/s", fmt_num(tps, 1), delta=rv.speed_delta(tps, base_tps) if current is not baseline else None)
-    m[1].metric("Baseline tokens/s", fmt_num(base_tps, 1))
+    check = rv.speed_check(current, now, frame.base, final=current.get("status") == "done")
+    m[0].metric("Tokens/s", fmt_num(now.get("tokens_per_s"), 1), delta=check.delta, delta_color=check.colour,
+                delta_arrow=check.arrow)  # fmt: skip
+    m[1].metric("Baseline tokens/s", fmt_num(frame.base.get("tokens_per_s"), 1))
     is_spec = current.get("kind") == "speculative"
     m[2].metric("Draft acceptance rate", fmt_num(now.get("draft_acceptance_rate"), 3) if is_spec else "—")
     m[3].metric("Tokens per call", fmt_num(now.get("tokens_per_call"), 2) if is_spec else "—")
     m[4].metric("Steps logged", now.get("steps") or 0)
+    if check.flag:
+        st.warning(md_escape(check.flag), icon="⚠️")
 
     for col, spec, empty in zip(st.columns(2), (frame.positions_spec, frame.util_spec), rv.NO_CHART, strict=True):
         if spec is not None:  # cached specs: sent again as they are when nothing new arrived

@@ -122,6 +122,8 @@ def show_session(session: dict[str, Any]) -> None:
     else:
         st.markdown("#### Runs")
         components.table(sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS)
+        if impossible := sv.impossible_note(runs):
+            st.warning(md_escape(impossible), icon="⚠️")
         speed = sv.speedup_frame(runs)
         if not speed.empty:
             st.markdown(

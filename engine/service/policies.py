@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.export import PolicyExport, export_policy
 from engine.analysis.policy_replay import PolicyComparison, compare_policies, judged, replay
 from engine.analysis.prediction import CostModel, Prediction
@@ -27,6 +26,7 @@ from engine.measure import noise
 from engine.service.evidence import choose_engine, recommend_from_store
 from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
+from engine.session.summarise import speedup_flag, stored_speedup_flag
 
 
 @dataclass
@@ -125,10 +125,10 @@ def live_flag(figures: dict[str, Any], most_drafted: int, c: float) -> str | Non
     speedup, per_call = figures.get("speedup_measured"), figures.get("tokens_per_call")
     if not speedup:
         return None
-    share = c * float(figures.get("draft_calls_per_step") or 0.0)
-    broken = check_measured_speedup(float(speedup), max(most_drafted, 1), per_call, share)
-    if broken is not None:
-        return broken.message
+    broken = figures.get("speedup_flag") or speedup_flag(speedup, most_drafted, per_call, c,
+                                                         figures.get("draft_calls_per_step"))  # fmt: skip
+    if broken:
+        return str(broken)
     spread = figures.get("speedup_spread") or {}
     if spread and (int(spread.get("n") or 0) < 2 or noise.is_noisy(noise.Spread(**spread))):
         return f"too noisy to tell ({spread.get('verdict') or 'one prompt'}): not calibrated to"
@@ -151,7 +151,7 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
             figures = {
                 "policy": spec, "tokens_per_call": run.get("tokens_per_call"),
                 "tokens_per_s": run.get("tokens_per_s"), "speedup_measured": run.get("speedup_measured"),
-                "speedup_spread": summary.get("speedup_spread"),
+                "speedup_spread": summary.get("speedup_spread"), "speedup_flag": stored_speedup_flag(run),
                 "mean_drafted_per_step": summary.get("mean_drafted_per_step"),
                 "draft_calls_per_step": (summary["draft_calls"] / steps) if summary.get("draft_calls") and steps
                 else None,

@@ -112,21 +112,34 @@ def cmd_requeue(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
+    from engine.session.summarise import best_speedup, stored_speedup_flag
 
     rows = open_app_store().list_sessions()
     if args.json:
         print(json.dumps(rows, default=str, indent=2))
         return 0
-    print(f"{'id':>4}  {'status':<10} {'progress':>9}  {'target':<22} {'drafts':<30} {'gammas':<12} created")
+    head = f"{'id':>4}  {'status':<10} {'progress':>9}  {'target':<22} {'drafts':<30} {'gammas':<12}"
+    print(f"{head} {'best':>6}  created")
     for s in rows:
         progress = f"{s.get('progress_done') or 0}/{s.get('progress_total') or 0}"
+        runs = [r for r in (s.get("summary") or {}).get("runs") or [] if isinstance(r, dict)]
+        best = best_speedup(runs)
         print(
             f"{s['id']:>4}  {s['status']:<10} {progress:>9}  {s['target'][:22]:<22} "
-            f"{','.join(s['drafts'])[:30]:<30} {','.join(map(str, s['gammas']))[:12]:<12} {str(s['created_at'])[:19]}"
+            f"{','.join(s['drafts'])[:30]:<30} {','.join(map(str, s['gammas']))[:12]:<12} "
+            f"{f'{best:.2f}×' if best else '—':>6}  {str(s['created_at'])[:19]}"
         )
         if s.get("error"):
             print(f"      error: {s['error']}")
+        for run in runs:
+            if flag := stored_speedup_flag(run):
+                print(f"      impossible, not a result: {_run_name(run)}: {flag}")
     return 0
+
+
+def _run_name(run: dict[str, Any]) -> str:
+    how = f"policy {run['policy']}" if run.get("policy") else f"γ={run.get('gamma')}"
+    return f"{run.get('draft')} {how} T={float(run.get('temperature') or 0.0):g}"
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

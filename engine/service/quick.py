@@ -68,7 +68,8 @@ def _confirmed(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
         measured = live.get("speedup_measured") if choice.policy is not None else (run or {}).get("speedup_measured")
         ratio = measured / choice.predicted_speedup if measured and choice.predicted_speedup else None
         rows.append(choice.to_dict() | {"measured_speedup": measured, "measured_over_predicted": ratio,
-                                        "noisy": (run or {}).get("speedup_noisy")})  # fmt: skip
+                                        "noisy": (run or {}).get("speedup_noisy"),
+                                        "flag": (run or {}).get("speedup_flag")})  # fmt: skip
     return rows
 
 

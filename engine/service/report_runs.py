@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.analysis.bounds import check_measured_speedup, check_tokens_per_call
+from engine.analysis.bounds import check_tokens_per_call
 from engine.core.policy import parse_policy
 from engine.measure.noise import Spread, is_noisy
+from engine.session.summarise import stored_speedup_flag
 
 VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
                   "not-applicable": "not applicable (sampled)"}  # fmt: skip
@@ -101,6 +102,18 @@ def noise_verdict(spread: Mapping[str, Any]) -> str:
     return f"{verdict} (noisy)" if noisy and verdict in ("faster", "slower") else verdict
 
 
+IMPOSSIBLE = "impossible (a measurement error)"
+
+
+def run_verdict(run: Mapping[str, Any]) -> str | None:
+    """The verdict on a run's measured speedup: impossible where it breaks its bound (the flag it was stored
+    with), else the noise verdict of its per-prompt spread; None without a spread."""
+    spread = spread_of(run)
+    if spread is None:
+        return None
+    return IMPOSSIBLE if stored_speedup_flag(run) else noise_verdict(spread)
+
+
 def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: Any) -> float | None:
     bases = [r for r in runs if r.get("kind") == "baseline"]
     base = next((r for r in bases if temperature is not None and r.get("temperature") == temperature), None)
@@ -110,7 +123,8 @@ def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: Any) -> float |
 
 def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> list[str]:
     """Which bounds the run's figures break: tokens per call ≤ γ+1, and the measured speedup ≤ tokens per call ÷
-    (1 + the draft's share of a call, c · draft forwards per step) — the recommender's flag where it has one."""
+    (1 + the draft's share of a call, c · draft forwards per step) — the recommender's flag where it has one, else
+    the flag the run was stored with (engine.session.summarise.stored_speedup_flag)."""
     if run.get("kind") == "baseline":
         return []
     summary = run.get("summary") or {}
@@ -124,11 +138,8 @@ def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> l
     key = (str(run.get("draft")), float(run.get("temperature") or 0.0), gamma)
     if not policy and concurrency(run) == 1 and key in recommender:
         return [*flags, recommender[key]]
-    steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
-    per_step = live.get("draft_calls_per_step") if policy else (calls / steps if calls and steps else 0.0)
-    share = float(run.get("c") or 0.0) * float(per_step or 0.0)
-    if measured and (flag := check_measured_speedup(float(measured), max(gamma, 1), per_call, share)) is not None:
-        flags.append(flag.message)
+    if measured and (flag := stored_speedup_flag(run)) is not None:
+        flags.append(flag)
     return flags
 
 
@@ -161,7 +172,7 @@ def run_figures(
             tokens_per_s=r.get("tokens_per_s"),
             baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
             speedup_measured=measured, speedup_predicted=predicted, spread=spread,
-            verdict=noise_verdict(spread) if spread else None,
+            verdict=run_verdict(r),
             per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
             flags=bound_flags(r, recommender),
             fidelity=fidelity_counts(outputs_by_run.get(r["id"], [])) if speculative else "",

@@ -90,5 +90,6 @@ def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
         confirm, verify_cost=probe.verify_cost, baselines=probe.baselines + confirm.baselines,
         runs=probe.runs + confirm.runs, failed=probe.failed + confirm.failed,
         notes=list(dict.fromkeys(probe.notes + confirm.notes)), noisy_runs=probe.noisy_runs + confirm.noisy_runs,
+        impossible_runs=probe.impossible_runs + confirm.impossible_runs,
         phase_times_s=times, engine_info=probe.engine_info | confirm.engine_info,
     )  # fmt: skip

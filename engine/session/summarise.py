@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.theory import alpha_from_mean_accepted
 from engine.core.counters import SpecCounters
@@ -84,6 +85,8 @@ def summarise(
     per_pos = counters.per_position_acceptance()
     drafting = counters.drafting_fraction()
     spread = tally.spread(baseline)
+    steps = int(counters.target_calls)
+    measured = spread.median if spread else None
     predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, CostModel(c, verify_cost or None),
                            draft_method(tally.key.draft) == "draft_model") if gamma else None  # fmt: skip
     return RunSummary(
@@ -95,12 +98,60 @@ def summarise(
         per_position_acceptance=per_pos,
         drafting_fraction=drafting,
         c=c,
-        speedup_measured=spread.median if spread else None,
+        speedup_measured=measured,
         speedup_spread=spread.to_dict() if spread else None,
+        speedup_flag=speedup_flag(
+            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None
+        ),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
         draft_calls=tally.draft_calls,
     )
+
+
+def speedup_flag(
+    speedup: float | None, most_drafted: int, tokens_per_call: float | None, c: float,
+    draft_calls_per_step: float | None,
+) -> str | None:  # fmt: skip
+    """Why a measured speedup is impossible, or None when it stands (or none was measured): the one bound check
+    (engine.analysis.bounds.check_measured_speedup), speedup ≤ tokens per call ÷ (1 + the draft's share of a call,
+    c · draft forwards per step), γ+1 where the tokens per call are unknown. `most_drafted`: the run's γ (a policy:
+    its widest draft)."""
+    if not speedup:
+        return None
+    share = float(c or 0.0) * float(draft_calls_per_step or 0.0)
+    flag = check_measured_speedup(float(speedup), max(int(most_drafted), 1), tokens_per_call, share)
+    return flag.message if flag is not None else None
+
+
+def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
+    """A stored run's speedup flag: the one its summary was stored with (`speedup_flag`, decided when it was
+    summarised); for a run stored before runs carried one, the same check on its stored figures. `run`: a runs
+    row (its summary JSON under "summary") or a run of a session summary (its fields at the top)."""
+    summary = run.get("summary") or {}
+    for where in (summary, run):
+        if "speedup_flag" in where:
+            return where["speedup_flag"]
+    if run.get("kind") == "baseline":
+        return None
+    from engine.core.policy import parse_policy
+
+    policy = run.get("policy") or summary.get("policy")
+    live = summary.get("policy_live") or {}
+    speedup = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get("speedup_measured")
+    most = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
+    steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
+    per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
+    return speedup_flag(speedup, most, per_call, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0)
+
+
+def best_speedup(runs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The best measured speedup among stored runs whose speedup stands: an impossible one is never the best."""
+    values = [
+        float(r["speedup_measured"]) for r in runs
+        if r.get("kind") != "baseline" and r.get("speedup_measured") and stored_speedup_flag(r) is None
+    ]  # fmt: skip
+    return max(values) if values else None
 
 
 def latency(values: list[float], name: str) -> dict[str, float | None]:
@@ -142,7 +193,8 @@ def policy_live(
     summary.policy_live = {
         "policy": spec, "tokens_per_call": summary.tokens_per_call, "tokens_per_s": summary.tokens_per_s,
         "speedup_measured": summary.speedup_measured, "speedup_spread": summary.speedup_spread,
-        "alpha": summary.alpha, "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
+        "speedup_flag": summary.speedup_flag, "alpha": summary.alpha,
+        "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
         "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,
         "draft_calls": summary.draft_calls, "draft_calls_per_step": (summary.draft_calls or 0) / steps,
     }  # fmt: skip

@@ -38,6 +38,9 @@ class RunSummary:
     speedup_predicted: float | None = 1.0
     verify_cost: dict[int, float] = field(default_factory=dict)
     speedup_spread: dict[str, Any] | None = None  # engine.measure.noise.Spread as a dict: median/min/max/n/verdict
+    # why the measured speedup is impossible (it breaks its bound, engine.analysis.bounds): decided once, here,
+    # and read by every page, the CLI and the report; None: it stands (or nothing was measured)
+    speedup_flag: str | None = None
     machine_load: dict[str, Any] | None = None  # other processes' CPU share while this run was measured
     engine: str = "spectune"  # the engine registry's name for where it was measured
     method: str | None = None

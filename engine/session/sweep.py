@@ -53,6 +53,7 @@ class SweepReport:
     notes: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
     noisy_runs: list[str] = field(default_factory=list)
+    impossible_runs: list[str] = field(default_factory=list)  # runs whose measured speedup breaks its bound
     machine_load: dict[str, Any] | None = None
     machine_note: str | None = None
     phase_times_s: dict[str, float] = field(default_factory=dict)
@@ -232,6 +233,8 @@ def _report(
         public["speedup_noisy"] = noise.is_noisy(tally.spread(baseline)) if baseline is not None else None
         if public["speedup_noisy"]:
             report.noisy_runs.append(key.label())
+        if summary.speedup_flag:
+            report.impossible_runs.append(key.label())
         report.runs.append(public)
     report.machine_load = noise.load_summary([r for t in tallies.values() for r in t.loads])
     report.machine_note = noise.busy_note(report.machine_load)
