@@ -36,7 +36,11 @@ def acceptance_by_position(frame: pd.DataFrame) -> alt.Chart:
     return (
         alt.Chart(
             frame,
-            title=alt.Title("Acceptance by draft position", subtitle="given the earlier positions were accepted"),
+            title=alt.Title(
+                "Acceptance by draft position",
+                subtitle="conditional: accepted at p ÷ drafts that reached p (the draft acceptance rate beside it is "
+                "accepted ÷ all draft tokens)",
+            ),
             height=HEIGHT,
         )
         .mark_bar()

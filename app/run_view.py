@@ -262,7 +262,7 @@ def speed_delta(tps: float | None, base_tps: float | None, flag: str | None = No
     if not tps or not base_tps:
         return None
     if flag:
-        return f"{tps / base_tps:.2f}× vs baseline: impossible (a measurement error)"
+        return f"{tps / base_tps:.2f}×: impossible"
     return f"{tps / base_tps - 1:+.0%} vs baseline ({tps / base_tps:.2f}×)"
 
 
@@ -523,8 +523,9 @@ class LiveCache:
         self._steps_key = sum(t["steps"] for t in self.totals.values())
 
     def _maybe_rebuild_charts(self, store: Any, now: float, data_version: Any) -> bool:
-        if self._charts_at is not None and now - self._charts_at < self.chart_every_s:
-            return False
+        same_run = self._charted is not None and self._charted[3] == self.current_run_id()
+        if same_run and self._charts_at is not None and now - self._charts_at < self.chart_every_s:
+            return False  # a new current run is charted at once: the chart is always of the run beside it
         new_samples = store.utilisation_series(self.session_id, since_t=self._samples_t, max_points=UTIL_POINTS)
         if new_samples:
             self.samples = _thin([*self.samples, *new_samples], UTIL_POINTS)

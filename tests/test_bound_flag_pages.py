@@ -226,3 +226,20 @@ def test_the_chart_is_the_conditional_rate_of_the_steps_behind_the_figure_beside
     positions = sorted(_chart_positions(at), key=lambda r: r["position"])
     assert [round(r["rate"], 3) for r in positions] == [0.75, round(2 / 3, 3)]
     assert sum(r["rate"] * r["evaluated"] for r in positions) == pytest.approx(5)  # the same accepted tokens
+
+
+def test_the_chart_is_of_the_run_beside_it_even_within_the_chart_interval(env) -> None:  # noqa: F811
+    from app.run_view import LiveCache
+
+    sid = _session(env.store, "running", phase="decoding prompt 1 of 2")
+    two, four = (next(r["id"] for r in env.store.list_runs(sid) if r["gamma"] == g) for g in (2, 4))
+    cache = LiveCache(sid, chart_every_s=60.0)
+    with env.store.step_writer(four) as w:
+        w.add(StepRecord(0, 0, 4, 4, [True] * 4, [], 0.0, 0.3, 0, 5), t=time.time())
+    assert cache.refresh(env.store, 0.0).current["id"] == four and cache.chart_builds == 1
+    charted = json.dumps(cache.positions_spec, default=str)
+    with env.store.step_writer(two) as w:  # the interleaved sweep moves on to the γ=2 run a moment later
+        w.add(StepRecord(0, 0, 2, 1, [True, False], [], 0.0, 0.3, 0, 2), t=time.time() + 1)
+    frame = cache.refresh(env.store, 0.5)
+    assert frame.current["id"] == two and cache.chart_builds == 2
+    assert json.dumps(frame.positions_spec, default=str) != charted  # the γ=2 run's positions, not the γ=4 run's

@@ -123,7 +123,7 @@ def show_session(session: dict[str, Any]) -> None:
         st.markdown("#### Runs")
         components.table(sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS)
         if impossible := sv.impossible_note(runs):
-            st.warning(md_escape(impossible), icon="⚠️")
+            st.warning("**Impossible speedups, not results:**\n" + "\n".join(f"- {md_escape(x)}" for x in impossible))
         speed = sv.speedup_frame(runs)
         if not speed.empty:
             st.markdown(
