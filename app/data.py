@@ -235,7 +235,10 @@ def speedup_long(runs: Sequence[Mapping[str, Any]], session_label: str | None = 
 
 
 def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Mapping[int, Sequence[Mapping[str, Any]]]):
-    """Every speculative run of several sessions in one table (session, target, config, α, c, speedups)."""
+    """Every speculative run of several sessions in one table (session, target, config, α, c, speedups; `bound`
+    marks a measured speedup that breaks its bound)."""
+    from engine.session.summarise import stored_speedup_flag
+
     rows = []
     for s in sessions:
         runs = runs_by_session.get(s["id"], [])
@@ -252,10 +255,11 @@ def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Map
                     "tokens/s": r.get("tokens_per_s"),
                     "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
                     "speedup measured": r.get("speedup_measured"),
+                    "bound": "⚠ impossible" if stored_speedup_flag(r) else None,
                     "speedup predicted": r.get("speedup_predicted"),
                 }
             )
-    columns = ["session", "target", "config", "α", "c", "tokens/s", "baseline tokens/s", "speedup measured",
+    columns = ["session", "target", "config", "α", "c", "tokens/s", "baseline tokens/s", "speedup measured", "bound",
                "speedup predicted"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 

@@ -125,6 +125,18 @@ def test_sessions_page_flags_it_in_the_runs_table_and_history_never_picks_it(env
     assert "ngram γ=4 T=0" in warning and "1.09 tokens per target call" in warning
 
 
+def test_compare_sessions_flags_it_too(env) -> None:  # noqa: F811
+    first, second = _session(env.store), _session(env.store)
+    at = page("pages/3_Sessions.py")
+    at.multiselect(key="compare_sessions").set_value([first, second])
+    at.run()
+    assert_clean(at)
+    table = next(d.value for d in at.dataframe if "session" in d.value.columns and "config" in d.value.columns)
+    flagged = table[table["config"].str.contains("γ=4")]
+    assert len(flagged) == 2 and (flagged["bound"] == "⚠ impossible").all()
+    assert not table[table["config"].str.contains("γ=2")]["bound"].notna().any()
+
+
 def test_cli_sessions_shows_the_best_possible_speedup_and_flags_the_impossible_one(env, capsys) -> None:  # noqa: F811
     from engine.service.queue_cli import cmd_sessions
 
