@@ -24,6 +24,16 @@ from engine.errors import SettingsError, SpectuneError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import LlamaBuild, find_llama
 from engine.llamacpp.launch import speculative_server
+from engine.llamacpp.memory import (
+    RESERVE_BYTES,
+    ServerMemory,
+    available_bytes,
+    estimate,
+    gib,
+    need,
+    plan_sentence,
+    private_bytes,
+)
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure.agreement import draft_trace
@@ -79,6 +89,11 @@ class LlamaCppRunner:
         self.target_rates: list[float] = []
         self.texts: list[str] = []
         self.prompt_ids: list[str] = []
+        self.memory: dict[ServerConfig, ServerMemory] = {}  # each server's estimate (engine.llamacpp.memory)
+        self.resident_limit = 0  # how many servers may run at once: as many as fit in memory
+        self.failed: dict[ServerConfig, str] = {}  # servers that would not start or crashed: not started again
+        self.restarts = 0  # servers started after the first round of starts, to take their turn
+        self.notes: list[str] = []
 
     def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
         assert self.target is not None
@@ -101,21 +116,34 @@ class LlamaCppRunner:
         self.configs = {key: self._server_config(key, drafts) for key in plan}
         self.alone = {ref: speculative_server(path) for ref, path in drafts.items()}
         wanted = list(dict.fromkeys([*self.configs.values(), *self.alone.values()]))
-        why: dict[ServerConfig, str] = {}
-        for started, config in enumerate(wanted):
+        self.resident_limit = self._fit(wanted, ctx)
+        turns = f" ({self.resident_limit} fit in memory at once)" if self.resident_limit < len(wanted) else ""
+        for started, config in enumerate(wanted[: self.resident_limit]):
             if ctx.should_stop():
                 raise Cancelled()
-            ctx.phase(f"starting llama-server {started + 1} of {len(wanted)}", started, len(wanted), None)
+            ctx.phase(f"starting llama-server {started + 1} of {len(wanted)}{turns}", started, len(wanted), None)
             try:
                 self.servers[config] = self._start(config)
             except ServerError as exc:
-                why[config] = str(exc)
+                self.failed[config] = str(exc)
         live = next((s for s in self.servers.values()), None)
         if live is None:
-            raise ServerError(next(iter(why.values()), "no llama-server could be started"))
+            raise ServerError(next(iter(self.failed.values()), "no llama-server could be started"))
         self.prompt_ids = [p.prompt_id for p in prompts]
         self.texts = [client.chat_prompt(live.url, p.text) if spec.chat_template else p.text for p in prompts]
-        return {key: why[config] for key, config in self.configs.items() if config in why}
+        return {key: self.failed[config] for key, config in self.configs.items() if config in self.failed}
+
+    def _fit(self, wanted: list[ServerConfig], ctx: DecodeContext) -> int:
+        """How many of `wanted` may be resident at once, said before any starts (a phase and the report's notes);
+        ServerError with the numbers when not even one fits."""
+        ctx.phase("estimating the llama-servers' memory", 0, len(wanted), None)
+        self.memory = {config: estimate(config) for config in wanted}
+        fit, sentence = plan_sentence([self.memory[c] for c in wanted], available_bytes())
+        if fit == 0:
+            raise ServerError(f"not enough memory for this session: {sentence} Close other programs or measure a "
+                              "smaller model.")  # fmt: skip
+        self.notes.append(f"memory: {sentence}")
+        return fit
 
     def _start(self, config: ServerConfig) -> ManagedServer:
         server = ManagedServer(config, build=self.build)
@@ -136,13 +164,53 @@ class LlamaCppRunner:
     def warm_up(self, plan: list[RunKey]) -> None:
         pass
 
+    def _resident(self, config: ServerConfig) -> ManagedServer:
+        """The running server of `config`, started now if it is not resident: the server used last is stopped to
+        make room while too many run or the memory it needs is not available (every configuration is visited once
+        per prompt, so the one used last is needed again the latest)."""
+        if config in self.failed:
+            raise RunFailed(f"its llama-server is not running ({self.failed[config].splitlines()[0]})")
+        server = self.servers.pop(config, None)
+        if server is None:
+            self._make_room(config)
+            try:
+                server = self._start(config)
+            except ServerError as exc:
+                self.failed[config] = str(exc)
+                raise RunFailed(str(exc)) from None
+            self.restarts += 1
+        self.servers[config] = server  # last in the order: the one used last
+        return server
+
+    def _make_room(self, config: ServerConfig) -> None:
+        """Stop resident servers (the one used last first) until `config`'s fits; RunFailed with the numbers when it
+        does not fit with none left."""
+        while True:
+            short = self._shortfall(config)
+            if short <= 0 and len(self.servers) < self.resident_limit:
+                return
+            if not self.servers:
+                now = f"{gib(available_bytes())}, {gib(RESERVE_BYTES)} kept free"
+                raise RunFailed(f"not enough memory to start its llama-server: it needs {gib(short)} more than is "
+                                f"available now ({now})")  # fmt: skip
+            last = next(reversed(self.servers))
+            self.servers.pop(last).stop()
+
+    def _shortfall(self, config: ServerConfig) -> int:
+        """Bytes `config`'s server needs beyond what is available now, counting what the resident servers may still
+        grow into (their estimate less what they hold, measured)."""
+        resident = [self.memory[c] for c in self.servers]
+        growth = 0
+        for c, server in self.servers.items():
+            held = private_bytes(server.proc.pid) if server.proc is not None else None
+            growth += max(0, self.memory[c].private - (held if held is not None else 0))
+        return need(self.memory[config], resident, growth) - (available_bytes() - RESERVE_BYTES)
+
     def _request(self, config: ServerConfig, text: str, temperature: float, n_probs: int) -> tuple[
         client.Completion, Any
     ]:
         assert self.spec is not None
-        server = self.servers.get(config)
-        if server is None:
-            raise RunFailed("its llama-server is not running")
+        server = self._resident(config)
         s = self.spec
         try:
             before = client.metrics(server.url)
@@ -155,6 +223,7 @@ class LlamaCppRunner:
             tail = server.log_tail()
             server.stop()
             self.servers.pop(config, None)
+            self.failed[config] = str(exc)
             raise RunFailed(f"{exc}; its log ends:\n{tail}") from None
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
@@ -193,10 +262,16 @@ class LlamaCppRunner:
                 self.alone_rates.setdefault(ref, []).append(done.predicted_n / (done.predicted_ms / 1000.0))
 
     def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
+        """c per draft model and its trace; the servers are stopped first: the traces' float32 drafts need the
+        memory, and decoding is over."""
+        self.stop()
         target_rate = median(self.target_rates) if self.target_rates else 0.0
         costs = {ref: target_rate / median(rates) for ref, rates in self.alone_rates.items() if rates and target_rate}
-        out = EngineOutputs(draft_costs=costs)
-        speculated = [ref for ref in self.alone if any(k.draft == ref and c in self.servers
+        out = EngineOutputs(draft_costs=costs, notes=list(self.notes))
+        if self.restarts:
+            out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
+                             f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip
+        speculated = [ref for ref in self.alone if any(k.draft == ref and c not in self.failed
                                                        for k, c in self.configs.items())]  # fmt: skip
         if speculated:  # every draft model's trace: the Policies page replays any llama.cpp session
             out.traces = self._traces(speculated, baselines.get(0.0), ctx, out.notes)
