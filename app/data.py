@@ -14,6 +14,8 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import SettingsError
+from engine.service.report_runs import baseline_tps, run_label, run_policy, run_speedups
+from engine.service.report_runs import run_concurrency as run_concurrency
 
 VERDICT_LABELS = {
     "identical": "identical",
@@ -82,24 +84,6 @@ def prompt_set_label(prompt_set: Mapping[str, Any]) -> str:
     return f"#{prompt_set['id']} {name} ({prompt_set.get('n_prompts') or 0} prompts)"
 
 
-def run_concurrency(run: Mapping[str, Any]) -> int:
-    """Requests in flight while the run was measured (an engine that batches, such as vLLM; 1 elsewhere)."""
-    try:
-        return int((run.get("summary") or {}).get("concurrency") or 1)
-    except (TypeError, ValueError):
-        return 1
-
-
-def run_label(run: Mapping[str, Any]) -> str:
-    level = run_concurrency(run)
-    at = f" ×{level}" if level != 1 else ""
-    if run.get("kind") == "baseline":
-        return f"baseline (target alone){at}"
-    policy = run_policy(run)
-    how = f"policy {policy}" if policy else f"γ={run.get('gamma')}"
-    return f"{run.get('draft')} {how} T={_num(run.get('temperature'))}{at}"
-
-
 def _num(x: Any) -> str:
     try:
         value = float(x)
@@ -166,29 +150,6 @@ RUN_COLUMNS = [
     "speedup measured",
     "speedup predicted",
 ]
-
-
-def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: float | None = None) -> float | None:
-    """The session's target-alone tokens/s: its baseline at `temperature` (a session measures one per temperature),
-    else its first baseline."""
-    bases = [r for r in runs if r.get("kind") == "baseline"]
-    base = next((r for r in bases if temperature is not None and r.get("temperature") == temperature), None)
-    base = base or next(iter(bases), None)
-    return base.get("tokens_per_s") if base else None
-
-
-def run_policy(run: Mapping[str, Any]) -> str | None:
-    """The drafting policy a run ran live (None: the baseline or a fixed γ)."""
-    return run.get("policy") or (run.get("summary") or {}).get("policy")
-
-
-def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(measured, predicted) speedup of a run; for a policy run its live figure and what the replay predicted
-    (its columns stay empty so the fixed-γ recommender never reads them as a γ)."""
-    live = (run.get("summary") or {}).get("policy_live") if run_policy(run) else None
-    if not live:
-        return run.get("speedup_measured"), run.get("speedup_predicted")
-    return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
 
 
 def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from app import data
 from engine.engines import registry
-from engine.service.report_runs import run_verdict
+from engine.service.report_runs import noise_verdict, run_verdict, spread_of
 from engine.session.summarise import stored_speedup_flag
 
 RUN_NUMBERS = {
@@ -81,7 +81,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The runs table; the status column only while some run is not done. Speculative runs measured side by
     side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say."""
     table = data.runs_frame(runs)
-    spreads = [_spread(r) for r in runs]
+    spreads = [spread_of(r) for r in runs]
     at = list(table.columns).index("speedup measured") + 1
     if any(spreads):
         table.insert(at, "per-prompt spread", [f"{s['min']:.2f}–{s['max']:.2f}×" if s else None for s in spreads])
@@ -97,24 +97,6 @@ def impossible_note(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [f"{data.run_label(r)}: {flag}" for r in runs if (flag := stored_speedup_flag(r))]
 
 
-def _spread(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    spread = (run.get("summary") or {}).get("speedup_spread")
-    ok = isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in ("min", "max", "median"))
-    return dict(spread) if ok else None
-
-
-def _verdict(spread: Mapping[str, Any]) -> str:
-    """The noise verdict, with the wide-spread flag engine.measure.noise.is_noisy raises."""
-    from engine.measure.noise import Spread, is_noisy
-
-    verdict = str(spread.get("verdict") or "")
-    try:
-        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
-    except (KeyError, TypeError, ZeroDivisionError):
-        return verdict
-    return f"{verdict} (noisy)" if noisy and verdict in ("faster", "slower") else verdict
-
-
 def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """data.speedup_long with lo/hi (lowest and highest per-prompt speedup) on the measured rows, for error bars."""
     frame = data.speedup_long(runs).copy()
@@ -123,7 +105,7 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     impossible = {data.run_label(r) for r in runs if stored_speedup_flag(r)}
     flagged = frame["config"].isin(impossible) & (frame["which"] == "measured")
     frame.loc[flagged, "which"] = "measured: impossible"
-    bounds = {data.run_label(r): _spread(r) for r in runs if r.get("kind") != "baseline"}
+    bounds = {data.run_label(r): spread_of(r) for r in runs if r.get("kind") != "baseline"}
     rows = list(zip(frame["config"], frame["which"].str.startswith("measured"), strict=True))
     frame["lo"] = [bounds[c]["min"] if m and bounds.get(c) else None for c, m in rows]
     frame["hi"] = [bounds[c]["max"] if m and bounds.get(c) else None for c, m in rows]
@@ -144,13 +126,13 @@ def concurrency_surface(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "speedup_measured")  # fmt: skip
         if run.get("kind") == "baseline" or speedup is None:
             continue
-        spread = _spread(run) or (live.get("speedup_spread") if isinstance(live.get("speedup_spread"), Mapping)
+        spread = spread_of(run) or (live.get("speedup_spread") if isinstance(live.get("speedup_spread"), Mapping)
                                   else None)  # fmt: skip
         policy = data.run_policy(run)
         rows.append({"configuration": f"{run.get('draft')}{' ' + policy if policy else ''} "
                                       f"T={data._num(run.get('temperature'))}",
                      "γ": int(run.get("gamma") or 0), "concurrency": data.run_concurrency(run),
-                     "speedup": float(speedup), "verdict": _verdict(spread) if spread else None})  # fmt: skip
+                     "speedup": float(speedup), "verdict": noise_verdict(spread) if spread else None})  # fmt: skip
     return pd.DataFrame(rows)
 
 

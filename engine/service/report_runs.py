@@ -1,7 +1,7 @@
 """A stored session's runs as the shareable report shows them: one RunFigures per run, read from the store's rows.
 
-The figures are the stored ones the Sessions page shows (app.data.runs_frame, app.sessions_view.runs_table read
-the same fields): a policy run's speedups are its live ones, the spread and noise verdict are the run's
+The figures are the stored ones the Sessions page shows (app.data and app.sessions_view read runs through the
+functions here: label, speedups, spread, verdict): a policy run's speedups are its live ones, the spread and noise verdict are the run's
 per-prompt speedups, and a flag says which physical bound (engine.analysis.bounds) a figure breaks — the
 recommender's own flag where the run is one it read.
 """
@@ -49,7 +49,7 @@ class RunFigures:
     fidelity: str = ""
 
 
-def concurrency(run: Mapping[str, Any]) -> int:
+def run_concurrency(run: Mapping[str, Any]) -> int:
     try:
         return int((run.get("summary") or {}).get("concurrency") or 1)
     except (TypeError, ValueError):
@@ -62,7 +62,7 @@ def run_policy(run: Mapping[str, Any]) -> str | None:
 
 def run_label(run: Mapping[str, Any]) -> str:
     """'draft γ=2 T=0' (×N at N requests in flight), 'draft policy P T=0', or 'baseline (target alone)'."""
-    level = concurrency(run)
+    level = run_concurrency(run)
     at = f" ×{level}" if level != 1 else ""
     if run.get("kind") == "baseline":
         return f"baseline (target alone){at}"
@@ -136,7 +136,7 @@ def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> l
     if per_call is not None and gamma >= 1 and (flag := check_tokens_per_call(float(per_call), gamma)) is not None:
         flags.append(flag.message)
     key = (str(run.get("draft")), float(run.get("temperature") or 0.0), gamma)
-    if not policy and concurrency(run) == 1 and key in recommender:
+    if not policy and run_concurrency(run) == 1 and key in recommender:
         return [*flags, recommender[key]]
     if measured and (flag := stored_speedup_flag(run)) is not None:
         flags.append(flag)
