@@ -117,7 +117,7 @@ class FakeServer:
         FakeServer.started.append(config)
         FakeServer.alive.add(id(self))
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
         FakeServer.alive.discard(id(self))
 
 

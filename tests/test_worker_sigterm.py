@@ -5,6 +5,7 @@ tests/test_llamacpp.py)."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -32,3 +33,46 @@ def test_the_worker_exits_within_seconds_of_sigterm(home: Path, store: Store) ->
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+# --- llama.cpp: a stop does not wait for what is running (a SIGTERM during v(k) took 74 s to exit) -------------
+
+
+def test_llama_bench_is_killed_as_soon_as_the_session_stops() -> None:
+    from engine.errors import SpectuneError
+    from engine.llamacpp.bench import _run
+
+    started = time.monotonic()
+    try:
+        _run(["sleep", "30"], 600.0, lambda: time.monotonic() > started + 0.5)
+    except SpectuneError as exc:
+        assert "stopped" in str(exc)
+    else:
+        raise AssertionError("llama-bench was not stopped")
+    assert time.monotonic() - started < 3.0
+
+
+def test_a_request_in_flight_is_cut_short_by_a_stop() -> None:
+    import pytest
+
+    from engine.core.records import Cancelled
+    from engine.engines.llamacpp import LlamaCppRunner
+
+    stopped = threading.Event()  # a stopped server drops its connection: the request ends with an error
+
+    def request() -> None:
+        stopped.wait(30.0)
+        raise ConnectionResetError("the server went away")
+
+    server = type("Server", (), {"stop": lambda self, timeout_s=5.0: stopped.set()})()
+    runner = LlamaCppRunner()
+    started = time.monotonic()
+    runner.should_stop = lambda: time.monotonic() > started + 0.5
+    with pytest.raises(Cancelled):
+        runner._until_stopped(server, request)  # type: ignore[arg-type, return-value]
+    assert time.monotonic() - started < 2.0
+    runner.servers = {"config": server}  # type: ignore[dict-item]
+    runner.stop()  # what the sweep does next: the server goes, and the request with it
+    assert stopped.is_set() and runner.servers == {}
+    runner.should_stop = lambda: False
+    assert runner._until_stopped(server, lambda: "done") == "done"  # type: ignore[arg-type, comparison-overlap]

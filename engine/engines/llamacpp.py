@@ -10,8 +10,9 @@ the policy replay is the draft in PyTorch (float32) teacher-forced along llama.c
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import median
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptT
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the session stops
 
 
 def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
@@ -94,6 +96,7 @@ class LlamaCppRunner:
         self.failed: dict[ServerConfig, str] = {}  # servers that would not start or crashed: not started again
         self.restarts = 0  # servers started after the first round of starts, to take their turn
         self.notes: list[str] = []
+        self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
     def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
         assert self.target is not None
@@ -109,7 +112,7 @@ class LlamaCppRunner:
     def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
         RunKey, str
     ]:
-        self.spec = spec
+        self.spec, self.should_stop = spec, ctx.should_stop
         self.build = self.build or find_llama()
         self.target = gguf_for(spec.target, "target")
         drafts = {k.draft: gguf_for(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
@@ -126,6 +129,8 @@ class LlamaCppRunner:
                 self.servers[config] = self._start(config)
             except ServerError as exc:
                 self.failed[config] = str(exc)
+        if ctx.should_stop():  # told to stop while a server started: that is no failure of its configuration
+            raise Cancelled()
         live = next((s for s in self.servers.values()), None)
         if live is None:
             raise ServerError(next(iter(self.failed.values()), "no llama-server could be started"))
@@ -146,7 +151,7 @@ class LlamaCppRunner:
         return fit
 
     def _start(self, config: ServerConfig) -> ManagedServer:
-        server = ManagedServer(config, build=self.build)
+        server = ManagedServer(config, build=self.build, should_stop=self.should_stop)
         server.start()
         if config.spec_type is not None and not client.speculating(server.url):
             errors = "; ".join(line.split(": ", 1)[-1] for line in server.log_errors()) or "no reason logged"
@@ -157,7 +162,8 @@ class LlamaCppRunner:
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
         assert self.build is not None and self.target is not None
         try:
-            return llamacpp_verify_cost_curve(self.build, self.target, widest, self.threads), []
+            return llamacpp_verify_cost_curve(self.build, self.target, widest, self.threads,
+                                              should_stop=self.should_stop), []  # fmt: skip
         except ServerError as exc:
             return {}, [f"v(k) not measured: {exc}"]
 
@@ -176,6 +182,8 @@ class LlamaCppRunner:
             try:
                 server = self._start(config)
             except ServerError as exc:
+                if self.should_stop():
+                    raise Cancelled() from None
                 self.failed[config] = str(exc)
                 raise RunFailed(str(exc)) from None
             self.restarts += 1
@@ -214,8 +222,8 @@ class LlamaCppRunner:
         s = self.spec
         try:
             before = client.metrics(server.url)
-            done = client.complete(server.url, text, s.max_new_tokens, temperature, s.seed, s.top_k, s.top_p,
-                                   n_probs=n_probs)  # fmt: skip
+            done = self._until_stopped(server, lambda: client.complete(
+                server.url, text, s.max_new_tokens, temperature, s.seed, s.top_k, s.top_p, n_probs=n_probs))
             return done, client.metrics(server.url).minus(before)
         except ServerError as exc:
             if server.alive():
@@ -225,6 +233,27 @@ class LlamaCppRunner:
             self.servers.pop(config, None)
             self.failed[config] = str(exc)
             raise RunFailed(f"{exc}; its log ends:\n{tail}") from None
+
+    def _until_stopped(self, server: ManagedServer, call: Callable[[], client.Completion]) -> client.Completion:
+        """`call` (one request to `server`), or Cancelled as soon as the session is told to stop: the server is
+        stopped with the request in flight (a request decodes up to max_new_tokens, a minute on a busy CPU)."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["done"] = call()
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name="llama-request", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if thread.is_alive() and self.should_stop():
+                raise Cancelled()  # the sweep's stop() stops the server, and the request dies with it
+        if "error" in box:
+            raise box["error"]
+        return box["done"]
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """One request; logged as one step record that covers all its target calls."""
@@ -312,6 +341,11 @@ class LlamaCppRunner:
         return {"llama_cpp": self.build.describe()} if self.build is not None else {}
 
     def stop(self) -> None:
-        for server in list(self.servers.values()):
-            server.stop()
-        self.servers.clear()
+        """Stop every server at once (each is SIGKILLed if it has not exited 2 s after its SIGTERM): measurement is
+        over, and a stop must not wait for servers one after another."""
+        servers, self.servers = list(self.servers.values()), {}
+        stopping = [threading.Thread(target=server.stop, args=(STOP_TIMEOUT_S,)) for server in servers]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()

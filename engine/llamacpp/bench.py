@@ -10,26 +10,27 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.llamacpp.binaries import LlamaBuild
 from engine.llamacpp.server import ServerError
 
 
-def _round(build: LlamaBuild, model: Path, order: list[int], threads: int | None, depth: int, warm: bool) -> dict[
-    int, float
-]:
-    """One llama-bench run: seconds of one k-token batch for each k, in the given order."""
+def _round(
+    build: LlamaBuild, model: Path, order: list[int], threads: int | None, depth: int, warm: bool,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> dict[int, float]:  # fmt: skip
+    """One llama-bench run: seconds of one k-token batch for each k, in the given order; killed at once when
+    `should_stop` says so (ServerError)."""
     command = [str(build.tool("llama-bench")), "-m", str(model), "-p", ",".join(map(str, order)), "-n", "0",
                "-d", str(depth), "-r", "1", "-o", "json"]  # fmt: skip
     if threads:
         command += ["-t", str(threads)]
     if not warm:
         command.append("--no-warmup")
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ServerError(f"llama-bench failed to run: {exc}") from exc
+    done = _run(command, 600.0, should_stop)
     if done.returncode != 0:
         raise ServerError(f"llama-bench exited with code {done.returncode}: {done.stderr.strip()[-500:]}")
     try:
@@ -39,16 +40,38 @@ def _round(build: LlamaBuild, model: Path, order: list[int], threads: int | None
         raise ServerError(f"llama-bench printed no usable JSON: {done.stdout[:200]!r}") from exc
 
 
+def _run(command: list[str], timeout_s: float, should_stop: Callable[[], bool]) -> subprocess.CompletedProcess:
+    """Run llama-bench to its end, or kill it when `should_stop` says so or it runs past `timeout_s`."""
+    try:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError as exc:
+        raise ServerError(f"llama-bench failed to run: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.2)
+            return subprocess.CompletedProcess(command, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            stopped = should_stop()
+            if stopped or time.monotonic() > deadline:
+                proc.kill()
+                proc.communicate()
+                why = "llama-bench was stopped" if stopped else f"llama-bench ran past {timeout_s:.0f} s"
+                raise ServerError(why) from None
+
+
 def batch_times(
-    build: LlamaBuild, model: Path, ks: list[int], rounds: int = 5, threads: int | None = None, depth: int = 64
-) -> dict[int, list[float]]:
-    """Seconds of a k-token batch per round, for each k (rounds in alternating order; the first one warmed up)."""
+    build: LlamaBuild, model: Path, ks: list[int], rounds: int = 5, threads: int | None = None, depth: int = 64,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> dict[int, list[float]]:  # fmt: skip
+    """Seconds of a k-token batch per round, for each k (rounds in alternating order; the first one warmed up);
+    ServerError as soon as `should_stop` says so."""
     if 1 not in ks:
         raise ValueError("the k's must include 1: every v(k) is a ratio to a 1-token batch")
     times: dict[int, list[float]] = {k: [] for k in ks}
     for index in range(rounds):
         order = sorted(ks, reverse=index % 2 == 1)
-        for k, seconds in _round(build, model, order, threads, depth, warm=index == 0).items():
+        for k, seconds in _round(build, model, order, threads, depth, index == 0, should_stop).items():
             if k in times:
                 times[k].append(seconds)
     if not times[1] or min(times[1]) <= 0:

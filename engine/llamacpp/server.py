@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +144,7 @@ class ManagedServer:
     build: LlamaBuild | None = None
     port: int = 0
     start_timeout_s: float = 180.0
+    should_stop: Callable[[], bool] | None = None  # asked while it starts: a stop does not wait for it to load
     proc: subprocess.Popen | None = field(default=None, init=False)
     log_path: Path | None = field(default=None, init=False)
 
@@ -181,6 +182,8 @@ class ManagedServer:
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
+            if self.should_stop is not None and self.should_stop():
+                raise ServerError("llama-server was stopped while it started")
             if self.proc is not None and self.proc.poll() is not None:
                 raise ServerError(f"llama-server exited with code {self.proc.returncode} while starting{self._tail()}")
             try:

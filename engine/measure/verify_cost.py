@@ -8,7 +8,7 @@ Measured in spectune's loop or in llama.cpp (engine/llamacpp/bench.py), both in 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +83,9 @@ def verify_cost_curve(model: LoadedModel, context_ids: list[int], max_k: int, re
 
 
 def llamacpp_verify_cost_curve(
-    build: LlamaBuild, model: Path, max_k: int, threads: int | None = None, rounds: int = 5
-) -> dict[int, float]:
-    """v(k) in llama.cpp (llama-bench's k-token batches), from `rounds` interleaved rounds."""
-    return from_rounds(batch_times(build, model, verify_ks(max_k), rounds, threads)).curve
+    build: LlamaBuild, model: Path, max_k: int, threads: int | None = None, rounds: int = 5,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> dict[int, float]:  # fmt: skip
+    """v(k) in llama.cpp (llama-bench's k-token batches), from `rounds` interleaved rounds; stopped (ServerError) as
+    soon as `should_stop` says so."""
+    return from_rounds(batch_times(build, model, verify_ks(max_k), rounds, threads, should_stop=should_stop)).curve
