@@ -60,10 +60,10 @@ NVML_NOTE = (
     "batch-1 decode that streams weights and leaves the tensor cores idle reads about 100%. It says nothing about "
     "whether you are memory- or compute-bound — the batch sweep and v(k) do."
 )
-CURVE_FORMATS = {
-    "speedup (model)": "{:.2f}×",
-    "speedup (calibrated)": "{:.2f}×",
-    "speedup (Thm 3.8, one α)": "{:.2f}×",
+CURVE_FORMATS = {  # keyed by curve_frame's columns
+    "tokens per call": "{:.2f}",
+    "predicted speedup": "{:.2f}×",
+    "reference: Thm 3.8 (one α)": "{:.2f}×",
     "ops multiplier": "{:.2f}×",
     "measured speedup": "{:.2f}×",
 }
@@ -465,7 +465,9 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
         curve, highlight, mark = rec.curve, rec.gamma, RECOMMENDED_MARK
     else:
         curve, highlight = gamma_curve(m), summary.best_gamma
-        mark = "◀ best γ for this draft" + (" (speculation off)" if rec.off else " (not recommended)")
+        mark = "◀ best γ for this draft (not recommended)"
+    if rec.off:  # off is off: no γ is marked, highlighted or named as the answer
+        highlight = None
     cross = crossover_from_curve(curve)
     table = curve_frame(curve, rec.regime_given, highlight, rec.batch_size, rec.knee_batch)
     if mark != RECOMMENDED_MARK:
@@ -479,11 +481,12 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
     headline = (
         f"α {m.alpha:.3f} (T = {m.temperature:g}), c {m.c:.3f}{c_fit}, ĉ {m.c_hat:.3f}; tokens per call from "
         f"{source_text} · crossover {'γ = ' + str(cross) if cross is not None else 'none up to γ = 32'} · "
-        f"{'recommended' if index == winner else 'best'} γ = {highlight}"
-    )
+        + ("speculation off: no γ pays" if highlight is None
+           else f"{'recommended' if index == winner else 'best'} γ = {highlight}")
+    )  # fmt: skip
     warning = None
     chosen = next((p for p in curve if p.gamma == highlight), None)
-    if chosen is not None and cross is not None and highlight >= cross:
+    if chosen is not None and highlight is not None and cross is not None and highlight >= cross:
         at = regime_of(rec.regime_given, rec.batch_size, rec.knee_batch)(highlight)
         if at == COMPUTE_BOUND:
             warning = (
@@ -492,7 +495,7 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
             )
     return {
         "curve": curve, "highlight": highlight, "cross": cross, "table": table, "headline": headline,
-        "warning": warning, "recommended": index == winner,
+        "warning": warning, "recommended": index == winner and highlight is not None,
     }  # fmt: skip
 
 

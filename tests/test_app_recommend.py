@@ -245,8 +245,9 @@ def test_compute_bound_override_with_cost_objective_turns_speculation_off(env):
     assert json.loads(code["vllm"])["speculative_config"] is None
     assert json.loads(code["spectune"])["speculation"] == "off"
     marks = frame_with(at, "mark").value["mark"]
-    assert not any("◀ recommended" in m for m in marks)  # nothing recommended; the best candidate shown
-    assert any("speculation off" in m for m in marks)
+    assert not any("◀" in m for m in marks)  # off is off: no γ marked recommended or best in the crossover table
+    shown = unescape_md(texts(at.markdown))
+    assert "speculation off: no γ pays" in shown and "best γ = " not in shown and "recommended γ = " not in shown
 
 
 def test_batch_past_the_knee_is_compute_bound_from_the_stored_sweep(env):

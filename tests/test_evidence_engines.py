@@ -109,3 +109,14 @@ def test_cli_recommend_uses_llamacpp_numbers_for_a_llamacpp_export(store: Store,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "measured with llama.cpp: sessions 2" in done.stdout
+
+
+def test_engines_side_by_side_flag_an_impossible_speedup(store: Store) -> None:
+    """2.76× at 1.04 tokens per call (seen on a busy machine) carries the one bound flag beside it."""
+    impossible = session(store, "llama.cpp", [{
+        "gamma": 4, "alpha": None, "c": 0.0, "tokens_per_s": 27.6, "speedup_measured": 2.76, "tokens_per_call": 1.04,
+        "per_position_acceptance": [0.1], "speedup_predicted": 1.0,
+        "summary": {"speedup_spread": {"median": 2.76, "min": 2.5, "max": 3.0, "n": 3, "verdict": "faster"}},
+    }], {"1": 1.0})  # fmt: skip
+    rows = engine_comparison(store, [spectune_session(store), impossible])
+    assert [(r["engine"], r["bound"]) for r in rows] == [("llama.cpp", "⚠ impossible"), ("spectune", None)]

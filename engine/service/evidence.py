@@ -21,6 +21,7 @@ from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
+from engine.session.summarise import stored_speedup_flag
 
 # the engines whose sessions measure α, c and v(k) (an endpoint session measures serving, not drafts)
 RECOMMEND_ENGINES = sweep_engines()
@@ -85,6 +86,7 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
                 "tokens/s": run.get("tokens_per_s"), "speedup measured": run.get("speedup_measured"),
                 "spread": f"{spread['min']:.2f}–{spread['max']:.2f} ({spread['verdict']})" if spread else None,
                 "speedup predicted": run.get("speedup_predicted"),
+                "bound": "⚠ impossible" if stored_speedup_flag(run) else None,
             })  # fmt: skip
     return sorted(rows, key=lambda r: (r["draft"], r["γ"], r["T"], r["engine"]))
 
