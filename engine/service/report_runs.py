@@ -1,9 +1,9 @@
 """A stored session's runs as the shareable report shows them: one RunFigures per run, read from the store's rows.
 
 The figures are the stored ones the Sessions page shows (app.data and app.sessions_view read runs through the
-functions here: label, speedups, spread, verdict): a policy run's speedups are its live ones, the spread and noise verdict are the run's
-per-prompt speedups, and a flag says which physical bound (engine.analysis.bounds) a figure breaks — the
-recommender's own flag where the run is one it read.
+functions here: label, speedups, spread, verdict): a policy run's speedups are its live ones, the spread and
+noise verdict are the run's per-prompt speedups, and a flag says which physical bound (engine.analysis.bounds) a
+figure breaks — the recommender's own flag where the run is one it read.
 """
 
 from __future__ import annotations
