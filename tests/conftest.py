@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("SPECTUNE_TEST_RUN", uuid.uuid4().hex)  # tests/processes.py: what this run started
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

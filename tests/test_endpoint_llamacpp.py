@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
+from processes import live_llama_servers
 
 from engine.llamacpp.server import ManagedServer, ServerConfig
 from engine.models.bundled import gguf_for
@@ -34,15 +35,8 @@ KEY = "spectune-test-key"
 
 
 def llama_servers() -> set[int]:
-    found = set()
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        try:
-            cmd = proc.info["cmdline"] or []
-            if cmd and Path(cmd[0]).name == "llama-server" and proc.status() != psutil.STATUS_ZOMBIE:
-                found.add(proc.pid)
-        except psutil.Error:
-            continue
-    return found
+    """The llama-servers this test run started that are still alive."""
+    return {p.pid for p in live_llama_servers()}
 
 
 @pytest.fixture(autouse=True)

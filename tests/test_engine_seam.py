@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import psutil
 import pytest
+from processes import live_llama_servers
 
 from engine.core.counters import SpecCounters, mean_acceptance_length, per_position_rates
 from engine.core.policy import FixedGamma
@@ -180,16 +180,8 @@ def test_the_registry_is_the_one_place_an_engine_is_named() -> None:
 
 
 def llama_servers() -> set[int]:
-    """The live llama-servers this test process started (its descendants): a shared machine's other llama-servers
-    (another test run, a benchmark) are not this test's to count."""
-    found = set()
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.name() == "llama-server" and proc.status() != psutil.STATUS_ZOMBIE:
-                found.add(proc.pid)
-        except psutil.Error:
-            continue
-    return found
+    """The live llama-servers this test run started (a shared machine's others are not this test's to count)."""
+    return {p.pid for p in live_llama_servers()}
 
 
 def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_report_fields() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from processes import live_llama_servers
 
 from engine.analysis.policy_replay import replay
 from engine.core.policy import parse_policy
@@ -47,16 +48,8 @@ PROMPTS = [
 
 
 def llama_servers() -> list[psutil.Process]:
-    """Every llama-server process on the machine that is still alive."""
-    found = []
-    for proc in psutil.process_iter(["name", "cmdline"]):
-        try:
-            cmd = proc.info["cmdline"] or []
-            if cmd and Path(cmd[0]).name == "llama-server" and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    """Every llama-server this test run started that is still alive (another run's are not ours to count)."""
+    return live_llama_servers()
 
 
 @pytest.fixture(autouse=True)
