@@ -1,0 +1,114 @@
+"""Quick vs full sessions on the same prompts, in the same engine: same recommendation? how much faster? does the
+confirmed configuration measure what the one model predicted for it?
+
+For each engine, two sessions on the same Spec-Bench prompts (one per category, 6 by default), queued and run by
+the worker through the real pipeline: mode "full" (target alone + each draft × each γ) and mode "quick" (target
+alone + each draft once at the widest γ, the grid predicted, the best confirmed live); the order of the two
+alternates per engine so neither always runs on a warmer machine. Reported per engine: each session's wall time to
+done, their ratio, the fixed-γ recommendation each leads to (`recommend`, latency objective), and for the quick
+session each confirmed choice's predicted and measured speedup.
+
+Usage: python bench/bench_quick.py [--engines llama.cpp spectune] [--prompts 6] [--new-tokens 32]
+Writes bench/results/quick.json and prints a Markdown table (copied into bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
+TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+
+
+def prompts(n: int, max_chars: int = 500) -> list[dict[str, str]]:
+    from engine.prompts import load_prompt_file
+
+    seen: dict[str, str] = {}
+    for p in load_prompt_file(SPEC_BENCH).prompts:
+        if p.category not in seen and len(p.text) <= max_chars:
+            seen[str(p.category)] = p.text
+        if len(seen) == n:
+            break
+    return [{"text": t, "category": c} for c, t in seen.items()]
+
+
+def one(store, engine: str, mode: str, set_id: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
+    from engine.models.pool import ModelPool
+    from engine.service.jobs import submit_session
+    from engine.service.recommendations import recommend_and_export
+    from engine.service.worker import run_session
+    from engine.session.spec import SessionSpec
+
+    spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=list(args.gammas), temperatures=[0.0],
+                       max_new_tokens=args.new_tokens, dtype=args.dtype, engine=engine, detect_regime=False,
+                       mode=mode)  # fmt: skip
+    sid = submit_session(store, spec, set_id)
+    started = time.perf_counter()
+    state = run_session(store, store.claim_next_session("bench:1"), ModelPool(), "bench:1")
+    wall = time.perf_counter() - started
+    session = store.get_session(sid)
+    row = {"engine": engine, "mode": mode, "session": sid, "state": state, "wall_s": round(wall, 1),
+           "live_runs": sum(1 for r in store.list_runs(sid) if r["kind"] == "speculative")}  # fmt: skip
+    if state != "done":
+        return row | {"error": session.get("error")}
+    rec = recommend_and_export(store, [sid], formats=("vllm",), engine=engine).recommendation
+    row["recommended"] = "off" if rec.off else f"{rec.draft_name} γ={rec.gamma}"
+    row["predicted_speedup"] = rec.predicted_speedup
+    runs = store.list_runs(sid)
+    live = next((r for r in runs if r["draft"] == rec.draft_name and r["gamma"] == rec.gamma), None)
+    row["measured_speedup"] = live.get("speedup_measured") if live else None
+    row["quick"] = (session.get("summary") or {}).get("quick")
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", nargs="+", default=["llama.cpp", "spectune"])
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    from store import open_store
+
+    rows = []
+    with tempfile.TemporaryDirectory() as home:
+        store = open_store(f"sqlite:///{home}/bench.db")
+        set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
+        for i, engine in enumerate(args.engines):
+            for mode in (("quick", "full") if i % 2 == 0 else ("full", "quick")):
+                rows.append(one(store, engine, mode, set_id, args))
+                print(json.dumps({k: v for k, v in rows[-1].items() if k != "quick"}), file=sys.stderr, flush=True)
+        store.close()
+    doc = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
+           f"{os.cpu_count()} CPUs", "load_average": os.getloadavg(), "args": vars(args), "rows": rows}  # fmt: skip
+    (ROOT / "bench" / "results" / "quick.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"Run {doc['when']}, load average {doc['load_average'][0]:.1f} on {os.cpu_count()} CPUs.\n")
+    print("| engine | mode | wall | live runs | recommended | predicted | measured |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        def f(x: float | None) -> str:
+            return "—" if x is None else f"{x:.2f}×"
+
+        print(f"| {r['engine']} | {r['mode']} | {r['wall_s'] / 60:.1f} min | {r['live_runs']} | "
+              f"{r.get('recommended', r.get('error'))} | {f(r.get('predicted_speedup'))} | "
+              f"{f(r.get('measured_speedup'))} |")  # fmt: skip
+    for r in rows:
+        for c in (r.get("quick") or {}).get("confirmed") or []:
+            print(f"- {r['engine']} quick, {c['role']}: {c['configuration']} predicted {c['predicted_speedup']:.2f}×, "
+                  f"measured {c['measured_speedup'] or float('nan'):.2f}× "
+                  f"(÷ {c['measured_over_predicted'] or float('nan'):.2f})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
