@@ -156,3 +156,16 @@ def store(store_url: str):
     s = open_store(store_url)
     yield s
     s.close()
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread for tiny models: on a shared 2-core box OpenMP's thread hand-off costs ~15 ms per tiny
+    matmul, 1000x the matmul itself (restored afterwards). A module uses it with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

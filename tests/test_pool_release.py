@@ -18,6 +18,8 @@ from engine.session.spec import SessionSpec
 from store import Store
 from tests.test_worker import DRAFT, DTYPE, TARGET, open_db, queue
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 OTHER = "tiny:2:48:2:64"  # another target: nothing of the first session's is used by it
 
 
@@ -30,14 +32,6 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     s.close()
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def pooled_after_each_session(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str, str]]]:

@@ -22,20 +22,14 @@ from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, validate
 from store import Store, open_store
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
 PROMPTS = [f"count {i}: one two three four five six seven eight" for i in range(4)]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

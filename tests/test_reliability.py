@@ -28,6 +28,8 @@ from engine.session.spec import SessionSpec, check_context, validate  # noqa: E4
 from store import Store, StoreError  # noqa: E402
 from tests.test_worker import DRAFT, DTYPE, TARGET, open_db, prompt_set, queue, step_count  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -42,17 +44,6 @@ def store(home: Path) -> Iterator[Store]:
     s = open_db(home)
     yield s
     s.close()
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core box OpenMP hand-offs cost ~15 ms per tiny matmul."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 SESSION_SETTINGS = {"target": "t", "drafts": ["ngram"], "gammas": [1], "temperatures": [0.0], "max_new_tokens": 8}

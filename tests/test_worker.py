@@ -27,6 +27,8 @@ from engine.service.jobs import submit_session  # noqa: E402
 from engine.session.spec import SessionSpec  # noqa: E402
 from store import Store, open_store  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"  # a noisy copy of the target: agrees often, not always
 DTYPE = "float32"
@@ -43,16 +45,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core box: OpenMP's thread hand-off costs ~15 ms per matmul under load,
-    1000x the matmul itself. One intra-op thread keeps these tests fast; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture
