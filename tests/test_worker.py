@@ -428,7 +428,7 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     prompts.write_text("write a haiku about the sea\nexplain speculative decoding in one line\n")
     submit = engine_cli(
         home, "submit", "--target", TARGET, "--draft", "ngram", "--draft", DRAFT, "--gamma", "1", "--gamma", "2",
-        "--max-new-tokens", "16", "--dtype", DTYPE, "--no-regime", "--prompts", str(prompts),
+        "--max-new-tokens", "16", "--dtype", DTYPE, "--no-regime", "--prompts", str(prompts), "--mode", "full",
     )  # fmt: skip
     assert submit.returncode == 0, submit.stderr
     assert "queued session 1" in submit.stdout
