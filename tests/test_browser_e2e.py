@@ -157,6 +157,7 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
             page.get_by_label("Max new tokens", exact=True).fill("24")
             page.get_by_label("How many prompts", exact=True).fill("2")
             page.get_by_label("Session name (optional)", exact=True).fill("e2e session")
+            page.get_by_text("Full grid: every draft × γ × policy measured").click()  # quick is the default
             page.get_by_role("button", name="Start session").click()
             expect(page.get_by_text(re.compile(r"Session #\d+ queued"))).to_be_visible()
             # the URL carries the session (refresh-safe); the browser applies it just after the rerun's elements
