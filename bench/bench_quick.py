@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--modes", nargs="+", default=["quick", "full"], choices=["quick", "full"])
     args = parser.parse_args()
     from store import open_store
 
@@ -85,13 +86,15 @@ def main() -> int:
         store = open_store(f"sqlite:///{home}/bench.db")
         set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
         for i, engine in enumerate(args.engines):
-            for mode in (("quick", "full") if i % 2 == 0 else ("full", "quick")):
+            order = args.modes if i % 2 == 0 else list(reversed(args.modes))
+            for mode in order:
                 rows.append(one(store, engine, mode, set_id, args))
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "quick"}), file=sys.stderr, flush=True)
         store.close()
     doc = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
            f"{os.cpu_count()} CPUs", "load_average": os.getloadavg(), "args": vars(args), "rows": rows}  # fmt: skip
-    (ROOT / "bench" / "results" / "quick.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    out = ROOT / "bench" / "results" / ("quick.json" if len(args.modes) == 2 else f"quick-{args.modes[0]}.json")
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     print(f"Run {doc['when']}, load average {doc['load_average'][0]:.1f} on {os.cpu_count()} CPUs.\n")
     print("| engine | mode | wall | live runs | recommended | predicted | measured |")
     print("|---|---|---|---|---|---|---|")
