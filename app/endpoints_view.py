@@ -138,7 +138,7 @@ def check_facts(found: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
-    return registry.get(str((session.get("options") or {}).get("engine") or "spectune")).measures_a_deployment
+    return registry.get(str((session.get("options") or {}).get("engine") or "spectune")).deployment
 
 
 def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

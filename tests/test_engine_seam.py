@@ -174,7 +174,7 @@ def test_the_registry_is_the_one_place_an_engine_is_named() -> None:
     with pytest.raises(SettingsError, match="llama.cpp cannot run heuristic"):
         registry.validate(spec(engine="llama.cpp", drafts=["qwen2.5-coder-0.5b"], policies=["heuristic:8"]))
     assert type(registry.runner_for(spec(engine="endpoint"))).__name__ == "EndpointRunner"  # every engine: a Runner
-    assert "endpoint" not in registry.sweep_engines() and registry.get("endpoint").measures_a_deployment
+    assert "endpoint" not in registry.sweep_engines() and registry.get("endpoint").deployment
     assert registry.replays_like_llamacpp("llama.cpp") and not registry.replays_like_llamacpp("spectune")
     assert FixedGamma(2).spec() == "fixed:2"
 

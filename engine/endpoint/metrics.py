@@ -17,6 +17,8 @@ Derived figures are engine.core.counters' (vLLM's SpecDecodingProm conventions, 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -165,6 +167,23 @@ def parse_metrics(text: str, model: str = "", where: str = "/metrics") -> Server
     for name, values in gauges.items():  # one value per rank: the mean
         setattr(counters, name, sum(values) / len(values))
     return counters
+
+
+SETTLE_S = 2.0  # how long to wait for a server's counters to stop moving after its last reply
+
+
+def settled(read: Callable[[], ServerCounters | None], settle_s: float = SETTLE_S) -> ServerCounters | None:
+    """/metrics once two reads in a row agree (a server may count a request just after replying), or the last read
+    after `settle_s`; None when a read fails (`read` returns None)."""
+    last = read()
+    deadline = time.monotonic() + settle_s
+    while last is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        again = read()
+        if again is None or again == last:
+            return again
+        last = again
+    return last
 
 
 def scrape(conn: Connection, model: str = "", timeout_s: float = 10.0) -> ServerCounters:

@@ -14,13 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from engine.endpoint.detect import detect
-from engine.endpoint.metrics import ServerCounters, scrape
+from engine.endpoint.metrics import ServerCounters, scrape, settled
 from engine.endpoint.requests import build_request, send
 from engine.endpoint.results import EndpointRun, LevelResult, RequestResult
 from engine.endpoint.settings import Endpoint, SweepLimits, api_key
 from engine.endpoint.transport import FATAL_KINDS, Connection, EndpointError
 
-SETTLE_S = 2.0  # how long to wait for a server's counters to stop moving after a round
 POLL_S = 0.25  # how often the cancel callback is asked while a round is in flight
 
 
@@ -100,7 +99,7 @@ class EndpointClient:
         """`prompts` (index, text) sent at once; the level keeps the round, the error rules may stop the client."""
         level = self.level(concurrency)
         limits = replace(self.limits, temperature=temperature)
-        before = self._scrape(concurrency)
+        before = self._scrape()
         first = len(level.requests)
         results = [RequestResult(self.label, concurrency, first + j, i, 0.0) for j, (i, _) in enumerate(prompts)]
         halt = threading.Event()
@@ -125,7 +124,7 @@ class EndpointClient:
                 if not halt.is_set() and should_stop():
                     halt.set()
         wall_s = time.perf_counter() - started
-        counters = self._difference(before, concurrency)
+        counters = self._difference(before)
         level.requests += results
         level.wall_s += wall_s
         level.counters = (counters if level.counters is None else level.counters.plus(counters)) if counters else None
@@ -151,7 +150,7 @@ class EndpointClient:
         self.stopped = self.stopped or message
         self.wake.set()
 
-    def _scrape(self, concurrency: int) -> ServerCounters | None:
+    def _scrape(self) -> ServerCounters | None:
         if not self.metrics_ok:
             return None
         conn = Connection(self.endpoint.url, self.key, 10.0)
@@ -164,19 +163,10 @@ class EndpointClient:
         finally:
             conn.close()
 
-    def _difference(self, before: ServerCounters | None, concurrency: int) -> ServerCounters | None:
-        """/metrics after a round, once two reads agree (a server may count a request just after replying)."""
-        if before is None:
-            return None
-        last = self._scrape(concurrency)
-        deadline = time.monotonic() + SETTLE_S
-        while last is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            again = self._scrape(concurrency)
-            if again is None or again == last:
-                break
-            last = again
-        return last.minus(before) if last is not None and self.metrics_ok else None
+    def _difference(self, before: ServerCounters | None) -> ServerCounters | None:
+        """The counters' difference over a round, read once they settle (None without usable metrics)."""
+        after = settled(self._scrape) if before is not None else None
+        return after.minus(before) if after is not None and before is not None and self.metrics_ok else None
 
     def measured(self) -> EndpointRun:
         """The endpoint with each level that sent a request, lowest concurrency first."""

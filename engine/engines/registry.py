@@ -37,10 +37,6 @@ class EngineEntry:
     plan: Callable[[SessionSpec, Sequence[int]], list[RunKey]] = plan_runs  # the configurations a session runs
     deployment: bool = False  # measures a running deployment as it is: no draft or γ of ours to recommend from
 
-    @property
-    def measures_a_deployment(self) -> bool:
-        return self.deployment
-
 
 _ENTRIES: dict[str, EngineEntry] = {}
 

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.counters import SpecCounters
-from engine.endpoint.metrics import ServerCounters, scrape
+from engine.endpoint.metrics import ServerCounters, scrape, settled
 from engine.endpoint.transport import Connection, EndpointError
-
-SETTLE_S = 2.0
 
 
 @dataclass
@@ -102,20 +100,14 @@ def complete(
 
 
 def _settled(url: str, model: str) -> ServerCounters:
-    """/metrics once two reads agree (vLLM may count a request's last step just after its reply)."""
+    """/metrics once it stops moving (vLLM may count a request's last step just after its reply)."""
     conn = Connection(url, None, 10.0)
     try:
-        last = scrape(conn, model)
-        deadline = time.monotonic() + SETTLE_S
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            again = scrape(conn, model)
-            if again == last:
-                break
-            last = again
-        return last
+        found = settled(lambda: scrape(conn, model))
     finally:
         conn.close()
+    assert found is not None  # scrape raises rather than return None
+    return found
 
 
 def batch(
