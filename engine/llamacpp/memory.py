@@ -3,9 +3,10 @@
 A llama-server maps its GGUF files (the page cache holds each file once, however many servers map it) and holds
 private memory of its own: the weights llama.cpp's CPU backend repacks into its own buffers (at most the file's
 size), the KV cache at its full context, and compute buffers. Measured with psutil on the bundled models (a 2-core
-AVX2 machine, context 4096, after decoding): qwen2.5-coder-1.5b alone 1.85 GB RSS, of which 0.78 GB private (USS)
+AVX2 machine, context 4096, after decoding): qwen2.5-coder-1.5b alone 1.85 GB RSS, of which 0.78 GB private
 and 1.08 GB the mapped file; with the 0.5b draft 2.45 GB RSS, 0.91 GB private; the 0.5b alone 0.61 GB RSS, 0.13 GB
-private. The estimate below bounds each of those from above (weights counted in full, KV cache at full context).
+private. Private means anonymous (RssAnon): USS also counts the file pages no other process maps. The estimate
+below bounds each of those from above (weights counted in full, KV cache at full context).
 """
 
 from __future__ import annotations
@@ -135,13 +136,18 @@ def available_bytes() -> int:
 
 
 def private_bytes(pid: int) -> int | None:
-    """A running process's own memory (USS: pages no other process shares), or None when it cannot be read."""
-    import psutil
+    """A running process's own memory: its anonymous resident pages (RssAnon), or None when it cannot be read.
 
+    Not USS: a file page mapped by this process alone counts as private there, so a server whose GGUF no other
+    process maps would show its whole file as private, and the same server beside a second one would not."""
     try:
-        return int(psutil.Process(pid).memory_full_info().uss)
-    except (psutil.Error, OSError):
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
         return None
+    return None
 
 
 def need(new: ServerMemory, resident: Iterable[ServerMemory], growth: int = 0) -> int:
