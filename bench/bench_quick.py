@@ -67,7 +67,47 @@ def one(store, engine: str, mode: str, set_id: int, args: argparse.Namespace) ->
     live = next((r for r in runs if r["draft"] == rec.draft_name and r["gamma"] == rec.gamma), None)
     row["measured_speedup"] = live.get("speedup_measured") if live else None
     row["quick"] = (session.get("summary") or {}).get("quick")
+    own = predictions(store, sid, engine)
+    row["runs"] = [{"draft": r["draft"], "gamma": r["gamma"], "measured": r.get("speedup_measured"),
+                    "predicted": own.get((r["draft"], r["gamma"])), "noisy": _noisy(r)}
+                   for r in runs if r["kind"] == "speculative" and r.get("gamma")]  # fmt: skip
     return row
+
+
+def _noisy(run: dict) -> bool | None:
+    from engine.measure import noise
+
+    spread = (run.get("summary") or {}).get("speedup_spread")
+    return noise.is_noisy(noise.Spread(**spread)) if spread else None
+
+
+def predictions(store, sid: int, engine: str, gammas: range = range(1, 9)) -> dict[tuple[str, int], float]:  # noqa: ANN001
+    """The one model's predicted speedup for every draft × fixed γ, from this session's measurements alone."""
+    from engine.analysis.predictor import cost_of, predict
+    from engine.core.policy import FixedGamma
+    from engine.service.evidence import gather
+
+    out = {}
+    for m in gather(store, [sid], engine).measurements:
+        cost = cost_of(m)
+        for g in gammas:
+            out[(m.name, g)] = predict(m, FixedGamma(g), cost).predicted_speedup
+    return out
+
+
+def cross_check(rows: list[dict], store_rows: dict[tuple[str, str], dict[tuple[str, int], float]]) -> list[dict]:
+    """Each configuration the full session measured, beside what the quick session's probe predicted for it."""
+    out = []
+    for row in rows:
+        quick = store_rows.get((row["engine"], "quick"))
+        if row["mode"] != "full" or quick is None:
+            continue
+        for run in row.get("runs") or []:
+            predicted = quick.get((run["draft"], run["gamma"]))
+            out.append(run | {"engine": row["engine"], "quick_predicted": predicted,
+                              "measured_over_quick": run["measured"] / predicted
+                              if run["measured"] and predicted else None})  # fmt: skip
+    return out
 
 
 def main() -> int:
@@ -82,6 +122,7 @@ def main() -> int:
     from store import open_store
 
     rows = []
+    quick_predictions: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
     with tempfile.TemporaryDirectory() as home:
         store = open_store(f"sqlite:///{home}/bench.db")
         set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
@@ -89,10 +130,14 @@ def main() -> int:
             order = args.modes if i % 2 == 0 else list(reversed(args.modes))
             for mode in order:
                 rows.append(one(store, engine, mode, set_id, args))
+                if rows[-1]["state"] == "done":
+                    quick_predictions[(engine, mode)] = predictions(store, rows[-1]["session"], engine)
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "quick"}), file=sys.stderr, flush=True)
         store.close()
+    checks = cross_check(rows, quick_predictions)
     doc = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
-           f"{os.cpu_count()} CPUs", "load_average": os.getloadavg(), "args": vars(args), "rows": rows}  # fmt: skip
+           f"{os.cpu_count()} CPUs", "load_average": os.getloadavg(), "args": vars(args), "rows": rows,
+           "full_measured_vs_quick_predicted": checks}  # fmt: skip
     out = ROOT / "bench" / "results" / ("quick.json" if len(args.modes) == 2 else f"quick-{args.modes[0]}.json")
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     print(f"Run {doc['when']}, load average {doc['load_average'][0]:.1f} on {os.cpu_count()} CPUs.\n")
@@ -105,6 +150,21 @@ def main() -> int:
         print(f"| {r['engine']} | {r['mode']} | {r['wall_s'] / 60:.1f} min | {r['live_runs']} | "
               f"{r.get('recommended', r.get('error'))} | {f(r.get('predicted_speedup'))} | "
               f"{f(r.get('measured_speedup'))} |")  # fmt: skip
+    print("\n| engine | mode | configuration | measured | predicted (own session) | measured ÷ predicted | noisy |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        for run in r.get("runs") or []:
+            m, p = run["measured"], run["predicted"]
+            ratio = f"{m / p:.2f}" if m and p else "—"
+            print(f"| {r['engine']} | {r['mode']} | {run['draft']} γ={run['gamma']} | {f(m)} | {f(p)} | {ratio} | "
+                  f"{run['noisy']} |")  # fmt: skip
+    if checks:
+        print("\n| engine | configuration (full session) | measured | quick's prediction | measured ÷ quick's |")
+        print("|---|---|---|---|---|")
+        for c in checks:
+            ratio = f"{c['measured_over_quick']:.2f}" if c["measured_over_quick"] else "—"
+            print(f"| {c['engine']} | {c['draft']} γ={c['gamma']} | {f(c['measured'])} | {f(c['quick_predicted'])} "
+                  f"| {ratio} |")  # fmt: skip
     for r in rows:
         for c in (r.get("quick") or {}).get("confirmed") or []:
             print(f"- {r['engine']} quick, {c['role']}: {c['configuration']} predicted {c['predicted_speedup']:.2f}×, "

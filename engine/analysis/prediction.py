@@ -5,7 +5,8 @@ predicted speedup, every export) is a Prediction built here, from steps a decodi
 
 * a step drafts `drafted` tokens with `forwards` draft forwards, then verifies them in one target call;
 * it costs c·forwards + v(drafted + 1) target-step units (c: the draft's cost, v(k): the fitted verify cost,
-  capped at k, engine.analysis.theory.fit_verify_cost); the target alone costs 1 per token;
+  capped at k, engine.analysis.theory.fit_verify_cost), plus the engine's step overhead where its loop measured
+  one (engine.analysis.step_overhead: llama-server's); the target alone costs 1 per token;
 * its arithmetic is ĉ·forwards + drafted + 1 target positions (Theorem 3.11's count, step by step);
 * predicted speedup = tokens ÷ Σ step costs; ops multiplier = Σ arithmetic ÷ tokens;
   cost multiplier = 1/speedup memory-bound, the ops multiplier compute-bound.
@@ -21,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.analysis.step_overhead import StepOverhead
 from engine.analysis.theory import MEMORY_BOUND, VerifyFit, cost_per_token_multiplier, fit_verify_cost
 
 BASES = ("exact", "estimated", "positional")  # replayed step by step at T=0; in expectation at T>0; per-position
@@ -35,6 +37,7 @@ class CostModel:
     verify_cost: Mapping[int, float] | None = None  # k -> v(k); None or empty: verification free (v ≡ 1)
     c_hat: float = 0.0  # draft arithmetic ÷ target arithmetic, for the ops multiplier
     regime: str = MEMORY_BOUND  # the regime the cost multiplier is quoted in (a comparison may judge per width)
+    overhead: StepOverhead = StepOverhead()  # what a drafting step costs the engine beyond its forwards
 
     def fit(self) -> VerifyFit | None:
         return fit_verify_cost(self.verify_cost) if self.verify_cost else None
@@ -64,7 +67,7 @@ class Tally:
         self.steps += weight
         self.drafted += weight * drafted
         self.forwards += weight * forwards
-        self.time += weight * (cost.c * forwards + v)
+        self.time += weight * (cost.c * forwards + v + cost.overhead.at(drafted))
         self.ops += weight * (cost.c_hat * forwards + drafted + 1)
         if weight > 0:
             self.most_drafted = max(self.most_drafted, int(drafted))

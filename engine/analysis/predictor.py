@@ -77,4 +77,4 @@ def cost_of(m: DraftMeasurement, c: float | None = None, regime: str = MEMORY_BO
     if c is None:
         cal = calibration(m)
         c = m.c if cal is None else cal.c
-    return CostModel(c=c, verify_cost=m.verify_cost or None, c_hat=m.c_hat, regime=regime)
+    return CostModel(c=c, verify_cost=m.verify_cost or None, c_hat=m.c_hat, regime=regime, overhead=m.step_overhead)

@@ -8,6 +8,7 @@ from typing import Any
 from engine.analysis.feasibility import OBJECTIVES as OBJECTIVES
 from engine.analysis.feasibility import TIE as TIE
 from engine.analysis.prediction import Prediction
+from engine.analysis.step_overhead import StepOverhead
 
 METHODS = ("draft_model", "ngram", "suffix", "none")
 DEFAULT_GAMMAS = range(1, 33)
@@ -45,6 +46,7 @@ class DraftMeasurement:
     traces: list[dict[str, Any]] = field(default_factory=list)
     llamacpp_loop: bool = False  # measured in llama-server's drafting loop (the replay models that loop)
     c_values: list[float] = field(default_factory=list)  # c as each run measured it (its spread)
+    step_overhead: StepOverhead = StepOverhead()  # the engine's cost per drafting step beyond its forwards
 
 
 @dataclass

@@ -5,18 +5,23 @@ runs as is (engine.llamacpp.policy_flags); temperatures share a server. Per requ
 timings and draft counts; its /metrics counters before and after give the target calls and the per-position
 acceptance exactly. What llama.cpp cannot give is named, not guessed: β per position (so α as mean β) and which
 output tokens came from the draft. c is the draft alone's time per token ÷ the target alone's, both measured by
-llama-server on the same prompts, interleaved with them; v(k) comes from llama-bench. Each draft model's trace for
-the policy replay is the draft in PyTorch (float32) teacher-forced along llama.cpp's own target-alone outputs."""
+llama-server on the same prompts, interleaved with them, or where the server logged it, the draft's own time inside
+the speculative loop (engine.llamacpp.draft_stats) ÷ the target alone's time per call; v(k) comes from llama-bench,
+and what a drafting step's target call costs beyond it (llama-server's step overhead) from each run's own timings.
+Each draft model's trace for the policy replay is the draft in PyTorch (float32) teacher-forced along llama.cpp's
+own target-alone outputs."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any, ClassVar
 
+from engine.analysis.step_overhead import LoopPoint
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
@@ -24,6 +29,7 @@ from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
 from engine.errors import SettingsError, SpectuneError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import LlamaBuild, find_llama
+from engine.llamacpp.draft_stats import TAIL_BYTES, DraftStats, after_request, last_stats
 from engine.llamacpp.launch import speculative_server
 from engine.llamacpp.memory import (
     RESERVE_BYTES,
@@ -43,6 +49,21 @@ from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
+
+
+@dataclass(frozen=True)
+class InLoop:
+    """One request's time split as llama-server's loop spent it: the target's ms (its calls) and the draft's ms
+    (its logged generation time), over `drafting_calls` calls that verified a draft and `plain_calls` that did not."""
+
+    index: int
+    target_ms: float
+    draft_ms: float
+    drafting_calls: int
+    plain_calls: int
+    drafted: float
+    forwards: int
+
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
 STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the session stops
@@ -96,6 +117,8 @@ class LlamaCppRunner:
         self.failed: dict[ServerConfig, str] = {}  # servers that would not start or crashed: not started again
         self.restarts = 0  # servers started after the first round of starts, to take their turn
         self.notes: list[str] = []
+        self.call_ms: dict[int, list[float]] = {}  # per prompt: the target alone's ms per call (T=0)
+        self.in_loop: dict[RunKey, list[InLoop]] = {}  # per draft-model run: each request's split of its time
         self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
     def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
@@ -256,19 +279,29 @@ class LlamaCppRunner:
         return box["done"]
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
-        """One request; logged as one step record that covers all its target calls."""
+        """One request; logged as one step record that covers all its target calls (the draft's share of its time
+        where the server logged it)."""
         config = self.configs[key]
         t0 = time.time()
+        before = self._draft_stats(config) if config.spec_type == "draft-simple" else None
         done, delta = self._request(config, self.texts[index], key.temperature, TOP_LOGPROBS if reference else 0)
+        drafted = self._drafted_since(config, before) if before is not None else None
+        calls = int(delta.target_calls) or max(1, done.predicted_n - done.draft_n_accepted)
         if key.kind == "baseline" and key.temperature == 0 and done.predicted_ms > 0:
             self.target_rates.append(done.predicted_n / (done.predicted_ms / 1000.0))
-        calls = int(delta.target_calls) or max(1, done.predicted_n - done.draft_n_accepted)
+            if calls > 1:  # the first token is sampled from the prompt's forward, timed as prompt_ms
+                self.call_ms.setdefault(index, []).append(done.predicted_ms / (calls - 1))
         delta.target_calls, delta.emitted = float(calls), float(done.predicted_n)
         forwards = 0 if key.kind == "baseline" or is_ngram(key.draft) else draft_forwards(delta, 1, config.draft_p_min)
+        draft_ms = drafted.ms if drafted is not None else 0.0
+        if drafted is not None and drafted.calls > 0:
+            self.in_loop.setdefault(key, []).append(InLoop(
+                index, done.predicted_ms - draft_ms, draft_ms, drafted.calls, max(0, calls - 1 - drafted.calls),
+                delta.draft_tokens, forwards))  # fmt: skip
         ctx.on_step(StepRecord(
             prompt_index=index, step_index=0, gamma=done.draft_n, accepted=done.draft_n_accepted, accept_mask=[],
-            beta=[], draft_time_s=0.0, verify_time_s=done.predicted_ms / 1000.0, draft_forwards=forwards,
-            emitted=done.predicted_n, target_calls=calls,
+            beta=[], draft_time_s=draft_ms / 1000.0, verify_time_s=(done.predicted_ms - draft_ms) / 1000.0,
+            draft_forwards=forwards, emitted=done.predicted_n, target_calls=calls,
         ))  # fmt: skip
         top = done.top_logprobs if reference else None
         output = PromptOutput(
@@ -279,6 +312,39 @@ class LlamaCppRunner:
             top_ids=[[tid for tid, _ in t] for t in top] if top is not None else None,
         )  # fmt: skip
         return Decoded(output, delta, done.predicted_ms / 1000.0)
+
+    def _draft_stats(self, config: ServerConfig) -> DraftStats:
+        """The draft's statistics its server has logged so far (none yet: a server still to start counts from 0)."""
+        server = self.servers.get(config)
+        return (last_stats(server.log_tail(TAIL_BYTES)) if server is not None else None) or DraftStats()
+
+    def _drafted_since(self, config: ServerConfig, before: DraftStats) -> DraftStats | None:
+        """The draft's share of the request just made (None when its server did not log it in time)."""
+        server = self.servers.get(config)
+        if server is None:
+            return None
+        after = after_request(lambda: server.log_tail(TAIL_BYTES), before)
+        return after.minus(before) if after is not None else None
+
+    def _loop_points(self) -> tuple[dict[RunKey, LoopPoint], dict[str, list[float]]]:
+        """Per draft-model run, its verify measured in the loop (target-step units of the same prompt's target
+        alone); per draft, c as each request measured it in the loop."""
+        points: dict[RunKey, LoopPoint] = {}
+        costs: dict[str, list[float]] = {}
+        for key, requests in self.in_loop.items():
+            units = steps = drafted = 0.0
+            for r in requests:
+                if r.index not in self.call_ms:
+                    continue
+                call = median(self.call_ms[r.index])
+                units += r.target_ms / call - r.plain_calls
+                steps += r.drafting_calls
+                drafted += r.drafted
+                if r.forwards:
+                    costs.setdefault(key.draft, []).append(r.draft_ms / r.forwards / call)
+            if steps:
+                points[key] = LoopPoint(k=1.0 + drafted / steps, v=units / steps, steps=steps)
+        return points, costs
 
     def side_measure(self, index: int) -> None:
         """Each draft model alone on this prompt, right after the prompt's round: c from neighbouring requests."""
@@ -296,7 +362,13 @@ class LlamaCppRunner:
         self.stop()
         target_rate = median(self.target_rates) if self.target_rates else 0.0
         costs = {ref: target_rate / median(rates) for ref, rates in self.alone_rates.items() if rates and target_rate}
-        out = EngineOutputs(draft_costs=costs, notes=list(self.notes))
+        points, in_loop = self._loop_points()
+        for ref, values in in_loop.items():
+            alone = f"{costs[ref]:.3f}" if ref in costs else "not measured"
+            self.notes.append(f"c of {ref}: {median(values):.3f} inside llama-server's loop (its logged draft time), "
+                              f"{alone} alone; the loop's is used")  # fmt: skip
+            costs[ref] = median(values)
+        out = EngineOutputs(draft_costs=costs, notes=list(self.notes), loop_points=points)
         if self.restarts:
             out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
                              f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip

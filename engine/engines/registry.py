@@ -36,6 +36,9 @@ class EngineEntry:
     batches: bool = False  # batches requests continuously: each configuration is measured at the spec's concurrency
     plan: Callable[[SessionSpec, Sequence[int]], list[RunKey]] = plan_runs  # the configurations a session runs
     deployment: bool = False  # measures a running deployment as it is: no draft or γ of ours to recommend from
+    # its loop costs a drafting step more than its forward passes (engine.analysis.step_overhead), fitted from its
+    # runs: a quick session probes each draft model at two widths
+    loop_overhead: bool = False
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -202,7 +205,7 @@ register(EngineEntry(
 register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
     fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
-    runs_policy=_llamacpp_runs,
+    runs_policy=_llamacpp_runs, loop_overhead=True,
 ))  # fmt: skip
 register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,

@@ -25,6 +25,7 @@ from typing import Literal
 
 from engine.errors import SpectuneError
 from engine.llamacpp.binaries import LlamaBuild, find_llama
+from engine.llamacpp.draft_stats import LOG_VERBOSITY
 from foundation.live import LiveSet
 
 HOST = "127.0.0.1"
@@ -62,6 +63,8 @@ class ServerConfig:
         flags += self.speculation_flags()
         if self.threads and self.spec_type == "draft-simple":
             flags += ["-td", str(self.threads)]
+        if self.spec_type == "draft-simple":  # the draft's time in the loop (engine.llamacpp.draft_stats)
+            flags += list(LOG_VERBOSITY)
         return flags + list(self.extra)
 
     def speculation_flags(self, form: FlagForm = "launch") -> list[str]:
@@ -210,9 +213,13 @@ class ManagedServer:
         return [line for line in self.log_path.read_text(errors="replace").splitlines() if " E " in line]
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        """The end of the server's log (its last `chars` bytes, read from the end: the log may be long)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return self.log_path.read_text(errors="replace")[-chars:]
+        with self.log_path.open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - chars))
+            return fh.read().decode(errors="replace")
 
     def _tail(self) -> str:
         tail = self.log_tail().strip()

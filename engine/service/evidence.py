@@ -14,6 +14,7 @@ from typing import Any
 from engine.analysis.policy_replay import trace_usable
 from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
+from engine.analysis.step_overhead import StepOverhead
 from engine.analysis.theory import REGIMES, measured_verify_points
 from engine.drafts.refs import draft_method, parse_ngram_spec
 from engine.engines.registry import get as get_engine
@@ -264,11 +265,21 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         traces=traces_from_runs(runs),
         llamacpp_loop=bool(widest.get("llamacpp_loop")),
         c_values=[float(x) for x in cs],
+        step_overhead=_step_overhead(runs),
         measured_tokens_per_call={
             int(r["gamma"]): float(r["tokens_per_call"]) for r in runs if r.get("tokens_per_call")
         },
         **window,
     )
+
+
+def _step_overhead(runs: list[dict[str, Any]]) -> StepOverhead:
+    """The engine's step overhead for this draft: each term's median over the runs that carry one (each session
+    fits one over its runs of the draft)."""
+    fitted = [StepOverhead.from_dict(o) for r in runs if (o := (r.get("summary") or {}).get("step_overhead"))]
+    if not fitted:
+        return StepOverhead()
+    return StepOverhead(median(o.per_step for o in fitted), median(o.per_token for o in fitted))
 
 
 def recommend_from_store(

@@ -2,7 +2,7 @@
 
 Instead of every configuration of the grid, a quick session runs the target alone and each draft once (at the
 grid's widest γ, so the recorded pass reaches every γ the grid names, and c, v(k) and acceptance are measured in
-the engine's own loop); the one prediction model then predicts the whole grid (every γ and policy) from that
+the engine's own loop; a draft model in llama.cpp at the narrowest γ too: its loop's step overhead needs two widths); the one prediction model then predicts the whole grid (every γ and policy) from that
 recorded pass, and the configurations it recommends — the best policy and the best fixed γ — run live beside the
 target alone to confirm them. The full grid stays available (mode "full")."""
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.policy import SpeculationPolicy
+from engine.drafts.refs import draft_method
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies
 from engine.session.sweep import SweepReport
@@ -28,12 +29,24 @@ def probe_gamma(spec: SessionSpec) -> int:
     return min(max(p.max_draft() for p in policies), PROBE_POLICY_DEPTH)
 
 
-def probe_plan(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
-    """The target alone at each temperature, then each draft once at the probe γ, at each level."""
+def probe_widths(spec: SessionSpec, draft: str, two_widths: bool) -> list[int]:
+    """The γs a draft is probed at: the probe γ, and for a draft model in an engine whose loop costs a drafting step
+    more than its forwards (`two_widths`) the grid's narrowest γ too, so that cost is fitted at two widths
+    (engine.analysis.step_overhead) instead of assumed the same at every γ."""
     gamma = probe_gamma(spec)
+    if not two_widths or draft_method(draft) != "draft_model":
+        return [gamma]
+    gammas, _ = gammas_and_policies(spec)
+    narrow = min(gammas) if gammas else 1
+    return [narrow, gamma] if narrow < gamma else [gamma]
+
+
+def probe_plan(spec: SessionSpec, levels: Sequence[int] = (1,), two_widths: bool = False) -> list[RunKey]:
+    """The target alone at each temperature, then each draft at its probe γs (probe_widths), at each level."""
     drafts = [d for d in spec.drafts if d != "none"]
     plan = [RunKey("none", 0, t, None, n) for n in levels for t in spec.temperatures]
-    return plan + [RunKey(d, gamma, t, None, n) for d in drafts for n in levels for t in spec.temperatures]
+    return plan + [RunKey(d, g, t, None, n) for d in drafts for g in probe_widths(spec, d, two_widths)
+                   for n in levels for t in spec.temperatures]  # fmt: skip
 
 
 @dataclass(frozen=True)

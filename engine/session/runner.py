@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from engine.analysis.step_overhead import LoopPoint
 from engine.core.counters import SpecCounters
 from engine.core.policy import SpeculationPolicy
 from engine.core.records import PromptOutput, StepRecord
@@ -120,6 +121,9 @@ class EngineOutputs:
 
     traces: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per draft: the policy replay's input
     draft_costs: dict[str, float] = field(default_factory=dict)  # per draft: c
+    # per run: its verify measured inside the engine's loop, where the engine's loop costs more than its forwards
+    # (engine.analysis.step_overhead)
+    loop_points: dict[RunKey, LoopPoint] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     stopped: str | None = None  # why the engine stopped the session early (a deployment's fatal error)
     hardware: str | None = None  # what the numbers ran on, where that is not this machine

@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
+from engine.analysis.step_overhead import LoopPoint, StepOverhead
 from engine.analysis.theory import alpha_from_mean_accepted
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
@@ -67,7 +68,8 @@ class RunTally:
 
 
 def summarise(
-    tally: RunTally, baseline: RunTally | None, c: float, verify_cost: dict[int, float], engine: str
+    tally: RunTally, baseline: RunTally | None, c: float, verify_cost: dict[int, float], engine: str,
+    overhead: StepOverhead | None = None, loop_point: LoopPoint | None = None,
 ) -> RunSummary:
     """α (mean β where the engine reports β, and from the mean acceptance length), acceptance, c, v(k), the
     measured speedup (the median of per-prompt ratios, with its spread) and the predicted one."""
@@ -87,7 +89,9 @@ def summarise(
     spread = tally.spread(baseline)
     steps = int(counters.target_calls)
     measured = spread.median if spread else None
-    predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, CostModel(c, verify_cost or None),
+    overhead = overhead or StepOverhead()
+    cost = CostModel(c, verify_cost or None, overhead=overhead)
+    predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, cost,
                            draft_method(tally.key.draft) == "draft_model") if gamma else None  # fmt: skip
     return RunSummary(
         **common,
@@ -98,6 +102,8 @@ def summarise(
         per_position_acceptance=per_pos,
         drafting_fraction=drafting,
         c=c,
+        step_overhead=overhead.to_dict() if overhead else None,
+        verify_in_loop=loop_point.to_dict() if loop_point is not None else None,
         speedup_measured=measured,
         speedup_spread=spread.to_dict() if spread else None,
         speedup_flag=speedup_flag(
@@ -199,7 +205,7 @@ def policy_live(
         "draft_calls": summary.draft_calls, "draft_calls_per_step": (summary.draft_calls or 0) / steps,
     }  # fmt: skip
     try:
-        cost = CostModel(summary.c, verify_cost or {})
+        cost = CostModel(summary.c, verify_cost or {}, overhead=StepOverhead.from_dict(summary.step_overhead))
         predicted = replay(traces, parse_policy(spec), cost, temperature, llamacpp=llamacpp)
         summary.policy_live["replayed"] = {
             "tokens_per_call": predicted.tokens_per_call, "draft_calls_per_step": predicted.draft_calls_per_step,

@@ -34,6 +34,10 @@ class RunSummary:
     per_position_acceptance: list[float] = field(default_factory=list)
     drafting_fraction: float | None = None  # share of target calls that verified a draft (llama.cpp's counters)
     c: float = 0.0
+    # what a drafting step cost the engine beyond its forwards (engine.analysis.step_overhead, fitted over the
+    # session's runs of this draft) and this run's verify as measured in the loop; None where not measured
+    step_overhead: dict[str, float] | None = None
+    verify_in_loop: dict[str, float] | None = None
     speedup_measured: float | None = 1.0
     speedup_predicted: float | None = 1.0
     verify_cost: dict[int, float] = field(default_factory=dict)

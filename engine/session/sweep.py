@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.analysis.step_overhead import LoopPoint, StepOverhead, fit_step_overhead
+from engine.analysis.theory import fit_verify_cost
 from engine.core.records import Cancelled, PromptOutput
 from engine.drafts.refs import draft_method
 from engine.measure import noise
@@ -189,6 +191,13 @@ def _baselines(tallies: dict[RunKey, RunTally]) -> dict[RunKey, RunTally]:
     return {key: t for key, t in tallies.items() if key.kind == "baseline" and t.failed is None}
 
 
+def step_overheads(points: dict[RunKey, LoopPoint], verify_cost: dict[int, float]) -> dict[str, StepOverhead]:
+    """Per draft, its engine's step overhead fitted over the in-loop verifies of all its runs."""
+    fit = fit_verify_cost(verify_cost) if verify_cost else None
+    drafts = dict.fromkeys(key.draft for key in points)
+    return {d: fit_step_overhead([p for k, p in points.items() if k.draft == d], fit) for d in drafts}
+
+
 def _report(
     runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], baselines: dict[RunKey, RunTally],
     verify_cost: dict[int, float], notes: list[str], extra: EngineOutputs, hooks: Hooks, clock: PhaseClock,
@@ -206,12 +215,14 @@ def _report(
         hardware=extra.hardware,
     )  # fmt: skip
     traced: set[str] = set()
+    overheads = step_overheads(extra.loop_points, verify_cost)
     for key, tally in tallies.items():
         if tally.failed is not None:
             report.failed.append({**key.as_dict(), "error": tally.failed})
             continue
         baseline = baselines.get(key.baseline())
-        summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name)
+        summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name,
+                            overheads.get(key.draft), extra.loop_points.get(key))  # fmt: skip
         traces = extra.traces.get(key.draft)
         if key.kind != "baseline":
             summary.method = _method(key)

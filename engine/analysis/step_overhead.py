@@ -1,0 +1,92 @@
+"""What an engine's speculative step costs beyond its forward passes, fitted to what its loop measured.
+
+The one model charges a step c · draft forwards + v(drafted + 1) (engine.analysis.prediction), with v(k) from a
+batch benchmark of the target (llama-bench's k-token batch). llama-server's loop pays more per step than that
+batch: it computes the output layer and runs its sampler chain at every verified position (llama-bench's batch
+outputs the last position only), edits the KV cache and switches between two models. Measured on the bundled
+models (2-core Xeon, Q4_K_M, 6 Spec-Bench prompts × 32 tokens, the draft's own time read from the server's
+statistics): one verify of k = 2, 3, 5 positions cost 2.15, 2.58 and 3.36 single-token target steps against
+llama-bench's 1.34, 1.64 and 1.96, while the draft's time per token in the loop was its time alone (0.89–1.02×).
+
+So a step that verifies d ≥ 1 draft tokens is charged `per_step + per_token · d` more, in target-step units, both
+fitted (non-negative) to the in-loop points (k̄, v_loop) of a session's runs: one run fixes `per_step` alone, two
+widths or more fit both. A step that drafted nothing is a plain target step and pays none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.analysis.theory import VerifyFit
+
+MIN_WIDTH_SPREAD = 0.5  # draft tokens per step: in-loop points closer than this fit the per-step term alone
+
+
+@dataclass(frozen=True)
+class LoopPoint:
+    """One run's verify, measured inside the engine's loop: the mean verify width k̄ (1 + draft tokens per drafting
+    step) and what a drafting step's target call cost there (`v`, target-step units), over `steps` steps."""
+
+    k: float
+    v: float
+    steps: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"k": round(self.k, 4), "v": round(self.v, 4), "steps": self.steps}
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """What a step that verifies d ≥ 1 draft tokens costs beyond c · forwards + v(d + 1): per_step + per_token · d."""
+
+    per_step: float = 0.0
+    per_token: float = 0.0
+
+    def at(self, drafted: float) -> float:
+        return 0.0 if drafted <= 0 else self.per_step + self.per_token * drafted
+
+    def __bool__(self) -> bool:
+        return self.per_step > 0 or self.per_token > 0
+
+    def to_dict(self) -> dict[str, float]:
+        return {"per_step": round(self.per_step, 4), "per_token": round(self.per_token, 4)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> StepOverhead:
+        if not data:
+            return cls()
+        return cls(max(0.0, float(data.get("per_step") or 0.0)), max(0.0, float(data.get("per_token") or 0.0)))
+
+
+def fitted_v(fit: VerifyFit | None, k: float) -> float:
+    """v at a fractional width (a run's mean): linear between the integer widths around it."""
+    if fit is None or k <= 1:
+        return 1.0
+    lo = int(k)
+    low = fit.at(lo) if lo > 1 else 1.0
+    return low + (fit.at(lo + 1) - low) * (k - lo)
+
+
+def fit_step_overhead(points: Sequence[LoopPoint], fit: VerifyFit | None) -> StepOverhead:
+    """per_step and per_token (both ≥ 0), least squares over the points' residuals v_loop − v(k̄), weighted by
+    steps; per_step alone when the points span less than MIN_WIDTH_SPREAD draft tokens."""
+    rows = [(p.k - 1.0, p.v - fitted_v(fit, p.k), p.steps) for p in points if p.steps > 0 and p.k > 1]
+    if not rows:
+        return StepOverhead()
+    weight = sum(w for _, _, w in rows)
+    mean_d = sum(d * w for d, _, w in rows) / weight
+    mean_r = sum(r * w for _, r, w in rows) / weight
+    spread = max(d for d, _, _ in rows) - min(d for d, _, _ in rows)
+    if spread < MIN_WIDTH_SPREAD:
+        return StepOverhead(per_step=max(mean_r, 0.0))
+    sxx = sum(w * (d - mean_d) ** 2 for d, _, w in rows)
+    slope = sum(w * (d - mean_d) * (r - mean_r) for d, r, w in rows) / sxx
+    if slope <= 0:
+        return StepOverhead(per_step=max(mean_r, 0.0))
+    intercept = mean_r - slope * mean_d
+    if intercept < 0:  # through the origin: the whole excess is per verified token
+        through = sum(w * d * r for d, r, w in rows) / sum(w * d * d for d, _, w in rows)
+        return StepOverhead(per_token=max(through, 0.0))
+    return StepOverhead(per_step=intercept, per_token=slope)
