@@ -118,13 +118,14 @@ def main() -> int:
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--modes", nargs="+", default=["quick", "full"], choices=["quick", "full"])
+    parser.add_argument("--keep-db", type=Path, help="write the sessions to this SQLite file (kept) instead")
     args = parser.parse_args()
     from store import open_store
 
     rows = []
     quick_predictions: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
     with tempfile.TemporaryDirectory() as home:
-        store = open_store(f"sqlite:///{home}/bench.db")
+        store = open_store(f"sqlite:///{args.keep_db or Path(home) / 'bench.db'}")
         set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
         for i, engine in enumerate(args.engines):
             order = args.modes if i % 2 == 0 else list(reversed(args.modes))

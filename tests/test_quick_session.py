@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from engine.engines import registry
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.service.jobs import submit_session
@@ -20,6 +21,7 @@ from engine.service.worker import run_session
 from engine.session.quick import Choice, Decision, confirm_plan, probe_gamma, probe_plan
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, validate
+from engine.session.summary import RUN_COLUMNS
 from store import Store, open_store
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
 PROMPTS = [f"count {i}: one two three four five six seven eight" for i in range(4)]
+LLAMA_PROMPTS = ["Write a Python function that returns the sum of a list.", "List the first ten prime numbers."]
 
 
 
@@ -65,6 +68,17 @@ def test_the_probe_is_the_baseline_and_each_draft_once_at_the_widest_gamma() -> 
     assert confirm_plan(s, Decision([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5)]), probe_plan(s)) == []
     with pytest.raises(SettingsError, match="mode 'fast'"):
         validate(spec(mode="fast"))
+
+
+def test_an_engine_whose_loop_costs_a_step_more_probes_each_draft_model_at_two_widths() -> None:
+    # llama.cpp's step overhead is fitted per step and per verified token: one width cannot tell them apart
+    s = spec(gammas=[1, 2, 4])
+    assert registry.get("llama.cpp").loop_overhead and not registry.get("spectune").loop_overhead
+    assert [k.label() for k in probe_plan(s, two_widths=True)] == [
+        "baseline T=0", f"{DRAFT} γ=1 T=0", f"{DRAFT} γ=4 T=0", "ngram γ=4 T=0",  # n-gram lookup: no draft forward
+    ]  # fmt: skip
+    assert [k.label() for k in probe_plan(spec(gammas=[4]), two_widths=True)][1:] == [f"{DRAFT} γ=4 T=0",
+                                                                                    "ngram γ=4 T=0"]  # fmt: skip
 
 
 def test_a_quick_session_confirms_what_the_one_model_chose(store: Store) -> None:
@@ -107,17 +121,42 @@ def test_the_decision_equals_the_recommendation_from_the_probe(store: Store) -> 
     quick = store.get_session(sid)["summary"]["quick"]
     probe_only = open_probe_copy(store, sid)
     report = session_policies(store, [probe_only], engine="spectune", temperature=0.0)
-    rec = recommendation_for(report)
+    rec = report.recommendation if not report.recommendation.off else recommendation_for(report)
     fixed = next(c for c in quick["confirmed"] if c["role"] == "best fixed γ")
     assert (fixed["draft"], fixed["gamma"]) == (rec.draft_name, rec.gamma)
     assert fixed["predicted_speedup"] == pytest.approx(rec.predicted_speedup)
 
 
-def open_probe_copy(store: Store, sid: int) -> int:
-    """A finished session holding only the quick session's probe runs (the evidence the decision had)."""
+@pytest.mark.real_model  # the draft's trace is recorded in PyTorch (float32)
+def test_a_quick_llamacpp_session_confirms_the_headline_recommendation(store: Store) -> None:
+    """In llama.cpp n-gram lookup has no recorded pass (no policy to replay), so the policy report's chosen draft
+    can be the draft model while the headline recommends n-gram: the quick session confirms the headline, the
+    recommendation every page and export gives for the probe's runs."""
+    settings = spec(target="qwen2.5-coder-1.5b", drafts=["qwen2.5-coder-0.5b", "ngram"], gammas=[1, 3],
+                    max_new_tokens=16, engine="llama.cpp", dtype="float32")  # fmt: skip
+    set_id, _, _ = store.add_prompt_set("q", "q.txt", [{"text": p, "category": None} for p in LLAMA_PROMPTS])
+    sid = submit_session(store, settings, set_id)
+    assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+    quick = store.get_session(sid)["summary"]["quick"]
+    widths = sorted(int(label.split("γ=")[1].split()[0]) for label in quick["probe"] if "0.5b" in label)
+    assert widths == [1, 3]  # llama.cpp's loop overhead is fitted at two widths
+    runs = [r for r in store.list_runs(sid) if r["draft"] == "qwen2.5-coder-0.5b" and r["kind"] == "speculative"]
+    assert all(r["summary"]["step_overhead"] is not None and r["summary"]["verify_in_loop"] for r in runs)
+    probe_only = open_probe_copy(store, sid, probe_runs=4)
+    headline = session_policies(store, [probe_only], engine="llama.cpp", temperature=0.0).recommendation
+    fixed = next(c for c in quick["confirmed"] if c["role"] == "best fixed γ")
+    if not headline.off:
+        assert (fixed["draft"], fixed["gamma"]) == (headline.draft_name, headline.gamma)
+        assert fixed["predicted_speedup"] == pytest.approx(headline.predicted_speedup)
+    assert fixed["measured_speedup"] and fixed["measured_over_predicted"] > 0
+
+
+def open_probe_copy(store: Store, sid: int, probe_runs: int = 2) -> int:
+    """A finished session holding only the quick session's probe runs (the first `probe_runs`, baseline included:
+    the evidence the decision had)."""
     session = store.get_session(sid)
     runs = store.list_runs(sid)
-    probe = {(r["draft"], r["gamma"], r["kind"]) for r in runs[:2]}
+    probe = {(r["draft"], r["gamma"], r["kind"]) for r in runs[:probe_runs]}
     copy = store.create_session(target=session["target"], drafts=session["drafts"], gammas=session["gammas"],
                                 temperatures=session["temperatures"], max_new_tokens=session["max_new_tokens"],
                                 options=session["options"])  # fmt: skip
@@ -130,7 +169,7 @@ def open_probe_copy(store: Store, sid: int) -> int:
     return copy
 
 
-SUMMARY_COLUMNS = ("alpha", "tokens_per_call", "tokens_per_s", "speedup_measured", "speedup_predicted", "c")
+SUMMARY_COLUMNS = RUN_COLUMNS
 
 
 def test_submit_defaults_to_quick_and_takes_policies(tmp_path: Path) -> None:

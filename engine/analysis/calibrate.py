@@ -64,8 +64,9 @@ class Calibration:
 
 
 def calibration(m: DraftMeasurement) -> Calibration | None:
-    """c fitted to the measured speedups, or None when nothing (possible) was measured or there is no draft
-    forward to charge (n-gram lookup).
+    """c fitted to the measured speedups, or None when nothing (possible) was measured, there is no draft
+    forward to charge (n-gram lookup), or c was measured inside the engine's loop with its step overhead (llama.cpp:
+    what the fit would absorb is measured, and a fit to one noisy γ would only bend the other γs).
 
     Measured speedups include overheads the model leaves out (scheduling, KV bookkeeping, a draft slower in the
     loop than alone). Charging them to c keeps the model's shape while passing through the measurements: per
@@ -74,7 +75,7 @@ def calibration(m: DraftMeasurement) -> Calibration | None:
     even with a free draft: a measurement problem (load, noise, prompts unlike the recorded ones), flagged and
     not calibrated to — the expected tokens are never scaled. Measurements that break a bound never count.
     """
-    if m.method != "draft_model":
+    if m.method != "draft_model" or m.c_in_loop:
         return None
     rejected = measurement_flags(m)
     num = den = 0.0

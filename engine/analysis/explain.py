@@ -209,6 +209,13 @@ def _calibration_notes(m: DraftMeasurement, row: GammaPoint) -> list[str]:
             f"{m.name}: c was measured between {min(m.c_values):.3f} and {max(m.c_values):.3f} across runs "
             f"(median {m.c:.3f}): the draft's cost is noisy on this machine."
         )
+    if m.step_overhead:
+        o = m.step_overhead
+        notes.append(
+            f"{m.name}: the engine's loop costs a drafting step {o.per_step:.2f} + {o.per_token:.2f} × its draft "
+            "tokens target steps beyond its forward passes, and c is the draft's own time in that loop (both measured "
+            "in its runs, so c is not fitted to the measured speedups); every prediction charges them."
+        )
     return notes
 
 

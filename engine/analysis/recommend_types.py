@@ -47,6 +47,7 @@ class DraftMeasurement:
     llamacpp_loop: bool = False  # measured in llama-server's drafting loop (the replay models that loop)
     c_values: list[float] = field(default_factory=list)  # c as each run measured it (its spread)
     step_overhead: StepOverhead = StepOverhead()  # the engine's cost per drafting step beyond its forwards
+    c_in_loop: bool = False  # c and the step overhead were measured inside the engine's loop: not calibrated
 
 
 @dataclass

@@ -75,7 +75,7 @@ def agreement_runs(draft: DraftSource, prompt_ids: list[int], output_ids: list[i
 
 def _confidences(logits: torch.Tensor) -> tuple[list[float], list[float]]:
     """Per row: the largest softmax probability, and the largest over the top-10 logits (llama.cpp's p)."""
-    logits = logits.float()
+    logits = logits.detach().float()
     full = torch.softmax(logits, -1).max(-1).values
     top = torch.topk(logits, min(LLAMACPP_TOP_K, logits.shape[-1]), dim=-1).values
     top10 = torch.softmax(top, -1)[..., 0]

@@ -266,6 +266,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         llamacpp_loop=bool(widest.get("llamacpp_loop")),
         c_values=[float(x) for x in cs],
         step_overhead=_step_overhead(runs),
+        c_in_loop=any((r.get("summary") or {}).get("verify_in_loop") for r in runs),
         measured_tokens_per_call={
             int(r["gamma"]): float(r["tokens_per_call"]) for r in runs if r.get("tokens_per_call")
         },

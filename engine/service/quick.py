@@ -20,29 +20,34 @@ from engine.session.sweep import SweepReport
 
 def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float, decision: Decision) -> None:
     """The recommended configuration (a policy when one beats every fixed γ) and the best fixed γ at
-    `temperature`, judged for the session's serving batch."""
+    `temperature`, judged for the session's serving batch. The fixed γ is the headline's — the recommendation
+    over every draft, n-gram lookup included — and only when that is off the chosen draft's best γ (confirmed to
+    show what off means)."""
     from engine.service.policies import recommendation_for, session_policies
 
     report = session_policies(store, [session_id], batch_size=spec.serving_batch, engine=spec.engine,
                               temperature=temperature, in_progress=session_id)  # fmt: skip
-    rec = recommendation_for(report)
+    headline = report.recommendation
+    rec = headline if headline is not None and not headline.off else recommendation_for(report)
     if rec is None or rec.draft_name is None or rec.gamma < 1:
         decision.notes.append(f"T={temperature:g}: nothing to confirm ({'; '.join(report.notes) or 'no draft'})")
         return
-    decision.off[temperature] = bool(report.recommendation and report.recommendation.off)
+    decision.off[temperature] = bool(headline is not None and headline.off)
     fixed = Choice("best fixed γ", rec.draft_name, rec.gamma, temperature, rec.predicted_speedup)
     best = report.best
     entry = registry.get(spec.engine)
     policy = parse_policy(best.policy) if best is not None else None
     runnable = policy is not None and entry.runs_policies and (entry.runs_policy is None
                                                                or entry.runs_policy(best.policy))  # fmt: skip
-    if best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible and runnable:
+    better = best is not None and best.predicted_speedup > rec.predicted_speedup
+    if best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible and better:
         assert report.chosen is not None
-        decision.choices.append(Choice("recommended", report.chosen.draft, 0, temperature, best.predicted_speedup,
-                                       policy))  # fmt: skip
-    elif best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible:
-        decision.notes.append(f"T={temperature:g}: the best policy, {best.policy}, does not run in {entry.label}: "
-                              "its best fixed γ is confirmed instead")  # fmt: skip
+        if runnable:
+            decision.choices.append(Choice("recommended", report.chosen.draft, 0, temperature,
+                                           best.predicted_speedup, policy))  # fmt: skip
+        else:
+            decision.notes.append(f"T={temperature:g}: the best policy, {best.policy}, does not run in "
+                                  f"{entry.label}: its best fixed γ is confirmed instead")  # fmt: skip
     decision.choices.append(fixed)
 
 

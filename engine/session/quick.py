@@ -2,9 +2,10 @@
 
 Instead of every configuration of the grid, a quick session runs the target alone and each draft once (at the
 grid's widest γ, so the recorded pass reaches every γ the grid names, and c, v(k) and acceptance are measured in
-the engine's own loop; a draft model in llama.cpp at the narrowest γ too: its loop's step overhead needs two widths); the one prediction model then predicts the whole grid (every γ and policy) from that
-recorded pass, and the configurations it recommends — the best policy and the best fixed γ — run live beside the
-target alone to confirm them. The full grid stays available (mode "full")."""
+the engine's own loop; a draft model in llama.cpp at the narrowest γ too: its loop's step overhead needs two
+widths); the one prediction model then predicts the whole grid (every γ and policy) from that recorded pass, and
+the configurations it recommends — the best policy and the best fixed γ — run live beside the target alone to
+confirm them. The full grid stays available (mode "full")."""
 
 from __future__ import annotations
 
