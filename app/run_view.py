@@ -46,8 +46,9 @@ def bundled_label(name: str) -> str:
     return f"{name} — {model.description}" if model else name
 
 
-def default_dtype(hardware_kind: str | None) -> str:
-    return "bfloat16" if hardware_kind == "cuda" else "float32"
+def default_dtype(hw: Mapping[str, Any]) -> str:
+    """The dtype this machine runs well (engine.measure.hardware.default_dtype), as the hardware description says."""
+    return str(hw.get("default_dtype") or "float32")
 
 
 def effective_target(choice: str | None, text: str | None) -> str:

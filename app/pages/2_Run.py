@@ -40,8 +40,8 @@ with st.container(border=True):
         help="When filled in, this replaces the target chosen on the left.",
     )  # fmt: skip
     dtype = col_dt.selectbox(
-        "dtype", rv.DTYPES, index=rv.DTYPES.index(rv.default_dtype(common.hardware().get("kind"))), key="dtype",
-        help="The dtype the engine computes in; a GGUF's quantised weights are dequantised to it.",
+        "dtype", rv.DTYPES, index=rv.DTYPES.index(rv.default_dtype(common.hardware())), key="dtype",
+        help="Default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32. GGUF weights dequantise to it.",
     )  # fmt: skip
     prompt_set_id = col_p.selectbox(
         "Prompt set", list(sets_by_id), format_func=lambda i: data.prompt_set_label(sets_by_id[i]), key="prompt_set",

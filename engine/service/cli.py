@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SpectuneError
+from engine.measure.hardware import machine_dtype
 from engine.service import endpoint_cli, policy_cli, recommend_cli, report_cli
 
 EXIT_USAGE = 2
@@ -54,7 +55,8 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", type=_dtype, default="bfloat16")
+    p.add_argument("--dtype", type=_dtype, default=None,
+                   help="default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32 (as the Run page)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
@@ -131,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        dtype=args.dtype,
+        dtype=args.dtype or machine_dtype(),
         device=args.device,
         chat_template=not args.no_chat_template,
         measure_verify_cost=True,

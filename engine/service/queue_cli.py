@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.engines.registry import concurrency_for, engine_from_cli
 from engine.errors import SpectuneError
+from engine.measure.hardware import machine_dtype
 from engine.session.spec import MODES, SessionSpec
 
 
@@ -75,7 +76,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     temps = _defaults(args.temperature, 0.0)
     settings = SessionSpec(
         target=args.target, drafts=drafts, gammas=gammas, temperatures=temps, max_new_tokens=args.max_new_tokens,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype, device=args.device,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype or machine_dtype(), device=args.device,
         chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
         engine=engine_from_cli(args.engine),
         serving_batch=args.serving_batch, detect_regime=not args.no_regime, mode=args.mode,
