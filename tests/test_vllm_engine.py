@@ -16,8 +16,9 @@ from test_suffix_export import suffix_rec
 from engine.analysis.export import export
 from engine.core.policy import parse_policy
 from engine.engines import registry
-from engine.engines.vllm import choose_dtype, cpu_has_bf16, speculative_config
+from engine.engines.vllm import choose_dtype, speculative_config
 from engine.errors import SettingsError
+from engine.measure.hardware import cpu_has_bf16
 from engine.session.runner import RunKey, plan_runs
 from engine.session.spec import SessionSpec, VllmOptions
 from engine.vllm.binaries import find_vllm

@@ -28,7 +28,8 @@ from engine.analysis.export import export
 from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.endpoint.metrics import parse_metrics
 from engine.engines import registry
-from engine.engines.vllm import VllmRunner, cpu_has_bf16
+from engine.engines.vllm import VllmRunner
+from engine.measure.hardware import cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session

@@ -25,6 +25,7 @@ from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
+from engine.measure.hardware import cpu_has_bf16
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec, VllmOptions, gammas_and_policies, validate
@@ -34,7 +35,6 @@ from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
 REQUEST_TIMEOUT_S = 600.0
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 WARM_UP_TEXT = "Warm-up request."
 
 
@@ -51,17 +51,6 @@ def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     for draft in spec.drafts:
         if is_suffix(draft):
             parse_suffix_spec(draft)  # a malformed spec is refused here, before any server starts
-
-
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has bf16 instructions (AVX512_BF16 or AMX-BF16), from /proc/cpuinfo's flags."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-        except OSError:
-            return False
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return any(flag in flags for flag in BF16_FLAGS)
 
 
 def choose_dtype(requested: str, build: str, cpuinfo: str | None = None) -> tuple[str, str | None]:
