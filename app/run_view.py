@@ -46,6 +46,21 @@ def bundled_label(name: str) -> str:
     return f"{name} — {model.description}" if model else name
 
 
+TARGET_PLACEHOLDER = "local path, .gguf, cached model id, or tiny:SEED:VOCAB:LAYERS:HIDDEN"
+DRAFTS_PLACEHOLDER = "path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)"
+ESTIMATE_HELP = ("The form's session, not queued: its live configurations, the time at the pace of the newest "
+                 "comparable session on this machine, and the memory its models' weights hold.")
+
+
+def estimate_lines(store: Any, state: Mapping[str, Any]) -> list[str]:
+    """What the form's session would take (engine.service.estimate), one sentence each; SpectuneError when the
+    form is invalid (the same message Start would give)."""
+    from engine.service.estimate import estimate_for
+
+    spec, _, count = session_spec(RunForm.from_state(state))
+    return estimate_for(store, spec, count).sentences()
+
+
 def default_dtype(hw: Mapping[str, Any]) -> str:
     """The dtype this machine runs well (engine.measure.hardware.default_dtype), as the hardware description says."""
     return str(hw.get("default_dtype") or "float32")

@@ -377,6 +377,18 @@ def test_start_session_queues_it_and_starts_the_worker(env):
     assert "Progress: 0 / 0" in at.get("progress")[0].proto.text
 
 
+def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
+    add_prompts(env.store, [("p1", None), ("p2", None)])
+    at = page("pages/2_Run.py")
+    fill_run_form(at)
+    at.button(key="estimate_session").click()
+    at.run()
+    assert_clean(at)
+    said = unescape_md(texts(at.info))
+    assert "configuration(s) to run live" in said and "time unknown until a session" in said, said
+    assert env.store.list_sessions() == [] and env.worker_calls == []
+
+
 def test_policies_typed_in_the_run_form_run_live_and_show_in_the_header(env):
     add_prompts(env.store, [("p1", None), ("p2", None)])
     at = page("pages/2_Run.py")

@@ -34,11 +34,8 @@ with st.container(border=True):
     col_t, col_x, col_dt, col_p = st.columns([3, 3, 2, 3])
     target_choice = col_t.selectbox("Target model", rv.bundled_names(), index=rv.default_target_index(),
                                     format_func=rv.bundled_label, key="target_choice")  # fmt: skip
-    target_text = col_x.text_input(
-        "…or another target", key="target_text",
-        placeholder="local path, .gguf, cached model id, or tiny:SEED:VOCAB:LAYERS:HIDDEN",
-        help="When filled in, this replaces the target chosen on the left.",
-    )  # fmt: skip
+    target_text = col_x.text_input("…or another target", key="target_text", placeholder=rv.TARGET_PLACEHOLDER,
+                                   help="When filled in, this replaces the target chosen on the left.")  # fmt: skip
     dtype = col_dt.selectbox(
         "dtype", rv.DTYPES, index=rv.DTYPES.index(rv.default_dtype(common.hardware())), key="dtype",
         help="Default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32. GGUF weights dequantise to it.",
@@ -63,10 +60,7 @@ with st.container(border=True):
         draft_options = rv.draft_options(target)
         col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
                           key="drafts_choice", help=rv.DRAFTS_HELP)  # fmt: skip
-        col_d.text_input(
-            "…and other drafts (comma-separated)", key="drafts_text",
-            placeholder="path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)",
-        )  # fmt: skip
+        col_d.text_input("…and other drafts (comma-separated)", key="drafts_text", placeholder=rv.DRAFTS_PLACEHOLDER)
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")
         col_g.text_input("Drafting policies to run live (optional)", key="policies_text", help=rv.POLICY_HELP,
@@ -98,6 +92,10 @@ with st.container(border=True):
             st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
                           **rv.CONCURRENCY_INPUT)  # fmt: skip
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
+        estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
+
+if estimate and (lines := common.attempt(rv.estimate_lines, store, st.session_state, action="estimate the session")):
+    st.info(md_escape(" ".join(lines)))
 
 if submitted:
     try:

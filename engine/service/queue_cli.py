@@ -37,6 +37,8 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         help="which --max-prompts prompts: the first in file order, or stratified by category "
         "(default: stratified when the file names two or more categories)",
     )  # fmt: skip
+    submit.add_argument("--estimate", action="store_true",
+                        help="print the estimated time and memory (as the Run page's Estimate) and queue nothing")
     submit.add_argument(
         "--mode", choices=MODES, default="quick",
         help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
@@ -93,6 +95,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
     validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
+    if args.estimate:
+        from engine.service.estimate import estimate_for
+
+        print("\n".join(estimate_for(store, settings, count).sentences()))
+        return 0
     set_id, added, dupes = store.add_prompt_set(
         Path(args.prompts).name, Path(args.prompts).name,
         [{"text": p.text, "category": p.category} for p in parsed.prompts],

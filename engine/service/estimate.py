@@ -1,0 +1,121 @@
+"""How long a session will take and how much memory its models hold, said before it starts (issue #21, item 8).
+
+Time: the newest finished session on this machine (the same hardware line) in the same engine, with the same
+target and dtype, gave seconds per configuration × prompt × new token, its whole wall time included (model loads,
+the v(k) probe, the drafts' recorded passes); the new session's plan is charged at that rate. Memory: the PyTorch
+loop holds each model's parameters at the dtype's width; a llama-server maps its GGUF (its KV cache and buffers
+come on top: the session's own plan says them before the servers start, engine.llamacpp.memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.analysis.export.refs import bundled_gguf_path
+from engine.drafts.refs import draft_method
+from engine.engines import registry
+from engine.models.bundled import BUNDLED, parameter_count
+from engine.session.quick import probe_plan
+from engine.session.spec import SessionSpec
+
+LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
+BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
+CONFIRMATIONS = 3  # a quick session's confirmation: a fresh baseline and at most two choices, per temperature
+
+
+@dataclass(frozen=True)
+class SessionEstimate:
+    configurations: int  # live configurations (runs) the session plans, baselines included
+    seconds: float | None  # None: no comparable session has run on this machine yet
+    source: str | None
+    memory_bytes: int | None  # the models' weights (None: not known before loading)
+    memory_what: str = ""
+    cheaper: tuple[str, ...] = ()  # what would take less, for a long session
+
+    def sentences(self) -> list[str]:
+        work = f"{self.configurations} configuration(s) to run live"
+        if self.seconds is None:
+            lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here."]
+        else:
+            lines = [f"{work}: about {_minutes(self.seconds)} on this machine (at the pace of {self.source})."]
+        if self.memory_bytes is not None:
+            lines.append(f"Memory: about {self.memory_bytes / 1024**3:.1f} GiB for {self.memory_what}.")
+        if self.seconds is not None and self.seconds > LONG_S:
+            lines.append(f"That is long: {', '.join(self.cheaper)} would take less.")
+        return lines
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def planned_configurations(spec: SessionSpec) -> int:
+    """The runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
+    entry = registry.get(spec.engine)
+    levels = registry.levels_of(spec)
+    if spec.mode == "quick":
+        return len(probe_plan(spec, levels, entry.loop_overhead)) + CONFIRMATIONS * len(spec.temperatures) * len(levels)
+    return len(entry.plan(spec, levels))
+
+
+def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
+    """Seconds per configuration × prompt × token of the newest comparable finished session, and which it was."""
+    for s in sessions:
+        options = s.get("options") or {}
+        same = (s.get("status") == "done" and s.get("hardware") == hardware and s.get("target") == spec.target
+                and (options.get("engine") or "spectune") == spec.engine
+                and (s.get("dtype") == spec.dtype or registry.get(spec.engine).fixed_weights))  # fmt: skip
+        summary = s.get("summary") or {}
+        runs = len(summary.get("runs") or []) + len(summary.get("baselines") or [])
+        work = runs * int(s.get("n_prompts") or 0) * int(s.get("max_new_tokens") or 0)
+        if not same or not work or s.get("started_at") is None or s.get("finished_at") is None:
+            continue
+        wall = (s["finished_at"] - s["started_at"]).total_seconds()
+        if wall > 0:
+            return wall / work, f"session #{s['id']}: {wall / 60:.1f} min for {runs} × {s['n_prompts']} × " \
+                                f"{s['max_new_tokens']} tokens"
+    return None
+
+
+def weights(spec: SessionSpec) -> tuple[int | None, str]:
+    """The bytes the session's models hold as weights, and of what."""
+    models = [spec.target] + [d for d in spec.drafts if d != "none" and draft_method(d) == "draft_model"]
+    if registry.get(spec.engine).fixed_weights:
+        sizes = []
+        for ref in models:
+            path = bundled_gguf_path(ref) if ref in BUNDLED else Path(ref).expanduser()
+            if not path.is_file():
+                return None, ""
+            sizes.append(path.stat().st_size)
+        return sum(sizes), f"{len(models)} GGUF file(s), mapped once (each llama-server's KV cache comes on top)"
+    counts = [parameter_count(ref) for ref in models]
+    if any(c is None for c in counts):
+        return None, ""
+    width = BYTES_PER_VALUE.get(spec.dtype, 4)
+    return sum(counts) * width, f"{len(models)} model(s) in {spec.dtype} (the KV cache and activations on top)"  # type: ignore[arg-type]
+
+
+def estimate_session(
+    sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, n_prompts: int, hardware: str
+) -> SessionEstimate:
+    """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line);
+    `sessions` newest first."""
+    configurations = planned_configurations(spec)
+    rate = pace(sessions, spec, hardware)
+    seconds = rate[0] * configurations * n_prompts * spec.max_new_tokens if rate else None
+    memory, what = weights(spec)
+    cheaper = (["a quick session"] if spec.mode != "quick" else []) + ["fewer γs, drafts, prompts or new tokens"]
+    if not registry.get(spec.engine).fixed_weights:  # an engine running quantised weights is faster on a CPU
+        quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
+        cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
+    return SessionEstimate(configurations, seconds, rate[1] if rate else None, memory, what, tuple(cheaper))
+
+
+def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:
+    """The estimate for a session about to be submitted, from the sessions this store holds."""
+    from engine.measure.hardware import describe_hardware
+
+    return estimate_session(store.list_sessions(limit=100), spec, n_prompts, str(describe_hardware()["label"]))

@@ -1,0 +1,68 @@
+"""Time and memory said before a session starts (issue #21, item 8): at the pace of the newest comparable session
+on this machine, with what its models' weights hold; the Run page's Estimate and `submit --estimate` agree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.measure.hardware import describe_hardware
+from engine.service.estimate import LONG_S, estimate_for, planned_configurations
+from engine.session.spec import SessionSpec
+from store import Store, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+
+
+def finished(store: Store, spec: SessionSpec, runs: int, hardware: str) -> int:
+    """A finished session as the worker leaves one (its timestamps are the store's own)."""
+    sid = store.create_session(target=spec.target, drafts=spec.drafts, gammas=spec.gammas,
+                               temperatures=spec.temperatures, max_new_tokens=spec.max_new_tokens, dtype=spec.dtype,
+                               n_prompts=4, options={"engine": spec.engine})  # fmt: skip
+    store.claim_next_session("test:1")
+    store.set_hardware(sid, hardware)
+    store.finish_session(sid, "done", summary={"runs": [{}] * (runs - 1), "baselines": [{}]})
+    return sid
+
+
+def test_the_estimate_runs_at_the_pace_of_the_last_comparable_session_here(store: Store) -> None:
+    spec = SessionSpec(target="qwen2.5-coder-1.5b", drafts=["qwen2.5-coder-0.5b", "ngram"], gammas=[1, 2, 4],
+                       max_new_tokens=32, dtype="float32", mode="full")  # fmt: skip
+    assert planned_configurations(spec) == 7  # the target alone + 2 drafts × 3 γ
+    nothing = estimate_for(store, spec, 10)
+    assert nothing.seconds is None and "time unknown" in nothing.sentences()[0]
+    # 1.5B + 0.5B parameters in float32: the weights alone
+    assert nothing.memory_bytes is not None and 6 * 1024**3 < nothing.memory_bytes < 9 * 1024**3
+    here = str(describe_hardware()["label"])
+    finished(store, spec, 5, "another machine")  # never the pace of another machine
+    sid = finished(store, spec, 5, here)
+    session = store.get_session(sid)
+    wall = (session["finished_at"] - session["started_at"]).total_seconds()
+    got = estimate_for(store, spec, 10)
+    assert got.seconds == pytest.approx(wall / (5 * 4 * 32) * 7 * 10 * 32)
+    assert f"session #{sid}" in got.sentences()[0] and got.configurations == 7
+    quick = SessionSpec(**{**spec.__dict__, "mode": "quick"})
+    assert planned_configurations(quick) == 3 + 3  # probe: baseline + each draft at γ=4; a confirmation
+    long = type(got)(7, LONG_S + 1, "x", None, cheaper=("a quick session",))
+    assert "That is long: a quick session would take less." in long.sentences()
+
+
+def test_submit_estimate_prints_it_and_queues_nothing(tmp_path: Path) -> None:
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Say hello.\nName a colour.\n")
+    db = tmp_path / "spectune.db"
+    env = {"SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "engine", "submit", "--prompts", str(prompts), "--estimate",
+                           "--draft", "ngram", "--gamma", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "configuration(s) to run live" in done.stdout and "Memory: about" in done.stdout
+    assert not db.exists() or open_store(f"sqlite:///{db}").list_sessions() == []
