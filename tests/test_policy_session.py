@@ -12,6 +12,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from engine.analysis.export import VLLM_VERSION
 from engine.engines.registry import validate
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
@@ -121,6 +122,13 @@ def test_policies_cli_and_recommend_export(session, capsys, tmp_path):
     llama = (tmp_path / "policy-llama-server-flags.txt").read_text()
     shlex.split(llama, comments=True)
     json.loads((tmp_path / "policy-transformers-generate-kwargs.json").read_text())
+    assert json.loads((tmp_path / "policy-vllm-speculative-config.json").read_text())["engine_version"] == VLLM_VERSION
+    older = tmp_path / "older"
+    older.mkdir()  # the vLLM the user deploys, as for --export (issue #19)
+    assert cli.main(["recommend", "--session", str(sid), "--policy-export", "vllm", "--policy-out", str(older),
+                     "--vllm-version", "0.30.0"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert json.loads((older / "policy-vllm-speculative-config.json").read_text())["engine_version"] == "0.30.0"
     assert cli.main(["policies", "--session", "999"]) == 2
     assert "does not exist" in capsys.readouterr().err
 

@@ -257,9 +257,10 @@ def recommendation_for(report: PolicyReport) -> Recommendation | None:
     return rec
 
 
-def export_best(report: PolicyReport, fmt: str) -> PolicyExport:
+def export_best(report: PolicyReport, fmt: str, vllm_version: str | None = None) -> PolicyExport:
     """The recommended policy for one engine (the closest fixed γ where the engine cannot express it); off when
-    no replayed policy may be recommended (the recommender's rules: objective, budget, crossover, width, depth)."""
+    no replayed policy may be recommended (the recommender's rules: objective, budget, crossover, width, depth).
+    `vllm_version`: the vLLM the vLLM file is written for (None: the one spectune checked)."""
     rec = recommendation_for(report)
     best, fixed = report.best, report.best_fixed
     if rec is None or best is None or fixed is None:
@@ -270,12 +271,14 @@ def export_best(report: PolicyReport, fmt: str) -> PolicyExport:
             f"Speculation off: no policy may be recommended for {report.objective} (best {best.policy}: "
             f"{best.predicted_speedup:.2f}×, cost ×{best.cost_multiplier:.2f}: {best.infeasible_why})."
         )
-        return export_policy(replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target)
+        return export_policy(replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target,
+                             vllm_version=vllm_version)  # fmt: skip
     predicted = {
         "tokens_per_call": best.tokens_per_call, "speedup": best.predicted_speedup,
         "gain": report.chosen.comparison.gain, "best_fixed_gamma": closest, "basis": best.basis,
     }  # fmt: skip
-    return export_policy(rec, best.policy, fmt, closest_gamma=closest, predicted=predicted, target=report.target)
+    return export_policy(rec, best.policy, fmt, closest_gamma=closest, predicted=predicted, target=report.target,
+                         vllm_version=vllm_version)  # fmt: skip
 
 
 def prove(store: Any, report: PolicyReport, n: int) -> tuple[int, list[str]]:

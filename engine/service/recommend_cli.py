@@ -126,15 +126,16 @@ def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> N
     for note in report.chosen.comparison.notes:
         print(f"policy note: {note}")
     if args.policy_export:
-        write_policy_exports(report, args.policy_export, args.policy_out)
+        version = check_vllm_version(args.vllm_version) if args.vllm_version is not None else None
+        write_policy_exports(report, args.policy_export, args.policy_out, version)
 
 
-def write_policy_exports(report: PolicyReport, fmt: str, folder_arg: str) -> None:
+def write_policy_exports(report: PolicyReport, fmt: str, folder_arg: str, vllm_version: str | None = None) -> None:
     folder = Path(folder_arg)
     if not folder.is_dir():
         raise SpectuneError(f"--policy-out {folder_arg}: not a folder")
     for one in FORMATS if fmt == "all" else (fmt,):
-        exported = export_best(report, one)
+        exported = export_best(report, one, vllm_version)
         path = folder / ("policy-" + exported.filename)
         path.write_text(exported.text, encoding="utf-8")
         status = "exact" if exported.exact else f"closest: {exported.runs}; lost: {'; '.join(exported.lost)}"
