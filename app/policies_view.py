@@ -81,6 +81,7 @@ def table_frame(d: DraftPolicies, top: int | None = None) -> pd.DataFrame:
             "basis": [r["basis"] for r in rows],
             "live tokens/call": [r["live_tokens_per_call"] for r in rows],
             "live speedup": [r["live_speedup"] for r in rows],
+            "live check": [r["live_flag"] or "" for r in rows],  # a live speedup that breaks its bound says so here
             "may be recommended": ["yes" if r["feasible"] else r["why_not"] for r in rows],
         }
     )

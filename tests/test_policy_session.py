@@ -233,3 +233,24 @@ def test_the_recommend_page_s_recommendation_is_reused_not_computed_again(sessio
     report = session_policies(store, [sid], engine="spectune", recommended=computed)
     assert report.recommendation is computed[0]
     assert report.best.policy == session_policies(store, [sid]).best.policy  # the same answer as computed afresh
+
+
+def test_the_policy_table_flags_an_impossible_live_speedup_in_its_own_row(session):
+    """The browser walk saw a fixed γ's live 2.26× beside its live 1.89 tokens per call in the Policies table with no
+    flag (only the replayed-beside-live table had a check column): the table says it in the row."""
+    from app.policies_view import table_frame
+
+    store, sid, _ = session
+    fixed = [r for r in store.list_runs(sid) if r["kind"] == "speculative" and r["gamma"]]
+    run = next(r for r in fixed if not (r.get("summary") or {}).get("policy_live"))
+    kept = {"speedup_measured": run["speedup_measured"], "summary": run["summary"]}
+    try:
+        store.update_run(run["id"], speedup_measured=(run["tokens_per_call"] or 1.0) * 3,
+                         summary={**run["summary"], "speedup_flag": None})  # fmt: skip
+        report = session_policies(store, [sid])
+        frame = table_frame(next(d for d in report.drafts if d.draft == run["draft"]))
+        row = frame[frame["policy"] == f"fixed:{run['gamma']}"].iloc[0]
+        assert "measurement error" in row["live check"], row.to_dict()
+        assert (frame["live check"] == "").sum() >= 1  # a live figure that stands carries none
+    finally:
+        store.update_run(run["id"], **kept)
