@@ -142,12 +142,16 @@ def best_banner(report: PolicyReport, escape: Callable[[Any], str]) -> tuple[str
         return "No replayable draft trace in these sessions.", False
     gain = report.chosen.comparison.gain
     if not best.feasible:
-        return (
+        head = (
             f"**No policy pays** for {escape(report.chosen.draft)}: the best, {escape(best.policy)}, predicts "
-            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} ({escape(best.infeasible_why)}) — "
-            f"serve the target alone (its exports turn speculation off).",
-            False,
+            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} ({escape(best.infeasible_why)})"
         )
+        rec = report.recommendation
+        if rec is not None and not rec.off and rec.draft_name != report.chosen.draft:  # one answer: the headline's
+            return (f"{head}. The recommendation is {escape(rec.draft_name)} at a fixed γ={rec.gamma} "
+                    f"({rec.predicted_speedup:.2f}× predicted), which has no policy to replay here: its exports are "
+                    "the Recommend page's.", False)  # fmt: skip
+        return f"{head} — serve the target alone (its exports turn speculation off).", False
     if best.kind == "fixed":
         return (
             f"**A fixed γ is already as good** for {escape(report.chosen.draft)}: {escape(best.policy)} predicts "

@@ -254,3 +254,22 @@ def test_the_policy_table_flags_an_impossible_live_speedup_in_its_own_row(sessio
         assert (frame["live check"] == "").sum() >= 1  # a live figure that stands carries none
     finally:
         store.update_run(run["id"], **kept)
+
+
+def test_no_policy_paying_for_one_draft_names_the_headline_when_another_draft_pays():
+    """llama.cpp's n-gram lookup has no policy to replay, so the Policies page judged only the draft model and said
+    "serve the target alone" beside a headline of n-gram γ=3 at 1.09×: one question, one answer."""
+    from types import SimpleNamespace
+
+    from app.policies_view import best_banner
+
+    best = SimpleNamespace(feasible=False, policy="confidence:0.6:4:2", predicted_speedup=0.76, cost_multiplier=1.32,
+                           infeasible_why="not faster than the target alone")  # fmt: skip
+    chosen = SimpleNamespace(draft="qwen2.5-coder-0.5b", comparison=SimpleNamespace(gain=0.0))
+    headline = SimpleNamespace(off=False, draft_name="ngram", gamma=3, predicted_speedup=1.09)
+    report = SimpleNamespace(best=best, best_fixed=best, chosen=chosen, recommendation=headline)
+    text, _ = best_banner(report, str)
+    assert "The recommendation is ngram at a fixed γ=3 (1.09× predicted)" in text
+    assert "serve the target alone" not in text
+    text, _ = best_banner(SimpleNamespace(**{**report.__dict__, "recommendation": SimpleNamespace(off=True)}), str)
+    assert "serve the target alone" in text
