@@ -61,12 +61,8 @@ class StepOverhead:
 
 
 def fitted_v(fit: VerifyFit | None, k: float) -> float:
-    """v at a fractional width (a run's mean): linear between the integer widths around it."""
-    if fit is None or k <= 1:
-        return 1.0
-    lo = int(k)
-    low = fit.at(lo) if lo > 1 else 1.0
-    return low + (fit.at(lo + 1) - low) * (k - lo)
+    """v at a run's mean width (fractional): the fit's own piecewise-linear line, capped at k; 1 without a fit."""
+    return 1.0 if fit is None or k <= 1 else fit.at(k)
 
 
 def fit_step_overhead(points: Sequence[LoopPoint], fit: VerifyFit | None) -> StepOverhead:

@@ -124,14 +124,15 @@ class VerifyFit:
     def largest_k(self) -> int:
         return max(self.values)
 
-    def at(self, k: int) -> float:
+    def at(self, k: float) -> float:
+        """v(k), linear between measured k (a fractional k too: a run's mean width), capped at k."""
         return min(self._line(k), float(k))
 
     def extrapolated(self, k: int) -> bool:
         """Is v(k) beyond the largest measured k (a line, not a measurement)?"""
         return k > self.largest_k
 
-    def _line(self, k: int) -> float:
+    def _line(self, k: float) -> float:
         if k in self.values:
             return self.values[k]
         ks = sorted(self.values)
