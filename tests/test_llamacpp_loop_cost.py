@@ -16,6 +16,7 @@ from engine.llamacpp.draft_stats import DraftStats, last_stats
 from engine.llamacpp.server import ServerConfig
 from engine.session.spec import SessionSpec
 from tests.test_llamacpp import DRAFT, PROMPTS, TARGET, Recorder
+from tests.test_llamacpp import no_server_left_behind as no_server_left_behind  # autouse: every server stops
 
 # as llama-server build 11434 logs it at verbosity 4 after a request
 LINE = ("0.07.957.632 I spec common_specu: statistics     draft-simple: #calls(b,g,a) =    2      9      9, "

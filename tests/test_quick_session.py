@@ -23,6 +23,7 @@ from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, validate
 from engine.session.summary import RUN_COLUMNS
 from store import Store, open_store
+from tests.test_llamacpp import no_server_left_behind as no_server_left_behind  # autouse: every server stops
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
