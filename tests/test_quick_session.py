@@ -74,7 +74,7 @@ def test_the_probe_is_the_baseline_and_each_draft_once_at_the_widest_gamma() -> 
 def test_an_engine_whose_loop_costs_a_step_more_probes_each_draft_model_at_two_widths() -> None:
     # llama.cpp's step overhead is fitted per step and per verified token: one width cannot tell them apart
     s = spec(gammas=[1, 2, 4])
-    assert registry.get("llama.cpp").loop_overhead and not registry.get("spectune").loop_overhead
+    assert registry.get("llama.cpp").two_width_probe and not registry.get("spectune").two_width_probe
     assert [k.label() for k in probe_plan(s, two_widths=True)] == [
         "baseline T=0", f"{DRAFT} γ=1 T=0", f"{DRAFT} γ=4 T=0", "ngram γ=4 T=0",  # n-gram lookup: no draft forward
     ]  # fmt: skip

@@ -8,6 +8,9 @@ models (2-core Xeon, Q4_K_M, 6 Spec-Bench prompts × 32 tokens, the draft's own 
 statistics): one verify of k = 2, 3, 5 positions cost 2.15, 2.58 and 3.36 single-token target steps against
 llama-bench's 1.34, 1.64 and 1.96, while the draft's time per token in the loop was its time alone (0.89–1.02×).
 
+spectune's own loop is timed the same way (engine.engines.spectune): there a drafting step also pays the verify's
+bookkeeping, the KV-cache crop and an n-gram lookup beside the target's forward.
+
 So a step that verifies d ≥ 1 draft tokens is charged `per_step + per_token · d` more, in target-step units, both
 fitted (non-negative) to the in-loop points (k̄, v_loop) of a session's runs: one run fixes `per_step` alone, two
 widths or more fit both. A step that drafted nothing is a plain target step and pays none of it.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Any
 
 from engine.analysis.theory import VerifyFit
@@ -35,6 +39,43 @@ class LoopPoint:
 
     def to_dict(self) -> dict[str, float]:
         return {"k": round(self.k, 4), "v": round(self.v, 4), "steps": self.steps}
+
+
+@dataclass(frozen=True)
+class InLoop:
+    """One request (one prompt) as an engine's loop spent its time: the target's ms (its calls, and whatever the
+    loop spends beside the draft's forwards) and the draft's ms (its forwards: what c charges), over
+    `drafting_calls` target calls that verified a draft and `plain_calls` that did not; `drafted` draft tokens and
+    `forwards` draft forwards in all."""
+
+    index: int
+    target_ms: float
+    draft_ms: float
+    drafting_calls: int
+    plain_calls: int
+    drafted: float
+    forwards: int
+
+
+def loop_point(requests: Sequence[InLoop], call_ms: Mapping[int, Sequence[float]]) -> tuple[LoopPoint | None,
+                                                                                             list[float]]:  # fmt: skip
+    """A run's verify in the loop, in units of the same prompt's target-alone step (`call_ms[index]`, its median),
+    and c as each request measured it there (the draft's ms per forward ÷ that step). Requests whose prompt has no
+    target-alone step are left out; no point without a drafting call."""
+    units = steps = drafted = 0.0
+    costs: list[float] = []
+    for r in requests:
+        if not call_ms.get(r.index):
+            continue
+        call = median(call_ms[r.index])
+        units += r.target_ms / call - r.plain_calls
+        steps += r.drafting_calls
+        drafted += r.drafted
+        if r.forwards:
+            costs.append(r.draft_ms / r.forwards / call)
+    if not steps:
+        return None, costs
+    return LoopPoint(k=1.0 + drafted / steps, v=units / steps, steps=steps), costs
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any, ClassVar
 
-from engine.analysis.step_overhead import LoopPoint
+from engine.analysis.step_overhead import InLoop, LoopPoint, loop_point
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
@@ -49,21 +48,6 @@ from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
-
-
-@dataclass(frozen=True)
-class InLoop:
-    """One request's time split as llama-server's loop spent it: the target's ms (its calls) and the draft's ms
-    (its logged generation time), over `drafting_calls` calls that verified a draft and `plain_calls` that did not."""
-
-    index: int
-    target_ms: float
-    draft_ms: float
-    drafting_calls: int
-    plain_calls: int
-    drafted: float
-    forwards: int
-
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
 STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the session stops
@@ -332,19 +316,11 @@ class LlamaCppRunner:
         points: dict[RunKey, LoopPoint] = {}
         costs: dict[str, list[float]] = {}
         for key, requests in self.in_loop.items():
-            units = steps = drafted = 0.0
-            for r in requests:
-                if r.index not in self.call_ms:
-                    continue
-                call = median(self.call_ms[r.index])
-                units += r.target_ms / call - r.plain_calls
-                steps += r.drafting_calls
-                drafted += r.drafted
-                if r.forwards:
-                    costs.setdefault(key.draft, []).append(r.draft_ms / r.forwards / call)
-            if steps:
-                points[key] = LoopPoint(k=1.0 + drafted / steps, v=units / steps, steps=steps)
-        return points, costs
+            point, values = loop_point(requests, self.call_ms)
+            if point is not None:
+                points[key] = point
+            costs.setdefault(key.draft, []).extend(values)
+        return points, {d: v for d, v in costs.items() if v}
 
     def side_measure(self, index: int) -> None:
         """Each draft model alone on this prompt, right after the prompt's round: c from neighbouring requests."""
@@ -374,7 +350,8 @@ class LlamaCppRunner:
                              f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip
         speculated = [ref for ref in self.alone if any(k.draft == ref and c not in self.failed
                                                        for k, c in self.configs.items())]  # fmt: skip
-        if speculated:  # every draft model's trace: the Policies page replays any llama.cpp session
+        # every draft model's trace: the Policies page replays any llama.cpp session (a confirmation has them)
+        if speculated and ctx.record_traces:
             out.traces = self._traces(speculated, baselines.get(0.0), ctx, out.notes)
         return out
 

@@ -36,9 +36,10 @@ class EngineEntry:
     batches: bool = False  # batches requests continuously: each configuration is measured at the spec's concurrency
     plan: Callable[[SessionSpec, Sequence[int]], list[RunKey]] = plan_runs  # the configurations a session runs
     deployment: bool = False  # measures a running deployment as it is: no draft or γ of ours to recommend from
-    # its loop costs a drafting step more than its forward passes (engine.analysis.step_overhead), fitted from its
-    # runs: a quick session probes each draft model at two widths
-    loop_overhead: bool = False
+    # its loop's step overhead (engine.analysis.step_overhead: what a drafting step costs beyond its forwards, fitted
+    # from every engine's runs) grows with the verified width (llama-server's sampler at every position): a quick
+    # session probes each draft model at two widths to fit both terms, where one width fits the per-step term
+    two_width_probe: bool = False
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -111,15 +112,16 @@ def levels_of(spec: SessionSpec) -> list[int]:
 
 def sweep(
     spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, pool: ModelPool | None = None,
-    plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
+    plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None, traces: bool = True,
 ) -> SweepReport:  # fmt: skip
     """Validate `spec` for its engine and run its sweep there: the engine's plan, or `plan` (a quick session's
-    probe or confirmation); `verify_cost` measured before in the session is not measured again."""
+    probe or confirmation); `verify_cost` measured before in the session is not measured again, nor the traces
+    when `traces` is False."""
     validate(spec, len(prompts))
     entry = get(spec.engine)
     levels = levels_of(spec)
     chosen = plan if plan is not None else entry.plan(spec, levels)
-    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, chosen, verify_cost)
+    return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, chosen, verify_cost, traces)
 
 
 def _spectune() -> Any:
@@ -205,7 +207,7 @@ register(EngineEntry(
 register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
     fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
-    runs_policy=_llamacpp_runs, loop_overhead=True,
+    runs_policy=_llamacpp_runs, two_width_probe=True,
 ))  # fmt: skip
 register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,

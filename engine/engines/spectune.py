@@ -1,8 +1,11 @@
 """spectune's own PyTorch loop as a session engine: the target and every draft loaded once, in-process.
 
-c is the draft's median forward time ÷ the target's median single-token step, both timed in this loop; v(k) is
-measured with k-token forwards of the target; each draft's trace for the policy replay is recorded along the
-target-alone outputs (with β at every temperature above 0)."""
+Everything is timed in the loop, in units of the same prompt's target-alone step (its decode time ÷ its steps):
+c is a request's draft-forward time per forward; each run's verify in the loop (what a drafting step costs beside
+the draft's forwards: the target's forward, verification, the KV-cache crop, n-gram lookups) is a LoopPoint the
+step overhead is fitted to (engine.analysis.step_overhead). v(k) is measured with k-token forwards of the target;
+each draft's trace for the policy replay is recorded along the target-alone outputs (with β at every temperature
+above 0)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Sequence
 from statistics import median
 from typing import Any, ClassVar
 
+from engine.analysis.step_overhead import InLoop, LoopPoint, loop_point
 from engine.core.counters import SpecCounters
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
@@ -46,8 +50,8 @@ class SpectuneRunner:
         self.encoded: list[tuple[PromptText, list[int]]] = []
         self.policy_runs: dict[RunKey, PolicyRun] = {}  # a policy's state, carried over the run's prompts
         self.run_drafts: dict[RunKey, DraftSource] = {}  # a stateful draft's state (suffix cache), one per run
-        self.draft_forward_s: dict[str, list[float]] = {}
-        self.single_step_s: list[float] = []
+        self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run: each prompt's split of its time
+        self.call_ms: dict[float, dict[int, list[float]]] = {}  # per temperature, per prompt: a target-alone step
         self.spec: SessionSpec | None = None
 
     def _load(self, ref: str) -> LoadedModel:
@@ -96,13 +100,11 @@ class SpectuneRunner:
         assert self.target is not None
         prompt, ids = self.encoded[index]
         counters = SpecCounters()
+        records: list[StepRecord] = []
 
         def on_step(rec: StepRecord) -> None:
             counters.add_step(rec.gamma, rec.accepted, rec.emitted, rec.accept_mask)
-            if rec.draft_forwards > 0:
-                self.draft_forward_s.setdefault(key.draft, []).append(rec.draft_time_s / rec.draft_forwards)
-            if rec.gamma == 0 and key.kind == "baseline":
-                self.single_step_s.append(rec.verify_time_s)
+            records.append(rec)
             ctx.on_step(rec)
 
         source = self.run_drafts.get(key, NoDraft())
@@ -110,17 +112,50 @@ class SpectuneRunner:
             self.target, source, ids, self._config(key, reference), prompt_index=index, prompt_id=prompt.prompt_id,
             on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
         )  # fmt: skip
-        return Decoded(out, counters, out.wall_time_s - out.prefill_time_s)
+        decode_s = out.wall_time_s - out.prefill_time_s
+        self._time_split(key, index, records, decode_s)
+        return Decoded(out, counters, decode_s)
+
+    def _time_split(self, key: RunKey, index: int, records: list[StepRecord], decode_s: float) -> None:
+        """The prompt's decode time as the loop spent it: a target-alone step (the baseline), or the draft's
+        forwards and the rest (a speculative run). A step that drafted without a forward (n-gram lookup, suffix
+        tree) leaves its drafting time in the rest, which the step overhead charges."""
+        if key.kind == "baseline":
+            if records:
+                self.call_ms.setdefault(key.temperature, {}).setdefault(index, []).append(
+                    decode_s * 1000.0 / len(records))
+            return
+        forward = [r for r in records if r.draft_forwards > 0]
+        draft_ms = 1000.0 * sum(r.draft_time_s for r in forward)
+        forwards = sum(r.draft_forwards for r in forward)
+        drafting = sum(1 for r in records if r.gamma > 0)
+        self.in_loop.setdefault(key, []).append(InLoop(
+            index, decode_s * 1000.0 - draft_ms, draft_ms, drafting, len(records) - drafting,
+            float(sum(r.gamma for r in records)), forwards))  # fmt: skip
+
+    def _loop_points(self) -> tuple[dict[RunKey, LoopPoint], dict[str, list[float]]]:
+        """Per speculative run, its verify in the loop; per draft model, c as each request measured it there."""
+        points: dict[RunKey, LoopPoint] = {}
+        costs: dict[str, list[float]] = {}
+        for key, requests in self.in_loop.items():
+            point, values = loop_point(requests, self.call_ms.get(key.temperature, {}))
+            if point is not None:
+                points[key] = point
+            costs.setdefault(key.draft, []).extend(values)
+        return points, {d: v for d, v in costs.items() if v}
 
     def side_measure(self, index: int) -> None:
         pass
 
     def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
-        """c per draft, and one teacher-forced pass per draft along the greedy baseline: agreement runs and the
+        """c per draft and each run's verify, as the loop measured them; and (unless the context says they are
+        recorded already) one teacher-forced pass per draft along the greedy baseline: agreement runs and the
         trace every policy replays from (β at each temperature above 0)."""
         assert self.target is not None and self.spec is not None
-        step = median(self.single_step_s) if self.single_step_s else None
-        costs = {ref: median(times) / step for ref, times in self.draft_forward_s.items() if step and times}
+        points, in_loop = self._loop_points()
+        costs = {ref: median(values) for ref, values in in_loop.items()}
+        if not ctx.record_traces:
+            return EngineOutputs(draft_costs=costs, loop_points=points)
         outputs = baselines.get(0.0) or next(iter(baselines.values()), [])
         hot = [SamplingConfig(t, self.spec.top_k, self.spec.top_p) for t in self.spec.temperatures if t > 0]
         traces: dict[str, list[dict[str, Any]]] = {}
@@ -132,7 +167,7 @@ class SpectuneRunner:
                 for (_, ids), out in zip(self.encoded, outputs, strict=True)
             ]
         notes = [] if 0.0 in baselines else ["traces recorded along the sampled baseline: no greedy baseline ran"]
-        return EngineOutputs(traces=traces, draft_costs=costs, notes=notes if traces else [])
+        return EngineOutputs(traces=traces, draft_costs=costs, loop_points=points, notes=notes if traces else [])
 
     def describe(self) -> dict[str, Any]:
         return suffix_state({k.label(): s for k, s in self.run_drafts.items()}, [p.prompt_id for p, _ in self.encoded])

@@ -57,7 +57,8 @@ def planned_configurations(spec: SessionSpec) -> int:
     entry = registry.get(spec.engine)
     levels = registry.levels_of(spec)
     if spec.mode == "quick":
-        return len(probe_plan(spec, levels, entry.loop_overhead)) + CONFIRMATIONS * len(spec.temperatures) * len(levels)
+        confirmations = CONFIRMATIONS * len(spec.temperatures) * len(levels)
+        return len(probe_plan(spec, levels, entry.two_width_probe)) + confirmations
     return len(entry.plan(spec, levels))
 
 

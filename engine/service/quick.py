@@ -84,15 +84,15 @@ def run_quick(
     """Probe, decide, confirm; one merged report whose `quick` says what was chosen, why, and how it measured."""
     started = time.perf_counter()
     levels = registry.levels_of(spec)
-    plan = probe_plan(spec, levels, registry.get(spec.engine).loop_overhead)
+    plan = probe_plan(spec, levels, registry.get(spec.engine).two_width_probe)
     probe = registry.sweep(spec, prompts, hooks, pool, plan=plan)
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
     decision = decide(store, session_id, spec)
     measured = [RunKey(r["draft"], r["gamma"], r["temperature"], None, r.get("concurrency", 1)) for r in probe.runs]
     confirming = confirm_plan(spec, decision, measured, levels)
-    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=confirming, verify_cost=probe.verify_cost)
-               if confirming else None)  # fmt: skip
+    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=confirming, verify_cost=probe.verify_cost,
+                              traces=False) if confirming else None)  # fmt: skip
     report = merged(probe, confirm)
     report.quick = {
         "probe": [k.label() for k in plan],

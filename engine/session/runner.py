@@ -113,6 +113,7 @@ class DecodeContext:
     should_stop: Callable[[], bool]
     phase: Callable[[str, int, int, float | None], None]
     on_requests: Callable[[list[dict[str, Any]]], None] = lambda rows: None  # a deployment's request rows
+    record_traces: bool = True  # finish records the drafts' traces (False: the session has them already)
 
 
 @dataclass

@@ -74,15 +74,18 @@ class SweepReport:
 def run_sweep(
     runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
     levels: Sequence[int] = (1,), plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
+    traces: bool = True,
 ) -> SweepReport:  # fmt: skip
     """`plan` (by default the baseline at each temperature + every draft × γ × temperature + every draft × policy ×
     temperature, each at every concurrency of `levels`) measured in `runner`, which is stopped on the way out,
-    whatever happens; `verify_cost` given (measured before, in the same session) is not measured again. The spec is
+    whatever happens; `verify_cost` given (measured before, in the same session) is not measured again, nor the
+    drafts' traces when `traces` is False (a quick session's confirmation: its probe recorded them). The spec is
     validated by its engine first (engine.engines.registry.sweep)."""
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
     plan = plan if plan is not None else plan_runs(spec, levels)
-    ctx = DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start)
+    ctx = DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start,
+                        record_traces=traces)  # fmt: skip
     try:
         failures = runner.start(spec, prompts, plan, ctx)
         tallies = {key: RunTally(key, hooks.run_started(key.as_dict())) for key in plan}
