@@ -564,13 +564,18 @@ def styled_comparison(table: pd.DataFrame, winner: int | None) -> Any:
     return table.style.apply(_style, axis=1).format(COMPARISON_FORMATS, na_rep="—")
 
 
-def schedule_frame(schedule: Mapping[int, int] | None, batch_size: int, knee: int | None) -> pd.DataFrame:
-    """Batch size → γ (0 = off), with the serving batch and the knee marked."""
+def schedule_frame(
+    schedule: Mapping[int, int] | None, batch_size: int, knee: int | None, measured: Sequence[int] = ()
+) -> pd.DataFrame:
+    """Batch size → γ (0 = off), with the serving batch, the knee and the batches read from a measured surface
+    marked."""
     rows = []
     for b, g in sorted((schedule or {}).items()):
         note = []
         if int(b) == int(batch_size):
             note.append("serving batch")
+        if int(b) in measured:
+            note.append("measured (surface)")
         if knee is not None and int(b) == int(knee):
             note.append("knee")
         rows.append({"batch size": int(b), "γ": "off" if int(g) == 0 else str(int(g)), "note": ", ".join(note)})

@@ -45,20 +45,26 @@ def run_summary(**values: Any) -> RunSummary:
     return RunSummary(**{k: v for k, v in values.items() if k in names})
 
 
-def store_vllm_session(store) -> int:
-    set_id, _, _ = store.add_prompt_set("code", "code.txt", [{"text": "def add(a, b):"}, {"text": "class Stack:"},
-                                                              {"text": "for i in range(10):"}])  # fmt: skip
-    spec = SessionSpec(target="smollm2-135m", drafts=["ngram"], gammas=[2, 4], engine="vllm", concurrency=LEVELS,
-                       dtype="float32")  # fmt: skip
-    sid = submit_session(store, spec, set_id, name="vllm surface")
+def store_vllm_session(store, measured: dict[int, dict[int, list[float]]] | None = None,
+                       prompts: list[str] | None = None, **spec: Any) -> int:  # fmt: skip
+    """A finished vLLM session whose n-gram runs measured `measured` (γ → level → per-prompt speedups; MEASURED
+    by default) against a baseline at every level, on `prompts` (three short code prompts by default); `spec`
+    overrides the session's other settings."""
+    measured = measured or MEASURED
+    levels = sorted({level for by_level in measured.values() for level in by_level})
+    texts = prompts or ["def add(a, b):", "class Stack:", "for i in range(10):"]
+    set_id, _, _ = store.add_prompt_set("code", "code.txt", [{"text": t} for t in texts])
+    settings = SessionSpec(**{"target": "smollm2-135m", "drafts": ["ngram"], "gammas": sorted(measured),
+                              "engine": "vllm", "concurrency": levels, "dtype": "float32"} | spec)  # fmt: skip
+    sid = submit_session(store, settings, set_id, name="vllm surface")
     store.claim_next_session("test:1")
     hooks = StoreHooks(store, sid, "test:1")
-    for level in LEVELS:
+    for level in levels:
         run = hooks.run_started(RunKey("none", 0, 0.0, concurrency=level).as_dict())
         hooks.run_finished(run, run_summary(tokens_per_s=40.0 / level ** 0.5, steps=192, tokens=192,
                                             tokens_per_call=1.0, mean_acceptance_length=None, engine="vllm",
                                             concurrency=level, ttft_p50_s=0.05, itl_p50_s=0.02))  # fmt: skip
-    for gamma, by_level in MEASURED.items():
+    for gamma, by_level in measured.items():
         for level, ratios in by_level.items():
             spread = spread_of(ratios)
             run = hooks.run_started(RunKey("ngram", gamma, 0.0, concurrency=level).as_dict())

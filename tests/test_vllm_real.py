@@ -6,7 +6,9 @@
   /version, counters parsed, per-position acceptance, every request stored);
 - a session in `--engine vllm` through the one sweep driver: baseline and n-gram at concurrency 1 and 2, a
   configuration whose server cannot start failed with its log's tail, a server that crashes mid-session failed
-  the same way; no vLLM process left behind.
+  the same way; no vLLM process left behind;
+- a γ-by-batch-size export (from a measured surface) launched as the file says by `check-export`'s session, beside
+  its fixed γ and the target alone.
 
 Each vLLM start takes about a minute on 2 cores: the n-gram export's server is shared by the export and endpoint
 checks."""
@@ -25,20 +27,23 @@ import psutil
 import pytest
 
 from engine.analysis.export import export
+from engine.analysis.export.vllm_read import read_vllm_export
 from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.endpoint.metrics import parse_metrics
-from engine.engines import registry
 from engine.engines.vllm import VllmRunner
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session
+from engine.service.export_check import export_check_rows, submit_export_check
 from engine.service.jobs import submit_session
+from engine.service.recommendations import recommend_and_export
 from engine.service.worker import run_session
 from engine.session.runner import DecodeContext, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec
 from engine.vllm.server import VllmConfig, VllmServer, process_group
 from store import open_store
+from tests.test_recommend_surface import store_vllm_session
 
 GAMMA = 3
 REPEATS = "def f(x):\n    return x + 1\n\ndef g(x):\n    return x + 1\n\ndef h(x):\n    return x + 1\n\ndef k(x):\n"
@@ -242,16 +247,37 @@ def test_a_server_that_crashes_or_hangs_mid_session_fails_its_configuration_with
         runner.stop()
 
 
-def test_gamma_by_batch_size_is_launched_as_the_export_writes_it_and_vllm_follows_it() -> None:
-    """A batch:1=3,2=1 policy: vLLM started with num_speculative_tokens_per_batch_size [[1, 1, 3], [2, 2, 1]] drafts
-    3 tokens a step with one request in flight and fewer with two (1 while both are decoding)."""
-    spec = SessionSpec(target="smollm2-135m", drafts=["ngram"], gammas=[], policies=["batch:1=3,2=1"],
-                       max_new_tokens=24, engine="vllm", concurrency=[1, 2], measure_verify_cost=False)  # fmt: skip
-    report = registry.sweep(spec, [PromptText("r", REPEATS), PROMPTS[1]]).to_dict()
+def test_a_measured_schedule_is_launched_as_exported_beside_its_fixed_gamma(tmp_path: Path) -> None:
+    """γ by batch size from a vLLM surface (stored as the worker stores one: γ=3 pays alone, only γ=1 at two in
+    flight), exported by `recommend --export vllm` and checked by `check-export`'s session: vLLM launched with
+    exactly the file's speculative_config beside the fixed γ and the target alone, at both levels; vLLM follows the
+    schedule (fewer tokens drafted per step with two requests in flight)."""
+    store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    try:
+        surface = {1: {1: [1.15, 1.20, 1.25], 2: [1.05, 1.10, 1.15]}, 3: {1: [1.4, 1.5, 1.6], 2: [0.8, 0.9, 0.95]}}
+        source = store_vllm_session(store, surface, [REPEATS, PROMPTS[1].text], max_new_tokens=24,
+                                    measure_verify_cost=False, detect_regime=False)  # fmt: skip
+        result = recommend_and_export(store, [source], formats=("vllm",), engine="vllm")
+        text = result.files["vllm"][1]
+        exported = read_vllm_export(text)
+        assert exported.gamma == result.recommendation.gamma
+        assert exported.schedule is not None and exported.schedule[2] == 1 < exported.gamma
+        check = submit_export_check(store, source, text)
+        assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+        report = store.get_session(check)["summary"]
+        rows = export_check_rows(store, check)
+        runs = store.list_runs(check)
+    finally:
+        store.close()
     configs = [s["speculative_config"] for s in report["vllm"]["startups"]]
-    assert {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
-            "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 1]]} in configs  # fmt: skip
-    live = {r["concurrency"]: r["policy_live"] for r in report["runs"]}
-    assert sorted(live) == [1, 2] and all(r["policy"] == "batch:1=3,2=1" for r in report["runs"])
-    assert all(lv["speedup_measured"] > 0 and lv["tokens_per_call"] >= 1 for lv in live.values())
-    assert 0 < live[2]["mean_drafted_per_step"] < live[1]["mean_drafted_per_step"] <= 3
+    assert json.loads(text)["speculative_config"] in configs  # the file's speculative_config, exactly
+    assert {"method": "ngram", "num_speculative_tokens": exported.gamma, "prompt_lookup_max": 3,
+            "prompt_lookup_min": 1} in configs and None in configs  # the fixed γ and the target alone  # fmt: skip
+    assert [r.level for r in rows] == [1, 2]
+    for row in rows:
+        assert row.baseline_tokens_per_s > 0 and row.fixed > 0 and row.schedule > 0
+        assert row.winner() in ("schedule", "fixed γ", "tie") or row.winner().endswith("(inside the noise)")
+    live = {int(r["summary"]["concurrency"]): r["summary"]["policy_live"] for r in runs
+            if (r["summary"] or {}).get("policy") and r["status"] == "done"}  # fmt: skip
+    assert sorted(live) == [1, 2] and all(lv["tokens_per_call"] >= 1 for lv in live.values())
+    assert 0 < live[2]["mean_drafted_per_step"] < live[1]["mean_drafted_per_step"] <= exported.gamma

@@ -143,7 +143,7 @@ def show_drafts(rec: Any, ev: Any) -> None:
         return
     left, right = st.columns([1, 2])
     with left:
-        components.table(rv.schedule_frame(rec.schedule, rec.batch_size, rec.knee_batch))
+        components.table(rv.schedule_frame(rec.schedule, rec.batch_size, rec.knee_batch, rec.schedule_measured))
     right.markdown(rv.schedule_text(rec))
     right.caption("vLLM takes the schedule as num_speculative_tokens_per_batch_size; SGLang and llama.cpp cannot.")
 

@@ -150,6 +150,7 @@ class Recommendation:
     cost_per_million: float | None = None
     schedule: dict[int, int] | None = None  # batch size -> γ from gamma_schedule(); schedule[batch_size] == gamma
     notes: list[str] = field(default_factory=list)
+    schedule_measured: list[int] = field(default_factory=list)  # the schedule's batches read from a measured surface
     knee_batch: int | None = None  # the batch sweep's knee the regime per γ was judged against, if any
     regime_given: str = "unknown"  # the regime as given (before judging per width): the policy table's too
 

@@ -22,6 +22,7 @@ from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
+from engine.service.surface import with_measured_schedule
 from engine.session.summarise import stored_speedup_flag
 
 # the engines whose sessions measure α, c and v(k) (an endpoint session measures serving, not drafts)
@@ -316,6 +317,7 @@ def recommend_from_store(
             batch_size=batch_size, price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
             knee_batch=knee, regime_votes=first.votes,
         )  # fmt: skip
+        with_measured_schedule(rec, store, ev.session_ids)
         report = judge_regime(ev.regime, batch_size, rec.gamma, ev.verify_cost, regime_override)
     except ValueError as exc:
         raise SpectuneError(str(exc)) from exc

@@ -101,7 +101,8 @@ def print_recommendation(result: Recommended) -> None:
         print(f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
               f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}")  # fmt: skip
     if rec.schedule:
-        print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()))
+        measured = f" (measured at {', '.join(map(str, rec.schedule_measured))})" if rec.schedule_measured else ""
+        print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()) + measured)
     for note in rec.notes:
         print(f"note: {note}")
 

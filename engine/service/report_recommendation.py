@@ -154,8 +154,12 @@ def curve(result: Recommended) -> list[Html]:
 def schedule(rec: Recommendation) -> list[Html]:
     if rec.off or not rec.schedule:
         return []
-    rows = [(b, g if g else "off") for b, g in sorted(rec.schedule.items())]
-    return [tag("h3", "γ by serving batch size"), table(["batch size", "γ"], rows, numeric=["batch size", "γ"])]
+    def source(b: int) -> str:
+        return "headline" if b == rec.batch_size else "measured" if b in rec.schedule_measured else "predicted"
+
+    rows = [(b, g if g else "off", source(b)) for b, g in sorted(rec.schedule.items())]
+    return [tag("h3", "γ by serving batch size"),
+            table(["batch size", "γ", "from"], rows, numeric=["batch size", "γ"])]  # fmt: skip
 
 
 def policy(report: PolicyReport | None, why_not: str | None, off: bool) -> list[Html]:

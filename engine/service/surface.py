@@ -71,7 +71,7 @@ def run_concurrency(run: Mapping[str, Any]) -> int:
 SPREAD_NUMBERS = ("min", "max", "median")
 
 
-def _spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
     summary = run.get("summary") or {}
     live = summary.get("policy_live") or {}
     for spread in (summary.get("speedup_spread"), live.get("speedup_spread")):
@@ -80,7 +80,7 @@ def _spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _noise(spread: Mapping[str, Any] | None) -> tuple[str | None, bool | None]:
+def noise_of(spread: Mapping[str, Any] | None) -> tuple[str | None, bool | None]:
     if spread is None:
         return None, None
     verdict = str(spread.get("verdict") or "") or None
@@ -112,7 +112,7 @@ def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
         if run.get("kind") == "baseline" or speedup is None or run.get("status", "done") != "done":
             continue
         policy = run.get("policy") or summary.get("policy")
-        verdict, noisy = _noise(_spread(run))
+        verdict, noisy = noise_of(run_spread(run))
         how = f" {policy}" if policy else ""
         cells.append(SurfaceCell(
             configuration=f"{run.get('draft')}{how} T={_temperature(run.get('temperature'))}",
@@ -155,3 +155,85 @@ def surfaces(store: Any, session_ids: Sequence[int]) -> list[Surface]:
     """The surfaces of those sessions that were measured at several concurrency levels, in the order given."""
     found = (session_surface(store, sid) for sid in session_ids)
     return [s for s in found if s is not None]
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """What a draft's surface measured at one concurrency level: its best fixed γ there (0: none measured pays) and
+    that γ's measured speedup."""
+
+    level: int
+    gamma: int
+    speedup: float
+    noisy: bool
+
+    def text(self) -> str:
+        noise = ", too noisy to tell" if self.noisy else ""
+        if self.gamma:
+            return f"{self.level} → γ={self.gamma} ({self.speedup:.2f}× measured{noise})"
+        return f"{self.level} → off (best {self.speedup:.2f}× measured{noise})"
+
+
+def measured_choices(cells: Sequence[SurfaceCell], draft: str, temperature: float) -> list[LevelChoice]:
+    """Per measured level, the draft's fixed γ with the best measured speedup at `temperature` (policy runs left
+    out: their γ varies)."""
+    configuration = f"{draft} T={_temperature(temperature)}"
+    best: dict[int, SurfaceCell] = {}
+    for cell in cells:
+        if cell.configuration == configuration and cell.gamma > 0:
+            if cell.concurrency not in best or cell.speedup > best[cell.concurrency].speedup:
+                best[cell.concurrency] = cell
+    return [LevelChoice(level, c.gamma if c.pays else 0, c.speedup, bool(c.noisy))
+            for level, c in sorted(best.items())]  # fmt: skip
+
+
+def measured_schedule(predicted: Mapping[int, int], choices: Sequence[LevelChoice], serving: int) -> dict[int, int]:
+    """γ per batch size, measured where the surface measured it and predicted elsewhere.
+
+    The serving batch keeps `predicted`'s γ (the headline: one answer at the user's batch). Another measured level
+    takes its best measured γ; a batch between two measured levels takes the γ of the level below it (the bucket it
+    falls in); a batch past the highest measured level takes the predicted γ, capped at that level's γ (a
+    prediction never turns speculation back up where measurement turned it down)."""
+    if not choices:
+        return dict(predicted)
+    measured = {c.level: c.gamma for c in choices}
+    levels = sorted(measured)
+    out: dict[int, int] = {}
+    for b in sorted(set(predicted) | set(levels) | {serving}):
+        below = [level for level in levels if level <= b]
+        if b == serving:
+            out[b] = predicted[b]
+        elif b in measured:
+            out[b] = measured[b]
+        elif not below:
+            out[b] = predicted[b]
+        elif b < levels[-1]:
+            out[b] = out.get(below[-1], measured[below[-1]])
+        else:
+            out[b] = min(predicted[b], out.get(levels[-1], measured[levels[-1]]))
+    return out
+
+
+def with_measured_schedule(rec: Any, store: Any, session_ids: Sequence[int]) -> None:
+    """`rec` (an engine.analysis.recommend Recommendation) with its γ-by-batch schedule read from the sessions'
+    measured surfaces where they measured its draft (measured_schedule), and notes saying which batches were
+    measured; unchanged when no surface measured the draft at a fixed γ."""
+    if rec.off or not rec.schedule or rec.draft_name is None:
+        return
+    cells = [cell for surface in surfaces(store, session_ids) for cell in surface.cells]
+    choices = measured_choices(cells, rec.draft_name, rec.temperature)
+    others = [c for c in choices if c.level != rec.batch_size]
+    if not others:
+        return
+    rec.schedule = measured_schedule(rec.schedule, choices, rec.batch_size)
+    rec.schedule_measured = [c.level for c in others]
+    beyond = max(c.level for c in choices)
+    rec.notes.append(f"γ by batch size from the measured surface of {rec.draft_name}: concurrency "
+                     + "; ".join(c.text() for c in others)
+                     + f"; batch {rec.batch_size} keeps the headline's γ; past {beyond} predicted, capped at "
+                     f"{beyond}'s γ")  # fmt: skip
+    serving = next((c for c in choices if c.level == rec.batch_size), None)
+    if serving is not None and serving.gamma != rec.gamma:
+        rec.notes.append(f"at concurrency {rec.batch_size} the surface measured {serving.text().split(' → ')[1]} "
+                         f"best among its measured γ; the headline's γ={rec.gamma} is the one model's choice over "
+                         "every γ (calibrated to those measurements)")  # fmt: skip

@@ -1,0 +1,82 @@
+"""A vLLM export measured as it is: a vLLM session that launches the export's speculative_config (its K by batch
+size too) beside the target alone and the fixed γ the export gives one request in flight, at every concurrency
+level of the session the recommendation came from, on that session's prompts.
+
+`submit_export_check` queues it (the worker runs it like any session); `export_check_rows` reads the finished
+session back as one row per level: what the schedule and the fixed γ measured there against the target alone,
+and which won (with the noise verdict: a win inside the noise is said to be one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.analysis.export.vllm_read import VllmExported, read_vllm_export
+from engine.errors import SettingsError
+from engine.service.jobs import submit_session
+from engine.service.surface import noise_of, run_concurrency, run_spread
+from engine.session.spec import SessionSpec
+
+
+def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> SessionSpec:
+    """The session that measures `exported`: the source session's target, temperature, tokens and levels."""
+    session = store.get_session(int(session_id))
+    if session is None:
+        raise SettingsError(f"session {session_id} does not exist")
+    source = SessionSpec.from_row(session)
+    if source.engine != "vllm":
+        raise SettingsError(f"session {session_id} was measured with {source.engine}, not vLLM: check a vLLM export "
+                            "against a vLLM session (its prompts, target and concurrency levels)")  # fmt: skip
+    policy = exported.policy()
+    return replace(
+        source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],
+        temperatures=source.temperatures[:1], mode="full", measure_verify_cost=False, detect_regime=False,
+    )  # fmt: skip
+
+
+def submit_export_check(store: Any, session_id: int, text: str, name: str | None = None) -> int:
+    """Queue the check of a vLLM export (its file's text) against session `session_id`; SettingsError when the
+    file or the session cannot be checked."""
+    exported = read_vllm_export(text)
+    spec = export_check_spec(store, session_id, exported)
+    session = store.get_session(int(session_id))
+    return submit_session(store, spec, session["prompt_set_id"], session.get("n_prompts"),
+                          name or f"vLLM export check against session #{session_id}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LevelCheck:
+    """One concurrency level of an export check: the target alone's tokens/s, and each side's measured speedup."""
+
+    level: int
+    baseline_tokens_per_s: float | None
+    fixed: float | None
+    schedule: float | None
+    noisy: bool
+
+    def winner(self) -> str:
+        if self.fixed is None or self.schedule is None:
+            return "—"
+        if abs(self.schedule - self.fixed) < 1e-9:
+            return "tie"
+        won = "schedule" if self.schedule > self.fixed else "fixed γ"
+        return f"{won} (inside the noise)" if self.noisy else won
+
+
+def export_check_rows(store: Any, session_id: int) -> list[LevelCheck]:
+    """Per concurrency level of a finished export check, what each side measured."""
+    rows: dict[int, dict[str, Any]] = {}
+    for run in store.list_runs(int(session_id)):
+        if run.get("status") != "done":
+            continue
+        level = rows.setdefault(run_concurrency(run), {"noisy": False})
+        summary = run.get("summary") or {}
+        if run["kind"] == "baseline":
+            level["baseline"] = run.get("tokens_per_s")
+            continue
+        live = summary.get("policy_live") or {}
+        side = "schedule" if summary.get("policy") else "fixed"
+        level[side] = live.get("speedup_measured") if side == "schedule" else run.get("speedup_measured")
+        level["noisy"] |= bool(noise_of(run_spread(run))[1])
+    return [LevelCheck(b, r.get("baseline"), r.get("fixed"), r.get("schedule"), r["noisy"])
+            for b, r in sorted(rows.items())]  # fmt: skip
