@@ -273,3 +273,32 @@ def test_no_policy_paying_for_one_draft_names_the_headline_when_another_draft_pa
     assert "serve the target alone" not in text
     text, _ = best_banner(SimpleNamespace(**{**report.__dict__, "recommendation": SimpleNamespace(off=True)}), str)
     assert "serve the target alone" in text
+
+
+def test_the_policy_exports_are_the_headline_when_only_another_draft_pays(session):
+    """The replayable draft has no policy that pays while the headline recommends another draft's fixed γ: every
+    policy file is that headline (what `recommend --export` writes), not "speculation off"."""
+    from dataclasses import replace
+
+    from engine.analysis.export import export
+    from engine.analysis.recommend import recommend
+    from engine.service.evidence import gather
+
+    store, sid, home = session
+    report = session_policies(store, [sid])
+    comparison = report.chosen.comparison
+    comparison.best = replace(comparison.best, predicted_speedup=0.9, cost_multiplier=1.3, feasible=False,
+                              infeasible_why="not faster than the target alone")  # fmt: skip
+    other = next(m for m in gather(store, [sid]).measurements if m.name != report.chosen.draft)
+    # the other draft as a measurement without a trace that pays at γ=3 (llama.cpp's n-gram lookup, say)
+    paying = replace(other, per_position_acceptance=[0.9, 0.9, 0.9], alpha=0.9, traces=[], agreement_runs=[],
+                     measured_speedup={}, noisy_speedup={}, c=min(other.c, 0.05))  # fmt: skip
+    report.recommendation = headline = recommend([paying], "latency", "memory-bound", gammas=[3])
+    assert not headline.off and headline.draft_name == other.name != report.chosen.draft
+    for fmt in ("vllm", "llamacpp", "spectune"):
+        text = export_best(report, fmt).text
+        assert "Speculation off" not in text and "speculation off" not in text, fmt
+        if fmt == "vllm":
+            config = json.loads(text)["speculative_config"]
+            assert config["num_speculative_tokens"] == 3 == json.loads(
+                export(headline, fmt, target=report.target)[1])["speculative_config"]["num_speculative_tokens"]

@@ -258,14 +258,21 @@ def recommendation_for(report: PolicyReport) -> Recommendation | None:
 
 
 def export_best(report: PolicyReport, fmt: str, vllm_version: str | None = None) -> PolicyExport:
-    """The recommended policy for one engine (the closest fixed γ where the engine cannot express it); off when
-    no replayed policy may be recommended (the recommender's rules: objective, budget, crossover, width, depth).
+    """The recommended policy for one engine (the closest fixed γ where the engine cannot express it): the
+    headline's fixed γ when no replayed policy may be recommended (the recommender's rules: objective, budget,
+    crossover, width, depth) but the headline recommends another draft; off when nothing pays.
     `vllm_version`: the vLLM the vLLM file is written for (None: the one spectune checked)."""
     rec = recommendation_for(report)
     best, fixed = report.best, report.best_fixed
     if rec is None or best is None or fixed is None:
         raise SpectuneError("no policy to export: the sessions recorded no replayable trace")
     closest = int(fixed.policy.split(":")[1])
+    headline = report.recommendation
+    if not best.feasible and headline is not None and not headline.off and headline.draft_name != rec.draft_name:
+        # the replayable draft has no policy that pays, but the headline's draft (no trace: llama.cpp's n-gram
+        # lookup) does: its fixed γ is the recommended policy, the file `recommend --export` writes
+        return export_policy(headline, f"fixed:{headline.gamma}", fmt, target=report.target,
+                             vllm_version=vllm_version)  # fmt: skip
     if not best.feasible:
         why = (
             f"Speculation off: no policy may be recommended for {report.objective} (best {best.policy}: "
