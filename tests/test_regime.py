@@ -247,7 +247,8 @@ def test_v_k_from_interleaved_rounds_is_not_moved_by_a_load_spike_on_one_side() 
     measured = from_rounds({1: [0.10, 3.20, 0.11], 5: [0.50, 0.55, 0.52]})
     assert measured.curve == {1: 1.0, 5: pytest.approx(5.0)} and measured.rounds == 3
     assert measured.spread[5] == (pytest.approx(1.0), pytest.approx(5.0))
-    assert verify_ks(5) == [1, 2, 4, 5] and verify_ks(1) == [1]
+    assert verify_ks(5) == [1, 2, 3, 4, 5] and verify_ks(1) == [1]  # every k a γ up to 8 verifies
+    assert verify_ks(33) == [*range(1, 10), 16, 32, 33]
 
 
 def test_pytorch_v_k_is_timed_in_alternating_rounds() -> None:
