@@ -9,12 +9,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app import charts, common, data
+from app import charts, common, data, memo
 from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
-from engine.service.policies import session_policies
 from engine.service.surface import surfaces
 
 SESSION_PARAM = "session"
@@ -240,12 +239,13 @@ def temperature_picker(store: Any, session_ids: list[int], where: Any, key: str)
 
 
 def policy_section(store: Any, session_ids: list[int], objective: str, budget: float | None, batch_size: int,
-                   regime_override: str | None, engine: str, recommended: tuple) -> None:  # fmt: skip
+                   regime_override: str | None, engine: str, temperature: float | None,
+                   recommended: tuple) -> None:  # fmt: skip
     """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints),
     from the measurements of `engine` and the recommendation the page already computed from them."""
     st.subheader("Drafting policy: beyond a fixed γ")
-    report = session_policies(store, session_ids, objective, budget, batch_size, regime_override, engine=engine,
-                              recommended=recommended)  # fmt: skip
+    report = memo.policies(store, session_ids, objective, budget, batch_size, regime_override, engine, temperature,
+                           recommended)  # fmt: skip
     if not report.drafts:
         st.caption(md_escape("; ".join(report.notes) or NO_POLICY_TRACE))
         return

@@ -10,12 +10,12 @@ from typing import Any
 
 import streamlit as st
 
-from app import charts, common, components
+from app import charts, common, components, memo
 from app import recommend_view as rv
 from app.common import md_escape
 from engine.analysis.export import VLLM_VERSION
 from engine.errors import SpectuneError
-from engine.service.recommendations import Recommended, recommend_and_export, save_result
+from engine.service.recommendations import Recommended, save_result
 from engine.service.session_report import report_filename, report_or_error
 
 common.page_setup("Recommend")
@@ -66,8 +66,8 @@ temperature = components.temperature_picker(store, chosen_ids, st, "rec_temperat
 vllm_version = st.session_state.get(VLLM, VLLM_VERSION)  # its field is in the export section
 result: Recommended | None = None
 with common.guard("compute the recommendation"):
-    result = recommend_and_export(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override,
-                                  engine, temperature=temperature, vllm_version=vllm_version)  # fmt: skip
+    result = memo.recommended(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override, engine,
+                              temperature, vllm_version)  # fmt: skip
 
 
 def show_decision(rec: Any) -> None:
@@ -200,7 +200,7 @@ if result is not None:
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
         ("the measured γ × concurrency surface", components.surface_section, (store, chosen_ids)),
         ("the drafting policy", components.policy_section, (store, chosen_ids, objective, budget, int(batch_size),
-                                                            override, engine, result.triple)),
+                                                            override, engine, temperature, result.triple)),
         ("export the recommendation", show_exports, (result,)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):

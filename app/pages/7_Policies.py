@@ -8,11 +8,11 @@ from typing import Any
 
 import streamlit as st
 
-from app import common, components
+from app import common, components, memo
 from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import md_escape
-from engine.service.policies import prove, session_policies
+from engine.service.policies import prove
 
 common.page_setup("Policies")
 st.title("🧭 Speculation policies")
@@ -54,8 +54,8 @@ temperature = components.temperature_picker(store, chosen_ids, c4, "pol_temperat
 
 report: Any = None
 with common.guard("replay the policies"):
-    report = session_policies(store, chosen_ids, objective, budget, int(batch_size), rv.override_or_none(regime_choice),
-                              temperature=temperature)  # fmt: skip
+    report = memo.policies(store, chosen_ids, objective, budget, int(batch_size), rv.override_or_none(regime_choice),
+                           temperature=temperature)  # fmt: skip
 if report is None:
     st.stop()
 for note in report.notes:
