@@ -42,7 +42,7 @@ def run_queued(store, sid: int) -> tuple[str, float]:  # noqa: ANN001
 
     started = time.perf_counter()
     claimed = store.claim_next_session("bench:1")
-    assert claimed == sid, (claimed, sid)
+    assert claimed is not None and claimed["id"] == sid, (claimed, sid)
     return run_session(store, claimed, ModelPool(), "bench:1"), time.perf_counter() - started
 
 
