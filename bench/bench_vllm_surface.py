@@ -82,6 +82,9 @@ def main() -> int:
         state, wall = run_queued(store, sid)
         error = store.get_session(sid).get("error")
         doc["surface_session"] = {"state": state, "wall_s": round(wall, 1), "error": error}
+        if state != "done":
+            print(f"the surface session ended {state}: {error}", file=sys.stderr)
+            return 1
         doc["surface"] = surface_rows(store, sid)
         doc["predicted"] = {f"{d} γ={g}": p for (d, g), p in predictions(store, sid, "vllm").items()}
         result = recommend_and_export(store, [sid], formats=("vllm",), engine="vllm")
