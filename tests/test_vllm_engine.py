@@ -181,3 +181,25 @@ def test_the_run_page_names_the_vllm_version_or_why_it_cannot_run(
     else:
         assert "vLLM is not available" in shown and "make setup" in shown
         assert any("vLLM is not available" in str(e.value).replace("\\", "") for e in at.error)
+
+
+def test_a_request_alone_in_flight_gives_the_runs_drafting_step_and_batches_give_none() -> None:
+    """vLLM times neither its draft nor its verify apart: a run's whole drafting step, in units of the same
+    prompt's target-alone step with one request in flight, is its LoopPoint (the step overhead is fitted to it)."""
+    from engine.analysis.step_overhead import LoopPoint
+    from engine.core.counters import SpecCounters
+    from engine.engines.vllm import VllmRunner
+    from engine.session.runner import DecodeContext
+
+    runner = VllmRunner()
+    base, fixed, wide = RunKey("none", 0, 0.0), RunKey("ngram", 3, 0.0), RunKey("ngram", 3, 0.0, concurrency=2)
+    for index, step_s in ((0, 0.02), (1, 0.04)):
+        runner._time_split(base, index, SpecCounters(target_calls=32, emitted=32), 32 * step_s)
+        # 12 drafting steps of 3 draft tokens (each twice a target step) and 8 plain steps
+        spec_counters = SpecCounters(drafts=12, draft_tokens=36, accepted_tokens=12, target_calls=20, emitted=32)
+        runner._time_split(fixed, index, spec_counters, (12 * 2 + 8) * step_s)
+        runner._time_split(wide, index, spec_counters, 1.0)  # two in flight: a batch's steps, not one request's
+    ctx = DecodeContext(on_step=lambda r: None, should_stop=lambda: False, phase=lambda *a: None)
+    points = runner.finish({}, ctx).loop_points
+    assert list(points) == [fixed]
+    assert points[fixed] == LoopPoint(k=4.0, v=pytest.approx(2.0), steps=24)

@@ -216,6 +216,8 @@ def test_a_vllm_session_through_the_worker_and_the_one_driver(tmp_path: Path) ->
         assert run["ttft_p50_s"] > 0 and run["itl_p50_s"] > 0 and run["tokens"] >= 2 * 16 * run["concurrency"] // 2
         assert all(d["verdict"] in ("identical", "near-tie") for d in run["divergences"])
     assert runs[("ngram", 2)]["tokens"] > runs[("ngram", 1)]["tokens"]  # two prompts in flight per measurement
+    # one request in flight: its drafting step in target-alone steps, what the step overhead is fitted to
+    assert runs[("ngram", 1)]["verify_in_loop"]["steps"] > 0 and runs[("ngram", 2)]["verify_in_loop"] is None
     failed = {(f["draft"], f.get("concurrency", 1)): f["error"] for f in report["failed"]}
     assert sorted(failed) == [(str(broken), 1), (str(broken), 2)]
     assert all("its log ends" in error for error in failed.values())

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.analysis.export.vllm import suffix_config, vllm_schedule
+from engine.analysis.step_overhead import InLoop, loop_point
+from engine.core.counters import SpecCounters
 from engine.core.policy import BatchSchedule
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
@@ -109,6 +111,8 @@ class VllmRunner:
         self.prompt_ids: list[str] = []
         self.notes: list[str] = []
         self.startups: list[dict[str, Any]] = []
+        self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run alone in flight: each request's steps
+        self.call_ms: dict[float, dict[int, list[float]]] = {}  # per temperature, per prompt: a target-alone step
 
     def _config(self, key: RunKey, target: str, drafts: dict[str, str]) -> VllmConfig:
         assert self.spec is not None
@@ -214,13 +218,32 @@ class VllmRunner:
         )  # fmt: skip
         ttft = [c.ttft_s for c in batch.completions if c.ttft_s is not None]
         itl = [gap for c in batch.completions for gap in c.itl_s]
+        self._time_split(key, index, counters, batch.wall_s)
         return Decoded(output, counters, batch.wall_s, tokens=int(counters.emitted), ttft_s=ttft, itl_s=itl)
+
+    def _time_split(self, key: RunKey, index: int, counters: SpecCounters, wall_s: float) -> None:
+        """One request alone in flight, as its steps spent the time: a target-alone step (the baseline), or its
+        steps that verified a draft and those that did not. vLLM times neither its draft nor its verify apart, so
+        the whole drafting step is the run's in-loop verify (engine.analysis.step_overhead): v(k) and c are not
+        measured, and the step overhead fitted to these points is what a drafting step costs there."""
+        calls = int(counters.target_calls)
+        if calls < 1 or key.concurrency != 1:  # a batch's steps are shared by its requests: not one request's
+            return
+        if key.kind == "baseline":
+            self.call_ms.setdefault(key.temperature, {}).setdefault(index, []).append(1000.0 * wall_s / calls)
+            return
+        drafts = int(counters.drafts)
+        self.in_loop.setdefault(key, []).append(
+            InLoop(index, 1000.0 * wall_s, 0.0, drafts, calls - drafts, float(counters.draft_tokens), 0))
 
     def side_measure(self, index: int) -> None:
         pass
 
     def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
-        return EngineOutputs(notes=list(self.notes))
+        """Each speculative run's drafting step as measured with one request in flight (its LoopPoint)."""
+        points = {key: point for key, requests in self.in_loop.items()
+                  if (point := loop_point(requests, self.call_ms.get(key.temperature, {}))[0]) is not None}  # fmt: skip
+        return EngineOutputs(notes=list(self.notes), loop_points=points)
 
     def describe(self) -> dict[str, Any]:
         """The vLLM install, the version the servers reported, the CPU kernel they loaded, start-up times."""
