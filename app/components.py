@@ -49,6 +49,12 @@ def table(
     st.dataframe(frame, hide_index=True, width="stretch", placeholder=MISSING, column_config=config or None, **kwargs)
 
 
+def reference_table(frame: Any) -> None:
+    """A small table that never changes shape (the paper's tables on the Theory page) as static text: no grid to
+    draw, sort or scroll."""
+    st.table(frame.astype(str), hide_index=True)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # session pickers, kept in step with ?session= in the address bar
 

@@ -2,8 +2,9 @@
 it, and that schedule's export launched as it is beside its fixed γ and the target alone.
 
 1. A vLLM session queued and run by the worker: the target alone and n-gram lookup × γ at each concurrency level,
-   on one prompt per Spec-Bench category (≤ 500 characters), each configuration against the target alone at the
-   same level, interleaved (engine.session.sweep).
+   on one prompt per Spec-Bench category (the first of ≤ 3500 characters; by default three with a document to copy
+   from and three without), each configuration against the target alone at the same level, interleaved
+   (engine.session.sweep).
 2. `recommend --export vllm` from it: γ by batch size, measured at the surface's levels, the headline at batch 1.
 3. `check-export`'s session on the same prompts: vLLM started with exactly the file's speculative_config, beside
    the fixed γ the file gives one request in flight and the target alone, at the same levels.
@@ -13,7 +14,8 @@ configuration's measured ÷ predicted per level (the one model predicts one requ
 same number at every level, so the ratio shows where batching takes the gain away), the schedule, and the check
 per level. Raw figures in bench/results/vllm_surface.json.
 
-Usage: python bench/bench_vllm_surface.py [--prompts 6] [--new-tokens 32] [--gammas 1 2 4] [--levels 1 2 4]
+Usage: python bench/bench_vllm_surface.py [--categories extraction rag ...] [--max-chars 3500] [--new-tokens 32]
+       [--gammas 1 2 4] [--levels 1 2 4]
 """
 
 from __future__ import annotations
@@ -31,9 +33,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_quick import predictions, prompts  # noqa: E402
+from bench_quick import SPEC_BENCH, predictions  # noqa: E402
 
 TARGET = "smollm2-135m"
+# copy-heavy categories (a document to extract from, summarise or answer from) beside ones with little to copy
+CATEGORIES = ("extraction", "summarization", "rag", "coding", "writing", "qa")
+
+
+def prompts(categories: list[str], max_chars: int) -> list[dict[str, str]]:
+    """The first Spec-Bench prompt of each category of at most `max_chars` characters, in the order named."""
+    from engine.prompts import load_prompt_file
+
+    found: dict[str, str] = {}
+    for p in load_prompt_file(SPEC_BENCH).prompts:
+        if p.category in categories and p.category not in found and len(p.text) <= max_chars:
+            found[str(p.category)] = p.text
+    return [{"text": found[c], "category": c} for c in categories if c in found]
 
 
 def run_queued(store, sid: int) -> tuple[str, float]:  # noqa: ANN001
@@ -57,7 +72,8 @@ def surface_rows(store, sid: int) -> list[dict]:  # noqa: ANN001
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--categories", nargs="+", default=list(CATEGORIES))
+    parser.add_argument("--max-chars", type=int, default=3500)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4])
@@ -74,7 +90,7 @@ def main() -> int:
                  "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"}  # fmt: skip
     with tempfile.TemporaryDirectory() as home:
         store = open_store(f"sqlite:///{args.keep_db or Path(home) / 'bench.db'}")
-        set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
+        set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.categories, args.max_chars))
         spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=list(args.gammas), max_new_tokens=args.new_tokens,
                            dtype="float32", engine="vllm", concurrency=list(args.levels), measure_verify_cost=False,
                            detect_regime=False)  # fmt: skip

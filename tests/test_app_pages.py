@@ -628,7 +628,7 @@ def test_theory_page_metrics_follow_the_sliders(env):
     assert metrics["Cost/token, compute-bound"] == "+225%"
     assert metrics["Cost/token, memory-bound"] == "-59%"
     assert crossover_gamma(0.6) == 5 and "crossover γ=5" in texts(at.warning)
-    tables = [d.value for d in at.dataframe]
+    tables = [d.value for d in at.table]  # static reference tables
     assert "2.18× faster" in list(tables[0]["Latency"]) and "5.70× faster" in list(tables[0]["Latency"])
     assert list(tables[2]["Crossover"]) == ["γ=3", "γ=5", "γ=10", "γ=24", "none below γ=32"]
     chart = at.get("vega_lite_chart")[0].proto.spec

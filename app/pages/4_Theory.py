@@ -68,19 +68,19 @@ st.subheader("Tables from Theorems 3.8 and 3.11, recomputed")
 left, right = st.columns(2)
 with left:
     st.markdown("**Latency vs arithmetic** (c = ĉ = 0, the paper's simplification)")
-    components.table(theory_tables.alpha_gamma_table())
+    components.reference_table(theory_tables.alpha_gamma_table())
     st.markdown("**Change in cost per token** (c = ĉ = 0)")
-    components.table(theory_tables.cost_table())
+    components.reference_table(theory_tables.cost_table())
 with right:
     st.markdown("**How far to speculate: the crossover** (c = ĉ = 0)")
-    components.table(theory_tables.crossover_table())
+    components.reference_table(theory_tables.crossover_table())
     st.markdown("**The paradox: the better draft is slower** (T5-XXL target, γ = 7, the paper's T5 drafts)")
-    components.table(theory_tables.paradox_table())
+    components.reference_table(theory_tables.paradox_table())
     st.caption(
         "T5-large has the best α and is the slowest, predicted and measured: not the best α wins, but the best "
         "balance of α and c."
     )
 with st.expander("Tables with the c and ĉ chosen above"):
-    components.table(theory_tables.alpha_gamma_table(c, c_hat))
-    components.table(theory_tables.cost_table(c, c_hat))
-    components.table(theory_tables.crossover_table(c, c_hat))
+    components.reference_table(theory_tables.alpha_gamma_table(c, c_hat))
+    components.reference_table(theory_tables.cost_table(c, c_hat))
+    components.reference_table(theory_tables.crossover_table(c, c_hat))
