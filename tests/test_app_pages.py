@@ -671,13 +671,15 @@ def test_prompts_are_numbered_from_one_everywhere(env):
 def test_tables_show_a_dash_for_missing_values(env):
     sid = make_session(env.store, "done", name="dashes")
     add_prompts(env.store, [("only a prompt", None)], name="no file")
-    for path, query in [("pages/3_Sessions.py", {"session": str(sid)}), ("pages/1_Prompts.py", None),
-                        ("pages/4_Theory.py", None)]:  # fmt: skip
+    for path, query in [("pages/3_Sessions.py", {"session": str(sid)}), ("pages/1_Prompts.py", None)]:
         at = page(path, query)
         assert_clean(at)
         assert at.dataframe
         for frame in at.dataframe:
             assert frame.proto.placeholder == "—", path
+    theory = page("pages/4_Theory.py")  # the paper's tables, static: every cell written out, none missing
+    assert theory.table and not [t for t in theory.table if t.value.isin(["None", "nan", ""]).any().any()]
+    assert "—" in "".join(theory.table[2].value["Just before it"])  # where no γ comes before the crossover
     fidelity = next(d.value for d in page("pages/3_Sessions.py", {"session": str(sid)}).dataframe
                     if "verdict" in d.value.columns)  # fmt: skip
     assert fidelity["first divergence at"].isna().all()  # identical outputs: shown as "—", not "None"

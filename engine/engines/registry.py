@@ -100,6 +100,11 @@ def concurrency_for(name: str, levels: Sequence[int] | None) -> list[int]:
     return chosen
 
 
+def engine_for_format(fmt: str) -> str | None:
+    """The session engine whose own export format `fmt` is (its sessions measured what that file runs), if any."""
+    return next((name for name, entry in _ENTRIES.items() if entry.export_format == fmt), None)
+
+
 def replays_like_llamacpp(name: str) -> bool:
     """Whether the engine drafts in llama-server's loop (the policy replay models that loop for its sessions)."""
     return get(name).runner().replays_like_llamacpp

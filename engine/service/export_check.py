@@ -12,10 +12,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.analysis.export.vllm_read import VllmExported, read_vllm_export
+from engine.engines import registry
 from engine.errors import SettingsError
 from engine.service.jobs import submit_session
 from engine.service.surface import noise_of, run_concurrency, run_spread
 from engine.session.spec import SessionSpec
+
+VLLM_FORMAT = "vllm"  # the export format checked here
 
 
 def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> SessionSpec:
@@ -24,9 +27,10 @@ def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> Se
     if session is None:
         raise SettingsError(f"session {session_id} does not exist")
     source = SessionSpec.from_row(session)
-    if source.engine != "vllm":
-        raise SettingsError(f"session {session_id} was measured with {source.engine}, not vLLM: check a vLLM export "
-                            "against a vLLM session (its prompts, target and concurrency levels)")  # fmt: skip
+    engine = registry.engine_for_format(VLLM_FORMAT)
+    if source.engine != engine:
+        raise SettingsError(f"session {session_id} was measured with {source.engine}, not {engine}: check a vLLM "
+                            "export against a vLLM session (its prompts, target and concurrency levels)")  # fmt: skip
     policy = exported.policy()
     return replace(
         source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],

@@ -28,6 +28,8 @@ from engine.errors import SettingsError
 # 0.8.5.post1, 0.32.0+cpu), as vLLM's releases are numbered
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)((?:rc|a|b)\d+)?(\.post\d+)?(\.dev\d+)?(\+[0-9A-Za-z.]+)?")
 
+ENGINE_HEADER = "vllm"  # the file's "engine" field: what reads it back (vllm_read) checks first
+
 
 def version_tuple(version: str) -> tuple[int, int, int]:
     """'0.32.0+cpu' → (0, 32, 0); SettingsError for anything that is not a vLLM version number."""
@@ -91,7 +93,7 @@ def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
 def config(dep: Deployment) -> JsonFile:
     """The engine header and "speculative_config" for `vllm serve`; off → speculative_config null and why."""
     version = check_vllm_version(dep.vllm_version)
-    doc: dict[str, Any] = {"engine": "vllm", "engine_version": version}
+    doc: dict[str, Any] = {"engine": ENGINE_HEADER, "engine_version": version}
     fit = _fit(dep, version)
     notes = dep.notes
     if dep.off:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.analysis.export.refs import HF_ORIGIN
+from engine.analysis.export.vllm import ENGINE_HEADER
 from engine.core.policy import BatchSchedule
 from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams
 from engine.errors import SettingsError
@@ -38,7 +39,7 @@ def read_vllm_export(text: str) -> VllmExported:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SettingsError(f"not a vLLM export: the file is not JSON ({exc.msg}, line {exc.lineno})") from exc
-    if not isinstance(doc, dict) or doc.get("engine") != "vllm":
+    if not isinstance(doc, dict) or doc.get("engine") != ENGINE_HEADER:
         raise SettingsError('not a vLLM export: it has no "engine": "vllm" (recommend --export vllm writes one)')
     config = doc.get("speculative_config")
     if config is None:
