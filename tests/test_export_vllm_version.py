@@ -67,6 +67,8 @@ def test_a_vllm_with_dynamic_gamma_gets_the_schedule() -> None:
         config = vllm_doc(version)["speculative_config"]
         assert config["num_speculative_tokens_per_batch_size"] == [[1, 15, 3], [16, 31, 1], [32, 32, 0]]
         assert not any("has no num_speculative_tokens_per_batch_size" in n for n in vllm_doc(version)["notes"])
+        # an off range (K 0) still runs vLLM's speculative path: the file says so, as check-export measured it
+        assert any("a range with K 0 is not the target alone" in c for c in vllm_doc(version)["comments"])
 
 
 def test_a_vllm_without_dynamic_gamma_gets_a_fixed_gamma_and_a_note() -> None:
