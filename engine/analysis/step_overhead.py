@@ -18,10 +18,10 @@ widths or more fit both. A step that drafted nothing is a plain target step and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from engine.analysis.theory import VerifyFit
 
@@ -76,6 +76,30 @@ def loop_point(requests: Sequence[InLoop], call_ms: Mapping[int, Sequence[float]
     if not steps:
         return None, costs
     return LoopPoint(k=1.0 + drafted / steps, v=units / steps, steps=steps), costs
+
+
+class _OfDraft(Protocol):
+    @property
+    def draft(self) -> str: ...
+
+
+RunKeyT = TypeVar("RunKeyT", bound=_OfDraft)
+
+
+def loop_points(
+    in_loop: Mapping[RunKeyT, Sequence[InLoop]], call_ms_of: Callable[[RunKeyT], Mapping[int, Sequence[float]]]
+) -> tuple[dict[RunKeyT, LoopPoint], dict[str, list[float]]]:
+    """Per run, its LoopPoint against the target-alone steps `call_ms_of(run)` (loop_point; runs without one left
+    out); per draft (each run's `.draft`), c as each of its requests measured it in the loop."""
+    points: dict[RunKeyT, LoopPoint] = {}
+    costs: dict[str, list[float]] = {}
+    for key, requests in in_loop.items():
+        point, values = loop_point(requests, call_ms_of(key))
+        if point is not None:
+            points[key] = point
+        if values:
+            costs.setdefault(key.draft, []).extend(values)
+    return points, costs
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, ClassVar
 
-from engine.analysis.step_overhead import InLoop, LoopPoint, loop_point
+from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
@@ -310,18 +310,6 @@ class LlamaCppRunner:
         after = after_request(lambda: server.log_tail(TAIL_BYTES), before)
         return after.minus(before) if after is not None else None
 
-    def _loop_points(self) -> tuple[dict[RunKey, LoopPoint], dict[str, list[float]]]:
-        """Per draft-model run, its verify measured in the loop (target-step units of the same prompt's target
-        alone); per draft, c as each request measured it in the loop."""
-        points: dict[RunKey, LoopPoint] = {}
-        costs: dict[str, list[float]] = {}
-        for key, requests in self.in_loop.items():
-            point, values = loop_point(requests, self.call_ms)
-            if point is not None:
-                points[key] = point
-            costs.setdefault(key.draft, []).extend(values)
-        return points, {d: v for d, v in costs.items() if v}
-
     def side_measure(self, index: int) -> None:
         """Each draft model alone on this prompt, right after the prompt's round: c from neighbouring requests."""
         for ref, config in self.alone.items():
@@ -338,7 +326,7 @@ class LlamaCppRunner:
         self.stop()
         target_rate = median(self.target_rates) if self.target_rates else 0.0
         costs = {ref: target_rate / median(rates) for ref, rates in self.alone_rates.items() if rates and target_rate}
-        points, in_loop = self._loop_points()
+        points, in_loop = loop_points(self.in_loop, lambda key: self.call_ms)
         for ref, values in in_loop.items():
             alone = f"{costs[ref]:.3f}" if ref in costs else "not measured"
             self.notes.append(f"c of {ref}: {median(values):.3f} inside llama-server's loop (its logged draft time), "

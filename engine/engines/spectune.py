@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from statistics import median
 from typing import Any, ClassVar
 
-from engine.analysis.step_overhead import InLoop, LoopPoint, loop_point
+from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
@@ -133,17 +133,6 @@ class SpectuneRunner:
             index, decode_s * 1000.0 - draft_ms, draft_ms, drafting, len(records) - drafting,
             float(sum(r.gamma for r in records)), forwards))  # fmt: skip
 
-    def _loop_points(self) -> tuple[dict[RunKey, LoopPoint], dict[str, list[float]]]:
-        """Per speculative run, its verify in the loop; per draft model, c as each request measured it there."""
-        points: dict[RunKey, LoopPoint] = {}
-        costs: dict[str, list[float]] = {}
-        for key, requests in self.in_loop.items():
-            point, values = loop_point(requests, self.call_ms.get(key.temperature, {}))
-            if point is not None:
-                points[key] = point
-            costs.setdefault(key.draft, []).extend(values)
-        return points, {d: v for d, v in costs.items() if v}
-
     def side_measure(self, index: int) -> None:
         pass
 
@@ -152,7 +141,7 @@ class SpectuneRunner:
         recorded already) one teacher-forced pass per draft along the greedy baseline: agreement runs and the
         trace every policy replays from (β at each temperature above 0)."""
         assert self.target is not None and self.spec is not None
-        points, in_loop = self._loop_points()
+        points, in_loop = loop_points(self.in_loop, lambda key: self.call_ms.get(key.temperature, {}))
         costs = {ref: median(values) for ref, values in in_loop.items()}
         if not ctx.record_traces:
             return EngineOutputs(draft_costs=costs, loop_points=points)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.analysis.export.vllm import suffix_config, vllm_schedule
-from engine.analysis.step_overhead import InLoop, loop_point
+from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
 from engine.core.policy import BatchSchedule
 from engine.core.records import Cancelled, PromptOutput, StepRecord
@@ -241,8 +241,7 @@ class VllmRunner:
 
     def finish(self, baselines: dict[float, list[PromptOutput]], ctx: DecodeContext) -> EngineOutputs:
         """Each speculative run's drafting step as measured with one request in flight (its LoopPoint)."""
-        points = {key: point for key, requests in self.in_loop.items()
-                  if (point := loop_point(requests, self.call_ms.get(key.temperature, {}))[0]) is not None}  # fmt: skip
+        points, _ = loop_points(self.in_loop, lambda key: self.call_ms.get(key.temperature, {}))
         return EngineOutputs(notes=list(self.notes), loop_points=points)
 
     def describe(self) -> dict[str, Any]:

@@ -167,11 +167,15 @@ class LevelChoice:
     speedup: float
     noisy: bool
 
-    def text(self) -> str:
+    def outcome(self) -> str:
+        """'γ=2 (1.15× measured)', or 'off (best 0.95× measured, too noisy to tell)'."""
         noise = ", too noisy to tell" if self.noisy else ""
         if self.gamma:
-            return f"{self.level} → γ={self.gamma} ({self.speedup:.2f}× measured{noise})"
-        return f"{self.level} → off (best {self.speedup:.2f}× measured{noise})"
+            return f"γ={self.gamma} ({self.speedup:.2f}× measured{noise})"
+        return f"off (best {self.speedup:.2f}× measured{noise})"
+
+    def text(self) -> str:
+        return f"{self.level} → {self.outcome()}"
 
 
 def measured_choices(cells: Sequence[SurfaceCell], draft: str, temperature: float) -> list[LevelChoice]:
@@ -207,10 +211,10 @@ def measured_schedule(predicted: Mapping[int, int], choices: Sequence[LevelChoic
             out[b] = measured[b]
         elif not below:
             out[b] = predicted[b]
-        elif b < levels[-1]:
-            out[b] = out.get(below[-1], measured[below[-1]])
+        elif b < levels[-1]:  # every batch below b was set already: the ascending order
+            out[b] = out[below[-1]]
         else:
-            out[b] = min(predicted[b], out.get(levels[-1], measured[levels[-1]]))
+            out[b] = min(predicted[b], out[levels[-1]])
     return out
 
 
@@ -234,6 +238,6 @@ def with_measured_schedule(rec: Any, store: Any, session_ids: Sequence[int]) -> 
                      f"{beyond}'s γ")  # fmt: skip
     serving = next((c for c in choices if c.level == rec.batch_size), None)
     if serving is not None and serving.gamma != rec.gamma:
-        rec.notes.append(f"at concurrency {rec.batch_size} the surface measured {serving.text().split(' → ')[1]} "
+        rec.notes.append(f"at concurrency {rec.batch_size} the surface measured {serving.outcome()} "
                          f"best among its measured γ; the headline's γ={rec.gamma} is the one model's choice over "
                          "every γ (calibrated to those measurements)")  # fmt: skip
