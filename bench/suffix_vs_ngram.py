@@ -35,13 +35,15 @@ TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 FOLLOW_UP = "\n\nAnswer once more, exactly as before."
 
 
-def spec_bench(categories: int, max_chars: int = 600) -> list[tuple[str, str]]:
-    """One prompt per Spec-Bench category (the first of at most `max_chars`), categories in name order."""
+def spec_bench(categories: int) -> list[tuple[str, str]]:
+    """One prompt per Spec-Bench category (its shortest: rag and summarization have no short one), categories in
+    name order."""
     from engine.prompts import load_prompt_file
 
     by_category: dict[str, str] = {}
     for prompt in load_prompt_file(SPEC_BENCH).prompts:
-        if len(prompt.text) <= max_chars and prompt.category not in by_category:
+        shortest = by_category.get(prompt.category)
+        if shortest is None or len(prompt.text) < len(shortest):
             by_category[prompt.category] = prompt.text
     return sorted(by_category.items())[:categories]
 
