@@ -215,8 +215,13 @@ def quick_lines(session: Mapping[str, Any]) -> list[str]:
     lines = [f"Quick session: confirmed in {minutes:.1f} min (probe {quick.get('probe_s', 0.0) / 60.0:.1f} min)."]
     off = {float(t) for t, is_off in (quick.get("off") or {}).items() if is_off}
     for c in quick.get("confirmed") or []:
-        measured, ratio = c.get("measured_speedup"), c.get("measured_over_predicted")
-        got = f"measured {measured:.2f}× (measured ÷ predicted {ratio:.2f})" if measured and ratio else "not measured"
+        measured, whole = c.get("measured_speedup"), c.get("measured_whole_run")
+        ratio = c.get("measured_over_predicted")
+        if whole and ratio:
+            got = (f"measured {whole:.2f}× over the whole run (measured ÷ predicted {ratio:.2f}; per-prompt median "
+                   f"{measured or whole:.2f}×)")
+        else:
+            got = f"measured {measured:.2f}× (per-prompt median)" if measured else "not measured"
         noisy = " — impossible (a measurement error)" if c.get("flag") else (
             " — too noisy to tell" if c.get("noisy") else "")  # fmt: skip
         role = "Speculation OFF; best candidate, not recommended" if c["temperature"] in off else c["role"].capitalize()
@@ -300,7 +305,7 @@ class SpeedCheck:
 
 def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[str, Any], final: bool) -> SpeedCheck:
     """The live (or final) tokens/s ratio against the baseline, checked against the one bound a measured speedup
-    has (engine.session.summarise.speedup_flag: tokens per call ÷ (1 + the draft's share)); a finished run's own
+    has (engine.session.summarise.speedup_flag: tokens per call ÷ (v_min + the draft's share)); a finished run's own
     stored verdict (the flag its summary was stored with) counts too."""
     from engine.session.summarise import speedup_flag, stored_speedup_flag
 
@@ -309,7 +314,7 @@ def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[st
         return SpeedCheck(speed_delta(tps, base_tps) if run.get("kind") != "baseline" else None, None)
     flag = stored_speedup_flag(run) if final else None
     flag = flag or speedup_flag(tps / base_tps, data.most_drafted(run), now.get("tokens_per_call"),
-                                float(run.get("c") or 0.0), None)  # fmt: skip
+                                float(run.get("c") or 0.0), None, run.get("verify_cost"))  # fmt: skip
     return SpeedCheck(speed_delta(tps, base_tps, flag), flag)
 
 

@@ -26,8 +26,9 @@ RUN_NUMBERS = {
 }
 RUN_HELPS = {
     "tokens per call": "tokens emitted ÷ target calls, every call counted (a speedup is bounded by it)",
-    "bound": "the measured speedup is above tokens per call ÷ (1 + the draft's share of a call): impossible, a "
-    "measurement error, never calibrated to (why: below the table)",
+    "bound": "the measured speedup is above tokens per call ÷ (the cheapest verify, 1 target step unless the "
+    "engine measured a wider forward cheaper, + the draft's share of a call): impossible, a measurement error, "
+    "never calibrated to (why: below the table)",
 }
 HISTORY_NUMBERS = {"best speedup": "%.2f×"}
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}

@@ -41,7 +41,7 @@ def prompts(n: int, max_chars: int = 500) -> list[dict[str, str]]:
     return [{"text": t, "category": c} for c, t in seen.items()]
 
 
-def one(store, db: Path, engine: str, mode: str, set_id: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
+def one(store, engine: str, mode: str, set_id: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
     from engine.models.pool import ModelPool
     from engine.service.jobs import submit_session
     from engine.service.recommendations import recommend_and_export
@@ -68,35 +68,12 @@ def one(store, db: Path, engine: str, mode: str, set_id: int, args: argparse.Nam
     row["measured_speedup"] = live.get("speedup_measured") if live else None
     row["quick"] = (session.get("summary") or {}).get("quick")
     own, by_prompt = predictions(store, sid, engine), prompt_predictions(store, sid, engine)
-    seconds = decode_seconds(db, [r["id"] for r in runs])
-    base = next((seconds[r["id"]] for r in runs if r["kind"] == "baseline"), {})
     row["runs"] = [{"draft": r["draft"], "gamma": r["gamma"], "measured": r.get("speedup_measured"),
                     "predicted": own.get((r["draft"], r["gamma"])), "noisy": _noisy(r),
-                    "measured_time_ratio": time_ratio(base, seconds[r["id"]]),
+                    "measured_whole_run": (r.get("summary") or {}).get("speedup_whole_run"),
                     "predicted_prompt_median": by_prompt.get((r["draft"], r["gamma"]))}
                    for r in runs if r["kind"] == "speculative" and r.get("gamma")]  # fmt: skip
     return row
-
-
-def decode_seconds(db: Path, run_ids: list[int]) -> dict[int, dict[int, float]]:
-    """Per run, per prompt: the summed time of its logged steps (draft + verify), read from the kept SQLite file."""
-    import sqlite3
-
-    out: dict[int, dict[int, float]] = {i: {} for i in run_ids}
-    with sqlite3.connect(db) as con:
-        for run_id, prompt, seconds in con.execute(
-            "SELECT run_id, prompt_index, SUM(draft_time_s + verify_time_s) FROM steps GROUP BY run_id, prompt_index"
-        ):
-            if run_id in out:
-                out[run_id][prompt] = seconds
-    return out
-
-
-def time_ratio(base: dict[int, float], run: dict[int, float]) -> float | None:
-    """The target alone's summed decode time ÷ the run's, over the prompts both decoded (the same tokens at T=0):
-    the whole run's speedup, the statistic the one model predicts (tokens over summed step costs)."""
-    shared = [i for i in run if i in base and run[i] > 0]
-    return sum(base[i] for i in shared) / sum(run[i] for i in shared) if shared else None
 
 
 def prompt_predictions(store, sid: int, engine: str, gammas: range = range(1, 9)) -> dict[tuple[str, int], float]:  # noqa: ANN001
@@ -170,13 +147,12 @@ def main() -> int:
     rows = []
     quick_predictions: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
     with tempfile.TemporaryDirectory() as home:
-        db = args.keep_db or Path(home) / "bench.db"
-        store = open_store(f"sqlite:///{db}")
+        store = open_store(f"sqlite:///{args.keep_db or Path(home) / 'bench.db'}")
         set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.prompts))
         for i, engine in enumerate(args.engines):
             order = args.modes if i % 2 == 0 else list(reversed(args.modes))
             for mode in order:
-                rows.append(one(store, db, engine, mode, set_id, args))
+                rows.append(one(store, engine, mode, set_id, args))
                 if rows[-1]["state"] == "done":
                     quick_predictions[(engine, mode)] = predictions(store, rows[-1]["session"], engine)
                 print(json.dumps({k: v for k, v in rows[-1].items() if k != "quick"}), file=sys.stderr, flush=True)
@@ -198,8 +174,9 @@ def main() -> int:
               f"{r.get('recommended', r.get('error'))} | {f(r.get('predicted_speedup'))} | "
               f"{f(r.get('measured_speedup'))} |")  # fmt: skip
     print("\nMeasured ÷ predicted, like with like: the median of per-prompt ratios ÷ the median of per-prompt"
-          " predictions; the whole run's time ratio ÷ the whole-run prediction (what pages show as predicted).\n")
-    print("| engine | mode | configuration | measured (median) | predicted (median) | ÷ | measured (time ratio) | "
+          " predictions; the whole run's speedup (tokens/s over every prompt ÷ the baseline's) ÷ the whole-run"
+          " prediction (what pages show as predicted).\n")
+    print("| engine | mode | configuration | measured (median) | predicted (median) | ÷ | measured (whole run) | "
           "predicted (whole run) | ÷ | noisy |")
     print("|---|---|---|---|---|---|---|---|---|---|")
 
@@ -209,7 +186,7 @@ def main() -> int:
     for r in rows:
         for run in r.get("runs") or []:
             m, p = run["measured"], run["predicted"]
-            mt, pm = run["measured_time_ratio"], run["predicted_prompt_median"]
+            mt, pm = run["measured_whole_run"], run["predicted_prompt_median"]
             print(f"| {r['engine']} | {r['mode']} | {run['draft']} γ={run['gamma']} | {f(m)} | {f(pm)} | "
                   f"{over(m, pm)} | {f(mt)} | {f(p)} | {over(mt, p)} | {run['noisy']} |")  # fmt: skip
     if checks:

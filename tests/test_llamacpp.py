@@ -103,7 +103,9 @@ def test_llama_bench_times_every_k_in_alternating_rounds() -> None:
     assert sorted(times) == [1, 2, 4] and all(len(t) == 2 and min(t) > 0 for t in times.values())
     measured = from_rounds(times)
     assert measured.rounds == 2 and measured.curve[1] == 1.0
-    assert all(1.0 <= low <= high for low, high in measured.spread.values())
+    assert all(0.0 < low <= high for low, high in measured.spread.values())
+    # below a one-token batch only where every round measured it so (a CPU whose one-token kernel is the slower)
+    assert all(measured.curve[k] >= 1.0 or measured.spread[k][1] < 1.0 for k in times)
 
 
 def test_a_server_with_a_draft_speculates_and_reports_draft_statistics() -> None:

@@ -99,7 +99,11 @@ def test_a_quick_session_confirms_what_the_one_model_chose(store: Store) -> None
             r["gamma"] == c["gamma"] if c["policy"] is None else (r.get("summary") or {}).get("policy") == c["policy"])]
         assert matching, c
         assert c["predicted_speedup"] > 0 and c["measured_speedup"] > 0
-        assert c["measured_over_predicted"] == pytest.approx(c["measured_speedup"] / c["predicted_speedup"])
+        # like with like: the whole run's speedup (tokens/s over every prompt ÷ the baseline's) ÷ the prediction
+        stored = matching[-1].get("summary") or {}
+        whole = stored.get("speedup_whole_run") or (stored.get("policy_live") or {}).get("speedup_whole_run")
+        assert c["measured_whole_run"] == pytest.approx(whole) and whole > 0
+        assert c["measured_over_predicted"] == pytest.approx(c["measured_whole_run"] / c["predicted_speedup"])
     baselines = [r for r in runs if r["kind"] == "baseline"]
     assert len(baselines) == (2 if len(speculative) > 2 else 1)  # a confirmation brings its own baseline
     assert 0 < quick["probe_s"] <= quick["time_to_confirmed_s"]

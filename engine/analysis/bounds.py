@@ -9,11 +9,13 @@ and the likely cause. A flagged figure is a measurement error: shown as such, ne
 The bounds (Leviathan et al. 2023, Theorem 3.8 and its reading):
 
 * one target call yields at most γ+1 tokens, so tokens per call ≤ γ+1;
-* a speculative step costs at least one target forward plus the drafting, so
-  speedup ≤ tokens per call ÷ (1 + drafting cost share) — for a measured speedup, in practice
-  ≤ the run's own mean acceptance length (tokens per target call); for a prediction ≤ γ+1;
+* a speculative step costs at least its verify plus the drafting, so speedup ≤ tokens per call ÷
+  (v_min + drafting cost share), v_min the cheapest verify it could take in one-token forwards: 1, unless the
+  engine measured a k-token forward cheaper than a one-token one (theory.VerifyFit.floor) — for a measured
+  speedup, in practice ≤ the run's own mean acceptance length (tokens per target call); for a prediction ≤ γ+1;
 * no kernel runs faster than the measured peak: achieved ≤ peak (roofline);
-* verifying k tokens in one forward costs at most what k one-token forwards cost: v(k) ≤ k.
+* verifying k tokens in one forward costs at most what k one-token forwards cost: v(k) ≤ k, and no less than
+  theory.VERIFY_FLOOR of one.
 
 Measured figures get MEASURED_SLACK of relative slack (timing noise); predictions get none.
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from engine.analysis.theory import VERIFY_FLOOR
 
 MEASURED_SLACK = 0.05  # measured figures may exceed a bound by 5% before they are called impossible
 _EXACT = 1e-9
@@ -67,16 +71,18 @@ def check_tokens_per_call(tokens_per_call: float, gamma: int, measured: bool = T
 
 
 def check_measured_speedup(
-    speedup: float, gamma: int, tokens_per_call: float | None = None, draft_share: float = 0.0
-) -> BoundFlag | None:
-    """Measured speedup ≤ tokens per call ÷ (1 + drafting share); γ+1 when the run's tokens per call are unknown.
+    speedup: float, gamma: int, tokens_per_call: float | None = None, draft_share: float = 0.0,
+    verify_floor: float = 1.0,
+) -> BoundFlag | None:  # fmt: skip
+    """Measured speedup ≤ tokens per call ÷ (v_min + drafting share), v_min = `verify_floor` (the cheapest verify
+    measured, ≤ 1: theory.VerifyFit.floor); γ+1 tokens per call when the run's own are unknown.
 
     `tokens_per_call` is the run's own mean acceptance length; one that breaks its own bound is
     ignored (γ+1 is used instead).
     """
     usable = tokens_per_call is not None and check_tokens_per_call(tokens_per_call, gamma) is None
     per_call = float(tokens_per_call) if usable else gamma + 1.0  # type: ignore[arg-type]
-    bound = per_call / (1.0 + max(draft_share, 0.0))
+    bound = per_call / (min(max(verify_floor, VERIFY_FLOOR), 1.0) + max(draft_share, 0.0))
     if not _over(speedup, bound, MEASURED_SLACK):
         return None
     basis = (
@@ -121,14 +127,15 @@ def check_fraction_of_peak(achieved: float, peak: float, what: str) -> BoundFlag
 
 
 def check_verify_cost(v_k: float, k: int) -> BoundFlag | None:
-    """v(k) ≤ k: a k-token forward does the work of k one-token forwards at most (and no less than one)."""
-    if _over(v_k, float(k), VERIFY_SLACK) or v_k < 1.0 - MEASURED_SLACK:
+    """v(k) ≤ k: a k-token forward does the work of k one-token forwards at most (and costs no less than
+    VERIFY_FLOOR of one: a one-token kernel may be the slower one)."""
+    if _over(v_k, float(k), VERIFY_SLACK) or v_k < VERIFY_FLOOR * (1.0 - MEASURED_SLACK):
         return BoundFlag(
             "verify cost",
             float(v_k),
             float(k),
-            f"measurement error: v({k}) = {v_k:.2f} is outside 1…{k} (a {k}-token forward costing more than {k} "
-            f"one-token forwards); the machine's load changed while it was timed, or the engine's batched kernel "
-            f"is slower than its one-token one; not evidence",
+            f"measurement error: v({k}) = {v_k:.2f} is outside {VERIFY_FLOOR:g}…{k} (a {k}-token forward costing "
+            f"more than {k} one-token forwards, or far less than one); the machine's load changed while it was "
+            f"timed, or the engine's batched kernel is slower than its one-token one; not evidence",
         )
     return None

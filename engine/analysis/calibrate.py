@@ -34,15 +34,18 @@ def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: in
 
 
 def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
-    """γ -> why its measured speedup is impossible: above the run's own tokens per call ÷ (1 + the draft's share
-    of a call, c · draft forwards per step), or above γ+1."""
+    """γ -> why its measured speedup is impossible: above the run's own tokens per call ÷ (v_min + the draft's
+    share of a call, c · draft forwards per step), or above γ+1; v_min: the cheapest verify up to γ+1
+    (VerifyFit.floor)."""
     flags: dict[int, BoundFlag] = {}
     for gamma, measured in m.measured_speedup.items():
         gamma = int(gamma)
         if gamma < 1:
             continue
-        share = m.c * _at_c(m, gamma, 0.0).draft_calls_per_step if m.method == "draft_model" else 0.0
-        flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma), share)
+        at = _at_c(m, gamma, 0.0)
+        share = m.c * at.draft_calls_per_step if m.method == "draft_model" else 0.0
+        flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma), share,
+                                      at.verify_floor)  # fmt: skip
         if flag is not None:
             flags[gamma] = flag
     return flags

@@ -5,14 +5,16 @@ predicted speedup, every export) is a Prediction built here, from steps a decodi
 
 * a step drafts `drafted` tokens with `forwards` draft forwards, then verifies them in one target call;
 * it costs c·forwards + v(drafted + 1) target-step units (c: the draft's cost, v(k): the fitted verify cost,
-  capped at k, engine.analysis.theory.fit_verify_cost), plus the engine's step overhead where its loop measured
+  capped at k, below 1 only where a k-token forward measured cheaper than a one-token one,
+  engine.analysis.theory.fit_verify_cost), plus the engine's step overhead where its loop measured
   one (engine.analysis.step_overhead: llama-server's); the target alone costs 1 per token;
 * its arithmetic is ĉ·forwards + drafted + 1 target positions (Theorem 3.11's count, step by step);
 * predicted speedup = tokens ÷ Σ step costs; ops multiplier = Σ arithmetic ÷ tokens;
   cost multiplier = 1/speedup memory-bound, the ops multiplier compute-bound.
 
 Bounds hold by construction and are checked again (`bound_flags`): 1 ≤ tokens per call ≤ most drafted + 1,
-speedup ≤ tokens per call ÷ (v(1) + the draft's share c·draft calls per step), ops multiplier ≥ 1.
+speedup ≤ tokens per call ÷ (v_min + the draft's share c·draft calls per step), v_min the cheapest verify the
+configuration may take (1 unless measured below), ops multiplier ≥ 1.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class Prediction:
     calls_exact: bool  # draft calls per step exactly what the loop does
     most_drafted: int = 0  # the widest step it may take (the policy's max draft): its verify width is this + 1
     c: float = 0.0  # the draft cost it was predicted with
+    verify_floor: float = 1.0  # the cheapest verify it may take, in one-token forwards (VerifyFit.floor)
     regime: str = MEMORY_BOUND
     confidence: str = "full"  # "full" (spectune, transformers) or "top10" (llama.cpp's p)
     basis_name: str = ""  # "" → exact/estimated from `exact`; "positional" from per-position rates
@@ -158,6 +161,7 @@ def finish(
         drafted_per_step=tally.drafted / steps, predicted_speedup=speedup, ops_multiplier=ops,
         cost_multiplier=math.inf, exact=exact, calls_exact=calls_exact, most_drafted=int(policy.max_draft()),
         c=cost.c, confidence=confidence, basis_name=basis, notes=list(notes),
+        verify_floor=fit.floor(int(policy.max_draft()) + 1) if (fit := cost.fit()) is not None else 1.0,
     )  # fmt: skip
     return pred.judged_in(cost.regime)
 
@@ -194,10 +198,10 @@ def bound_flags(pred: Prediction) -> list[str]:
     top = pred.most_drafted + 1.0
     if not 1.0 - _EXACT <= pred.tokens_per_call <= top + _EXACT:
         flags.append(f"model error: {pred.tokens_per_call:.2f} tokens per call outside 1…{top:.0f}")
-    bound = pred.tokens_per_call / (1.0 + pred.draft_share)
+    bound = pred.tokens_per_call / (pred.verify_floor + pred.draft_share)
     if pred.predicted_speedup > bound + 1e-6:
         flags.append(
-            f"model error: {pred.predicted_speedup:.2f}× exceeds tokens per call ÷ (v(1) + draft share) = {bound:.2f}×"
+            f"model error: {pred.predicted_speedup:.2f}× exceeds tokens per call ÷ (v_min + draft share) = {bound:.2f}×"
         )
     if pred.ops_multiplier < 1.0 - 1e-6:
         flags.append(f"model error: ops multiplier {pred.ops_multiplier:.2f} below 1")

@@ -44,15 +44,17 @@ def from_rounds(times: Mapping[int, Sequence[float]]) -> VerifyCost:
     """v(k) from per-round timings measured in alternating order: each side's fastest round over the other's.
 
     A busy machine only ever adds time, so the fastest of several interleaved rounds is the closest to the work
-    itself; the per-round ratios give the spread. A k-token forward does at least the work of a 1-token one:
-    ratios below 1 are timer noise and are clamped."""
+    itself; the per-round ratios give the spread. A k-token forward below one one-token forward is kept only when
+    every round measured it below (the one-token kernel is the slower one: bfloat16 on a CPU with AVX-512 BF16);
+    otherwise a ratio below 1 is timer noise and is clamped to 1."""
     base = min(times[1])
     rounds = min(len(samples) for samples in times.values())
     curve, spread = {}, {}
     for k, samples in sorted(times.items()):
-        curve[k] = max(1.0, min(samples) / base)
-        ratios = [max(1.0, t / t1) for t, t1 in zip(samples, times[1], strict=False)]
-        spread[k] = (min(ratios), max(ratios))
+        ratios = [t / t1 for t, t1 in zip(samples, times[1], strict=False)]
+        cheaper = k > 1 and bool(ratios) and max(ratios) < 1.0
+        curve[k] = min(samples) / base if cheaper else max(1.0, min(samples) / base)
+        spread[k] = (min(ratios), max(ratios)) if cheaper else (max(1.0, min(ratios)), max(1.0, max(ratios)))
     return VerifyCost(curve, spread, rounds)
 
 

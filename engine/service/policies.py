@@ -9,6 +9,7 @@ engine (engine.analysis.export.export_policy); `prove` queues a session running 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -119,14 +120,16 @@ def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
     return out
 
 
-def live_flag(figures: dict[str, Any], most_drafted: int, c: float) -> str | None:
-    """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (1 + the draft's
-    share)), or its per-prompt ratios are too noisy; None when it stands."""
+def live_flag(
+    figures: dict[str, Any], most_drafted: int, c: float, verify_cost: Mapping[Any, float] | None = None
+) -> str | None:
+    """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (v_min + the
+    draft's share)), or its per-prompt ratios are too noisy; None when it stands."""
     speedup, per_call = figures.get("speedup_measured"), figures.get("tokens_per_call")
     if not speedup:
         return None
     broken = figures.get("speedup_flag") or speedup_flag(speedup, most_drafted, per_call, c,
-                                                         figures.get("draft_calls_per_step"))  # fmt: skip
+                                                         figures.get("draft_calls_per_step"), verify_cost)  # fmt: skip
     if broken:
         return str(broken)
     spread = figures.get("speedup_spread") or {}
@@ -157,7 +160,8 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
                 else None,
             }  # fmt: skip
         figures["session_id"] = run["session_id"]
-        figures["flag"] = live_flag(figures, parse_policy(spec).max_draft(), run.get("c") or 0.0)
+        most = parse_policy(spec).max_draft()
+        figures["flag"] = live_flag(figures, most, run.get("c") or 0.0, run.get("verify_cost"))
         live[spec] = figures
     return live
 

@@ -63,16 +63,20 @@ def decide(store: Any, session_id: int, spec: SessionSpec) -> Decision:
 
 
 def _confirmed(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
-    """Each choice with what was measured for it (the confirmation's run, else the probe's): measured ÷ predicted."""
+    """Each choice with what was measured for it (the confirmation's run, else the probe's): the median of its
+    per-prompt ratios (what every page shows), and measured ÷ predicted like with like: its speedup over the whole
+    run (tokens/s over every prompt ÷ the baseline's) ÷ the prediction, which is a whole run's (tokens over summed
+    step costs)."""
     rows = []
     for choice in decision.choices:
         key = choice.key().as_dict()
         run = next((r for r in reversed(report.runs)
                     if all(r.get(k) == v for k, v in key.items()) and r.get("concurrency", 1) == 1), None)  # fmt: skip
-        live = (run or {}).get("policy_live") or {}
-        measured = live.get("speedup_measured") if choice.policy is not None else (run or {}).get("speedup_measured")
-        ratio = measured / choice.predicted_speedup if measured and choice.predicted_speedup else None
-        rows.append(choice.to_dict() | {"measured_speedup": measured, "measured_over_predicted": ratio,
+        figures = ((run or {}).get("policy_live") or {}) if choice.policy is not None else (run or {})
+        measured, whole = figures.get("speedup_measured"), figures.get("speedup_whole_run")
+        ratio = whole / choice.predicted_speedup if whole and choice.predicted_speedup else None
+        rows.append(choice.to_dict() | {"measured_speedup": measured, "measured_whole_run": whole,
+                                        "measured_over_predicted": ratio,
                                         "noisy": (run or {}).get("speedup_noisy"),
                                         "flag": (run or {}).get("speedup_flag")})  # fmt: skip
     return rows

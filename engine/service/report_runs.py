@@ -123,7 +123,7 @@ def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: Any) -> float |
 
 def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> list[str]:
     """Which bounds the run's figures break: tokens per call ≤ γ+1, and the measured speedup ≤ tokens per call ÷
-    (1 + the draft's share of a call, c · draft forwards per step) — the recommender's flag where it has one, else
+    (v_min + the draft's share of a call, c · draft forwards per step) — the recommender's flag where it has one, else
     the flag the run was stored with (engine.session.summarise.stored_speedup_flag)."""
     if run.get("kind") == "baseline":
         return []

@@ -9,7 +9,7 @@ from typing import Any
 from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
-from engine.analysis.theory import alpha_from_mean_accepted
+from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
 from engine.drafts.refs import draft_method
@@ -28,6 +28,7 @@ class RunTally:
     outputs: list[PromptOutput] = field(default_factory=list)
     divergences: list[dict | None] = field(default_factory=list)
     rates: dict[int, float] = field(default_factory=dict)  # per prompt index: decode tokens/s
+    decoded: dict[int, tuple[int, float]] = field(default_factory=dict)  # per prompt index: (tokens, decode s)
     loads: list[dict[str, float]] = field(default_factory=list)  # per prompt: the machine's load while decoding
     counters: SpecCounters = field(default_factory=SpecCounters)
     stats: StepStats = field(default_factory=StepStats)  # from step records: β (α) where the engine reports it
@@ -55,6 +56,7 @@ class RunTally:
         self.itl_s += decoded.itl_s
         if decoded.decode_s > 0 and tokens:
             self.rates[index] = tokens / decoded.decode_s
+            self.decoded[index] = (tokens, decoded.decode_s)
 
     def ratios(self, baseline: RunTally | None) -> list[float]:
         """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
@@ -66,13 +68,26 @@ class RunTally:
     def spread(self, baseline: RunTally | None) -> noise.Spread | None:
         return noise.spread_of(self.ratios(baseline))
 
+    def whole_run(self, baseline: RunTally | None) -> float | None:
+        """This run's tokens/s over every prompt ÷ the baseline's over the same prompts: the whole run's speedup,
+        the statistic the one model predicts (tokens over summed step costs); None without a shared prompt."""
+        if baseline is None:
+            return None
+        shared = [i for i in self.decoded if i in baseline.decoded]
+        if not shared:
+            return None
+        rate = sum(self.decoded[i][0] for i in shared) / sum(self.decoded[i][1] for i in shared)
+        base = sum(baseline.decoded[i][0] for i in shared) / sum(baseline.decoded[i][1] for i in shared)
+        return rate / base
+
 
 def summarise(
     tally: RunTally, baseline: RunTally | None, c: float, verify_cost: dict[int, float], engine: str,
     overhead: StepOverhead | None = None, loop_point: LoopPoint | None = None,
 ) -> RunSummary:
     """α (mean β where the engine reports β, and from the mean acceptance length), acceptance, c, v(k), the
-    measured speedup (the median of per-prompt ratios, with its spread) and the predicted one."""
+    measured speedup (the median of per-prompt ratios, with its spread; and over the whole run, the statistic the
+    prediction is) and the predicted one."""
     counters = tally.counters
     tokens = tally.tokens
     common: dict[str, Any] = {
@@ -105,9 +120,10 @@ def summarise(
         step_overhead=overhead.to_dict() if overhead else None,
         verify_in_loop=loop_point.to_dict() if loop_point is not None else None,
         speedup_measured=measured,
+        speedup_whole_run=tally.whole_run(baseline),
         speedup_spread=spread.to_dict() if spread else None,
         speedup_flag=speedup_flag(
-            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None
+            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None, verify_cost
         ),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
@@ -117,16 +133,19 @@ def summarise(
 
 def speedup_flag(
     speedup: float | None, most_drafted: int, tokens_per_call: float | None, c: float,
-    draft_calls_per_step: float | None,
+    draft_calls_per_step: float | None, verify_cost: Mapping[Any, float] | None = None,
 ) -> str | None:  # fmt: skip
     """Why a measured speedup is impossible, or None when it stands (or none was measured): the one bound check
-    (engine.analysis.bounds.check_measured_speedup), speedup ≤ tokens per call ÷ (1 + the draft's share of a call,
-    c · draft forwards per step), γ+1 where the tokens per call are unknown. `most_drafted`: the run's γ (a policy:
-    its widest draft)."""
+    (engine.analysis.bounds.check_measured_speedup), speedup ≤ tokens per call ÷ (v_min + the draft's share of a
+    call, c · draft forwards per step), γ+1 where the tokens per call are unknown; v_min is the cheapest verify of
+    the run's measured v(k) up to its widest (1 unless a k-token forward measured cheaper than a one-token one).
+    `most_drafted`: the run's γ (a policy: its widest draft)."""
     if not speedup:
         return None
     share = float(c or 0.0) * float(draft_calls_per_step or 0.0)
-    flag = check_measured_speedup(float(speedup), max(int(most_drafted), 1), tokens_per_call, share)
+    most = max(int(most_drafted), 1)
+    floor = fit_verify_cost({int(k): float(v) for k, v in verify_cost.items()}).floor(most + 1) if verify_cost else 1.0
+    flag = check_measured_speedup(float(speedup), most, tokens_per_call, share, floor)
     return flag.message if flag is not None else None
 
 
@@ -148,7 +167,8 @@ def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
     most = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
     steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
     per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
-    return speedup_flag(speedup, most, per_call, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0)
+    return speedup_flag(speedup, most, per_call, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0,
+                        run.get("verify_cost") or summary.get("verify_cost"))  # fmt: skip
 
 
 def best_speedup(runs: Sequence[Mapping[str, Any]]) -> float | None:
@@ -198,7 +218,8 @@ def policy_live(
     summary.policy = spec
     summary.policy_live = {
         "policy": spec, "tokens_per_call": summary.tokens_per_call, "tokens_per_s": summary.tokens_per_s,
-        "speedup_measured": summary.speedup_measured, "speedup_spread": summary.speedup_spread,
+        "speedup_measured": summary.speedup_measured, "speedup_whole_run": summary.speedup_whole_run,
+        "speedup_spread": summary.speedup_spread,
         "speedup_flag": summary.speedup_flag, "alpha": summary.alpha,
         "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
         "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,
@@ -215,7 +236,7 @@ def policy_live(
     except ValueError:  # no usable trace (a draft with another tokenizer), or no β at this temperature
         summary.policy_live["replayed"] = None
     summary.alpha = summary.alpha_from_acceptance_length = None
-    summary.speedup_measured = summary.speedup_predicted = None
+    summary.speedup_measured = summary.speedup_predicted = summary.speedup_whole_run = None
     summary.per_position_acceptance = []
     return summary
 

@@ -38,7 +38,9 @@ class RunSummary:
     # session's runs of this draft) and this run's verify as measured in the loop; None where not measured
     step_overhead: dict[str, float] | None = None
     verify_in_loop: dict[str, float] | None = None
-    speedup_measured: float | None = 1.0
+    speedup_measured: float | None = 1.0  # the median of per-prompt ratios beside the baseline (robust to one)
+    # tokens/s over every prompt ÷ the baseline's over the same prompts: what the prediction is and is checked by
+    speedup_whole_run: float | None = None
     speedup_predicted: float | None = 1.0
     verify_cost: dict[int, float] = field(default_factory=dict)
     speedup_spread: dict[str, Any] | None = None  # engine.measure.noise.Spread as a dict: median/min/max/n/verdict
