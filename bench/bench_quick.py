@@ -199,7 +199,7 @@ def main() -> int:
     for r in rows:
         for c in (r.get("quick") or {}).get("confirmed") or []:
             print(f"- {r['engine']} quick, {c['role']}: {c['configuration']} predicted {c['predicted_speedup']:.2f}×, "
-                  f"measured {c['measured_speedup'] or float('nan'):.2f}× "
+                  f"measured {c.get('measured_whole_run') or float('nan'):.2f}× over the whole run "
                   f"(÷ {c['measured_over_predicted'] or float('nan'):.2f})")  # fmt: skip
     return 0
 
