@@ -52,3 +52,18 @@ def test_achieved_is_at_most_the_measured_peak() -> None:
     assert flag is not None and "515% of the measured peak" in flag.message and "load changed" in flag.message
     assert check_fraction_of_peak(0.8e12, 1e12, "bandwidth") is None
     assert check_fraction_of_peak(1.0, 0.0, "bandwidth") is not None  # no peak: nothing can be judged against it
+
+
+def test_a_run_is_judged_on_its_whole_run_and_the_cheapest_verify_it_measured() -> None:
+    from engine.session.summarise import speedup_flag
+
+    # measured in bf16 on an AVX-512 BF16 EPYC (the 0.5B draft at γ=2): 2.34 tokens per call, c 0.364 per forward,
+    # 2 forwards a step; the v(k) probe 0.91–1.0, the loop's own 3-wide verify 0.85 of a target-alone step
+    probe = {"1": 1.0, "2": 1.0, "3": 0.91, "4": 1.0, "5": 0.92}
+    args = (2, 2.34, 0.364, 2.0)
+    assert speedup_flag(1.58, *args, probe, whole_run=1.50, loop_v=0.85) is None  # the median may exceed the bound
+    assert speedup_flag(1.58, *args, probe) is not None  # judged alone, with the probe's v: "impossible"
+    flag = speedup_flag(1.58, *args, probe, whole_run=1.75, loop_v=0.85)
+    assert flag is not None and "1.75× over the whole run" in flag
+    # a loop "cheaper" than VERIFY_FLOOR is a baseline timed under load: the floor holds, the flag fires
+    assert speedup_flag(1.9, *args, probe, whole_run=1.9, loop_v=0.3) is not None

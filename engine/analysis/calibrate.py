@@ -36,11 +36,15 @@ def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: in
 def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
     """γ -> why its measured speedup is impossible: above the run's own tokens per call ÷ (v_min + the draft's
     share of a call, c · draft forwards per step), or above γ+1; v_min: the cheapest verify up to γ+1
-    (VerifyFit.floor)."""
+    (VerifyFit.floor). A stored run's own flag (`run_flags`) is its verdict, judged once when it was summarised."""
     flags: dict[int, BoundFlag] = {}
     for gamma, measured in m.measured_speedup.items():
         gamma = int(gamma)
         if gamma < 1:
+            continue
+        if gamma in m.run_flags:  # the run's own verdict, decided once (engine.session.summarise.speedup_flag)
+            if (message := m.run_flags[gamma]) is not None:
+                flags[gamma] = BoundFlag("measured speedup", float(measured), float("nan"), message)
             continue
         at = _at_c(m, gamma, 0.0)
         share = m.c * at.draft_calls_per_step if m.method == "draft_model" else 0.0

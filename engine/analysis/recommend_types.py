@@ -38,6 +38,9 @@ class DraftMeasurement:
     ngram_max: int = 4  # n-gram window the session used (method == "ngram" only)
     ngram_min: int = 1
     measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's tokens per target call
+    # γ -> the flag the run was stored with (engine.session.summarise.speedup_flag: decided once, when the sweep
+    # summarised it, from the whole run and its own loop), None where it stands; absent: judged from the figures
+    run_flags: dict[int, str | None] = field(default_factory=dict)
     c_hat_source: str = ""  # where ĉ came from ("parameter counts …", "measured c"), for the notes
     # share of target calls that verified a draft at all: below 1 where the proposer drafts only sometimes
     # (llama.cpp's n-gram lookup, when it finds a match); its per-position acceptance counts only those calls

@@ -258,6 +258,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         agreement_runs=[list(x) for x in summary.get("agreement_runs") or []],
         temperature=temperature,
         measured_speedup={int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured")},
+        run_flags={int(r["gamma"]): stored_speedup_flag(r) for r in runs if r.get("speedup_measured")},
         noisy_speedup={int(r["gamma"]): _noise_why(r) for r in runs if r.get("speedup_measured") and _noisy(r)},
         session_ids=sorted({int(r["session_id"]) for r in runs}),
         c_hat=c_hat,

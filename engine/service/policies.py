@@ -121,15 +121,18 @@ def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
 
 
 def live_flag(
-    figures: dict[str, Any], most_drafted: int, c: float, verify_cost: Mapping[Any, float] | None = None
+    figures: dict[str, Any], most_drafted: int, c: float, verify_cost: Mapping[Any, float] | None = None,
+    loop_v: float | None = None,
 ) -> str | None:
     """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (v_min + the
     draft's share)), or its per-prompt ratios are too noisy; None when it stands."""
     speedup, per_call = figures.get("speedup_measured"), figures.get("tokens_per_call")
     if not speedup:
         return None
-    broken = figures.get("speedup_flag") or speedup_flag(speedup, most_drafted, per_call, c,
-                                                         figures.get("draft_calls_per_step"), verify_cost)  # fmt: skip
+    broken = figures.get("speedup_flag") or speedup_flag(
+        speedup, most_drafted, per_call, c, figures.get("draft_calls_per_step"), verify_cost,
+        figures.get("speedup_whole_run"), loop_v,
+    )  # fmt: skip
     if broken:
         return str(broken)
     spread = figures.get("speedup_spread") or {}
@@ -161,7 +164,8 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
             }  # fmt: skip
         figures["session_id"] = run["session_id"]
         most = parse_policy(spec).max_draft()
-        figures["flag"] = live_flag(figures, most, run.get("c") or 0.0, run.get("verify_cost"))
+        loop_v = ((run.get("summary") or {}).get("verify_in_loop") or {}).get("v")
+        figures["flag"] = live_flag(figures, most, run.get("c") or 0.0, run.get("verify_cost"), loop_v)
         live[spec] = figures
     return live
 

@@ -9,7 +9,7 @@ from typing import Any
 from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
-from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost
+from engine.analysis.theory import VERIFY_FLOOR, alpha_from_mean_accepted, fit_verify_cost
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
 from engine.drafts.refs import draft_method
@@ -123,7 +123,8 @@ def summarise(
         speedup_whole_run=tally.whole_run(baseline),
         speedup_spread=spread.to_dict() if spread else None,
         speedup_flag=speedup_flag(
-            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None, verify_cost
+            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None, verify_cost,
+            tally.whole_run(baseline), loop_point.v if loop_point is not None else None,
         ),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
@@ -134,19 +135,29 @@ def summarise(
 def speedup_flag(
     speedup: float | None, most_drafted: int, tokens_per_call: float | None, c: float,
     draft_calls_per_step: float | None, verify_cost: Mapping[Any, float] | None = None,
+    whole_run: float | None = None, loop_v: float | None = None,
 ) -> str | None:  # fmt: skip
     """Why a measured speedup is impossible, or None when it stands (or none was measured): the one bound check
     (engine.analysis.bounds.check_measured_speedup), speedup ≤ tokens per call ÷ (v_min + the draft's share of a
-    call, c · draft forwards per step), γ+1 where the tokens per call are unknown; v_min is the cheapest verify of
-    the run's measured v(k) up to its widest (1 unless a k-token forward measured cheaper than a one-token one).
+    call, c · draft forwards per step), γ+1 where the tokens per call are unknown. The bound is on the whole run
+    (its tokens per call and share are the run's), so the whole-run speedup is what it judges where there is one;
+    a median of per-prompt ratios can exceed it honestly. v_min is the cheapest verify measured: the run's v(k) up
+    to its widest (1 unless a k-token forward measured cheaper than a one-token one) or its verify in the loop
+    (`loop_v`), never below VERIFY_FLOOR (a loop "cheaper" than that is a baseline timed under load).
     `most_drafted`: the run's γ (a policy: its widest draft)."""
-    if not speedup:
+    judged = whole_run or speedup
+    if not judged:
         return None
     share = float(c or 0.0) * float(draft_calls_per_step or 0.0)
     most = max(int(most_drafted), 1)
     floor = fit_verify_cost({int(k): float(v) for k, v in verify_cost.items()}).floor(most + 1) if verify_cost else 1.0
-    flag = check_measured_speedup(float(speedup), most, tokens_per_call, share, floor)
-    return flag.message if flag is not None else None
+    if loop_v is not None:
+        floor = max(min(floor, float(loop_v)), VERIFY_FLOOR)
+    flag = check_measured_speedup(float(judged), most, tokens_per_call, share, floor)
+    if flag is None:
+        return None
+    return flag.message.replace(f"the measured {judged:.2f}×", f"the measured {judged:.2f}× over the whole run", 1) \
+        if whole_run else flag.message
 
 
 def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
@@ -167,8 +178,11 @@ def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
     most = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
     steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
     per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
+    whole = next((x for x in (summary.get("speedup_whole_run"), run.get("speedup_whole_run"),
+                              live.get("speedup_whole_run")) if x is not None), None)  # fmt: skip
+    loop = summary.get("verify_in_loop") or run.get("verify_in_loop") or {}
     return speedup_flag(speedup, most, per_call, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0,
-                        run.get("verify_cost") or summary.get("verify_cost"))  # fmt: skip
+                        run.get("verify_cost") or summary.get("verify_cost"), whole, loop.get("v"))  # fmt: skip
 
 
 def best_speedup(runs: Sequence[Mapping[str, Any]]) -> float | None:
