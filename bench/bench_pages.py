@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(120_000)
-            for _, path in order:  # warm-up: the first run of each page compiles it
-                first_paint(page, f"{url}/{path}")
+            first_visit: dict[str, float] = {}
+            for name, path in order:  # warm-up: the first run of each page compiles it (and fills app/memo.py)
+                first_visit[name] = first_paint(page, f"{url}/{path}")["first_paint_s"]
             load_before = os.getloadavg()
             mine = [psutil.Process(), psutil.Process(server.pid)]
             other, mine0 = OtherLoad(), cpu_seconds(mine)
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 "page": name, "path": "/" + path, "first_paint_s": paints,
                 "median_s": round(statistics.median(paints), 2), "max_s": round(max(paints), 2),
                 "title_median_s": round(statistics.median(s["title_s"] for s in samples[name]), 2),
+                "first_visit_s": round(first_visit[name], 2),
                 "within_target": max(paints) <= TARGET_S,
             })  # fmt: skip
         out = {
@@ -197,11 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {args.out}")
-        print("| page | median first paint | max | title shown (median) | ≤ 2 s |")
-        print("|---|---|---|---|---|")
+        print("| page | first visit (compile + compute) | median first paint | max | title shown (median) | ≤ 2 s |")
+        print("|---|---|---|---|---|---|")
         for r in results:
             mark = "yes" if r["within_target"] else "no"
-            cells = [r["page"], f"{r['median_s']:.2f} s", f"{r['max_s']:.2f} s", f"{r['title_median_s']:.2f} s", mark]
+            cells = [r["page"], f"{r['first_visit_s']:.2f} s", f"{r['median_s']:.2f} s", f"{r['max_s']:.2f} s",
+                     f"{r['title_median_s']:.2f} s", mark]  # fmt: skip
             print("| " + " | ".join(cells) + " |", flush=True)
         return 0
     finally:
