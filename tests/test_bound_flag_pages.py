@@ -154,8 +154,8 @@ def test_a_run_is_stored_with_its_flag_decided_once_by_its_summary() -> None:
     from engine.session.sweep import SweepReport
 
     key, base_key = RunKey("ngram", 4, 0.0), RunKey("none", 0, 0.0)
-    base = RunTally(base_key, None, rates={0: 1.7, 1: 1.8})
-    tally = RunTally(key, None, rates={0: 3.3, 1: 3.5}, tokens=109, decode_s=32.0,
+    base = RunTally(base_key, None, decoded={0: (17, 10.0), 1: (18, 10.0)})  # 1.7 and 1.8 tokens/s
+    tally = RunTally(key, None, decoded={0: (33, 10.0), 1: (35, 10.0)}, tokens=109, decode_s=32.0,
                      counters=SpecCounters(drafts=10, draft_tokens=40, accepted_tokens=9, target_calls=100,
                                            emitted=109))  # fmt: skip
     summary = summarise(tally, base, 0.0, {1: 1.0}, "llama.cpp")

@@ -72,10 +72,11 @@ def check_tokens_per_call(tokens_per_call: float, gamma: int, measured: bool = T
 
 def check_measured_speedup(
     speedup: float, gamma: int, tokens_per_call: float | None = None, draft_share: float = 0.0,
-    verify_floor: float = 1.0,
+    verify_floor: float = 1.0, whole_run: bool = False,
 ) -> BoundFlag | None:  # fmt: skip
     """Measured speedup ≤ tokens per call ÷ (v_min + drafting share), v_min = `verify_floor` (the cheapest verify
-    measured, ≤ 1: theory.VerifyFit.floor); γ+1 tokens per call when the run's own are unknown.
+    measured, held between VERIFY_FLOOR and 1: theory.VerifyFit.floor); γ+1 tokens per call when the run's own are
+    unknown. `whole_run`: the speedup is the whole run's (said in the message), not a median of per-prompt ratios.
 
     `tokens_per_call` is the run's own mean acceptance length; one that breaks its own bound is
     ignored (γ+1 is used instead).
@@ -94,7 +95,8 @@ def check_measured_speedup(
         "measured speedup",
         float(speedup),
         bound,
-        f"measurement error: the measured {speedup:.2f}× at γ={gamma} is impossible — {basis}, so no speedup above "
+        f"measurement error: the measured {speedup:.2f}×{' over the whole run' if whole_run else ''} at γ={gamma} "
+        f"is impossible — {basis}, so no speedup above "
         f"{bound:.2f}× can happen; likely cause: {LOAD_CAUSE}. Shown, never calibrated to.",
     )
 

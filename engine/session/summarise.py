@@ -9,7 +9,7 @@ from typing import Any
 from engine.analysis.bounds import check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
-from engine.analysis.theory import VERIFY_FLOOR, alpha_from_mean_accepted, fit_verify_cost
+from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
 from engine.drafts.refs import draft_method
@@ -27,7 +27,6 @@ class RunTally:
     handle: Any
     outputs: list[PromptOutput] = field(default_factory=list)
     divergences: list[dict | None] = field(default_factory=list)
-    rates: dict[int, float] = field(default_factory=dict)  # per prompt index: decode tokens/s
     decoded: dict[int, tuple[int, float]] = field(default_factory=dict)  # per prompt index: (tokens, decode s)
     loads: list[dict[str, float]] = field(default_factory=list)  # per prompt: the machine's load while decoding
     counters: SpecCounters = field(default_factory=SpecCounters)
@@ -55,14 +54,19 @@ class RunTally:
         self.ttft_s += decoded.ttft_s
         self.itl_s += decoded.itl_s
         if decoded.decode_s > 0 and tokens:
-            self.rates[index] = tokens / decoded.decode_s
             self.decoded[index] = (tokens, decoded.decode_s)
+
+    @property
+    def rates(self) -> dict[int, float]:
+        """Per prompt index: decode tokens/s."""
+        return {i: tokens / seconds for i, (tokens, seconds) in self.decoded.items()}
 
     def ratios(self, baseline: RunTally | None) -> list[float]:
         """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
         if baseline is None:
             return []
-        pairs = [(baseline.rates[i], rate) for i, rate in sorted(self.rates.items()) if i in baseline.rates]
+        base = baseline.rates
+        pairs = [(base[i], rate) for i, rate in sorted(self.rates.items()) if i in base]
         return noise.ratios(pairs)
 
     def spread(self, baseline: RunTally | None) -> noise.Spread | None:
@@ -102,6 +106,7 @@ def summarise(
     per_pos = counters.per_position_acceptance()
     drafting = counters.drafting_fraction()
     spread = tally.spread(baseline)
+    whole = tally.whole_run(baseline)
     steps = int(counters.target_calls)
     measured = spread.median if spread else None
     overhead = overhead or StepOverhead()
@@ -120,11 +125,11 @@ def summarise(
         step_overhead=overhead.to_dict() if overhead else None,
         verify_in_loop=loop_point.to_dict() if loop_point is not None else None,
         speedup_measured=measured,
-        speedup_whole_run=tally.whole_run(baseline),
+        speedup_whole_run=whole,
         speedup_spread=spread.to_dict() if spread else None,
         speedup_flag=speedup_flag(
             measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None, verify_cost,
-            tally.whole_run(baseline), loop_point.v if loop_point is not None else None,
+            whole, loop_point.v if loop_point is not None else None,
         ),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
@@ -150,14 +155,11 @@ def speedup_flag(
         return None
     share = float(c or 0.0) * float(draft_calls_per_step or 0.0)
     most = max(int(most_drafted), 1)
-    floor = fit_verify_cost({int(k): float(v) for k, v in verify_cost.items()}).floor(most + 1) if verify_cost else 1.0
+    floor = fit_verify_cost(verify_cost).floor(most + 1) if verify_cost else 1.0
     if loop_v is not None:
-        floor = max(min(floor, float(loop_v)), VERIFY_FLOOR)
-    flag = check_measured_speedup(float(judged), most, tokens_per_call, share, floor)
-    if flag is None:
-        return None
-    return flag.message.replace(f"the measured {judged:.2f}×", f"the measured {judged:.2f}× over the whole run", 1) \
-        if whole_run else flag.message
+        floor = min(floor, float(loop_v))  # check_measured_speedup holds it at VERIFY_FLOOR at the least
+    flag = check_measured_speedup(float(judged), most, tokens_per_call, share, floor, whole_run=bool(whole_run))
+    return flag.message if flag is not None else None
 
 
 def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
