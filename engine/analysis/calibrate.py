@@ -55,6 +55,31 @@ def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
     return flags
 
 
+LOST_EVERYWHERE = "lost at every γ measured"  # measured_loss's reason starts so
+
+
+def speedups_at(m: DraftMeasurement, batch: int) -> dict[int, tuple[float, bool]]:
+    """γ -> (measured speedup, too noisy to tell) at this serving batch: level 1 from the session's runs (those
+    that break a bound left out), a larger batch from a batching engine's surface; {} where none was measured."""
+    if batch != 1:
+        return dict(m.level_speedups.get(int(batch), {}))
+    rejected = measurement_flags(m)
+    return {int(g): (float(s), int(g) in m.noisy_speedup) for g, s in m.measured_speedup.items()
+            if int(g) >= 1 and int(g) not in rejected}  # fmt: skip
+
+
+def measured_loss(m: DraftMeasurement, batch: int) -> str:
+    """Why nothing of this draft may be recommended at this batch: every γ measured there lost (≤ 1×) and at least
+    one clearly (not too noisy to tell); '' otherwise. A prediction never overrules such a measurement, neither at
+    an unmeasured γ between or beyond the measured ones nor for a policy of the same draft."""
+    points = speedups_at(m, batch)
+    if not points or any(s > 1.0 for s, _ in points.values()) or all(noisy for _, noisy in points.values()):
+        return ""
+    listed = ", ".join(f"γ={g} {s:.2f}×{' (too noisy to tell)' if noisy else ''}"
+                       for g, (s, noisy) in sorted(points.items()))  # fmt: skip
+    return f"{LOST_EVERYWHERE} at batch {batch} ({listed})"
+
+
 def _at_c(m: DraftMeasurement, gamma: int, c: float) -> Prediction:
     from engine.analysis.predictor import cost_of, predict
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from engine.analysis.calibrate import measured_loss
 from engine.analysis.feasibility import Judge, RegimeOf, check_objective
 from engine.analysis.predictor import allowed_depth
 from engine.analysis.recommend_types import UNKNOWN, DraftMeasurement, GammaPoint
@@ -38,10 +39,10 @@ def judge_for(
     batch_size: int = 1,
     knee_batch: int | None = None,
 ) -> Judge:
-    """The rules one recommendation applies to this draft: its objective, budget, regime per width and the depth
-    its measurements allow."""
+    """The rules one recommendation applies to this draft: its objective, budget, regime per width, the depth
+    its measurements allow and what was measured at this batch."""
     judge = Judge(objective, budget, regime_of(regime, batch_size, knee_batch))
-    return judge if m is None else replace(judge, depth=allowed_depth(m))
+    return judge if m is None else replace(judge, depth=allowed_depth(m), lost=measured_loss(m, batch_size))
 
 
 def cost_multiplier(row: GammaPoint, regime: str) -> float:

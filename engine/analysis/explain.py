@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from engine.analysis.calibrate import calibration, measurement_flags
+from engine.analysis.calibrate import LOST_EVERYWHERE, calibration, measurement_flags
 from engine.analysis.feasibility import TIE
 from engine.analysis.recommend_types import UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
 from engine.analysis.regime import evidence_said
@@ -76,6 +76,13 @@ def explain_off(summaries: list[DraftSummary], objective: str, budget: float | N
     if objective == "latency_within_budget" and "budget" in why:
         return (
             f"Speculation off: nothing fits the {_pct(budget or 0.0)} cost-per-token budget — {best.name}: {figures}."
+        )
+    if why.startswith(LOST_EVERYWHERE):
+        g = best.best_gamma
+        check = "" if g in best.measured_speedup else f"; measure γ={g} to know"
+        return (
+            f"Speculation off: {best.name} {why}. The one model predicts {best.best_speedup:.2f}× at γ={g}, but a "
+            f"prediction never overrules a clear measured loss{check}."
         )
     if "crossover" in why:
         return (

@@ -4,6 +4,8 @@ A configuration (a fixed γ is a policy) is judged in the regime its widest veri
 batch b a step that verifies d draft tokens processes b·(d+1) token rows, compared with the batch sweep's knee
 (engine.analysis.regime.regime_at_width) — and is feasible when:
 
+* its draft did not lose at every γ measured at this batch (engine.analysis.calibrate.measured_loss: a
+  prediction never overrules a clear measured loss);
 * it lies within the measured depth plus EXTRAPOLATION_MARGIN (acceptance and v(k) measured that far);
 * compute-bound, it is not past its crossover (its arithmetic multiplier does not exceed its speedup);
 * it pays under the objective: "latency" and "latency_within_budget" need a speedup > 1 (the latter also a
@@ -58,6 +60,7 @@ class Judge:
     budget: float | None = None
     regime_at: RegimeOf = fixed_regime(MEMORY_BOUND)
     depth: int | None = None  # the most draft tokens per step allowed (measured depth + margin); None: any
+    lost: str = ""  # why nothing of the draft may be recommended: it lost at every γ measured at this batch
 
     def regime(self, row: Row) -> str:
         return self.regime_at(row.most_drafted)
@@ -70,6 +73,8 @@ class Judge:
 
     def why_not(self, row: Row) -> str:
         """'' when the row may be recommended; else why not, in a few words."""
+        if self.lost:
+            return self.lost
         if self.depth is not None and row.most_drafted > self.depth:
             return f"drafts {row.most_drafted} per step, beyond the measured depth (+{EXTRAPOLATION_MARGIN})"
         regime = self.regime(row)

@@ -51,6 +51,9 @@ class DraftMeasurement:
     c_values: list[float] = field(default_factory=list)  # c as each run measured it (its spread)
     step_overhead: StepOverhead = StepOverhead()  # the engine's cost per drafting step beyond its forwards
     c_in_loop: bool = False  # c and the step overhead were measured inside the engine's loop: not calibrated
+    # requests in flight (> 1: an engine that batches) -> γ -> (measured speedup against the target alone at that
+    # level, too noisy to tell); level 1 is measured_speedup / noisy_speedup
+    level_speedups: dict[int, dict[int, tuple[float, bool]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +157,9 @@ class Recommendation:
     schedule: dict[int, int] | None = None  # batch size -> γ from gamma_schedule(); schedule[batch_size] == gamma
     notes: list[str] = field(default_factory=list)
     schedule_measured: list[int] = field(default_factory=list)  # the schedule's batches read from a measured surface
+    # measured batch where the schedule turns speculation off -> the draft's best speedup measured there: what an
+    # engine that keeps its speculative path running at K 0 (vLLM's ranges) still pays (engine.analysis.schedule)
+    off_range_speedups: dict[int, float] = field(default_factory=dict)
     knee_batch: int | None = None  # the batch sweep's knee the regime per γ was judged against, if any
     regime_given: str = "unknown"  # the regime as given (before judging per width): the policy table's too
 

@@ -7,6 +7,7 @@ engine.analysis.regime.judge_regime — the same function the worker and the das
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -112,6 +113,7 @@ def gather(
     regime: dict[str, Any] | None = None
     verify_cost: dict[int, float] = {}
     targets: set[str] = set()
+    levels: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for sid in session_ids:
         session = store.get_session(sid)
         if session is None:
@@ -123,7 +125,11 @@ def gather(
         session_verify = measured_verify_points((session.get("summary") or {}).get("verify_cost"))
         verify_cost |= session_verify
         for run in store.list_runs(sid):
-            if run.get("status") != "done" or level_of(run) != SERVING_LEVEL:
+            if run.get("status") != "done":
+                continue
+            if level_of(run) != SERVING_LEVEL:
+                if run["kind"] == "speculative":
+                    levels.setdefault((run["draft"], float(run["temperature"])), []).append(run)
                 continue
             if run["kind"] == "baseline":
                 if run.get("tokens_per_s"):
@@ -136,8 +142,8 @@ def gather(
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
     temperature = deployment_temperature({temp for _, temp in groups}, temperature)
-    measurements = [_measurement(draft, temp, runs) for (draft, temp), runs in sorted(groups.items())
-                    if abs(temp - temperature) < 1e-9]  # fmt: skip
+    measurements = [_measurement(draft, temp, runs, levels.get((draft, temp), []))
+                    for (draft, temp), runs in sorted(groups.items()) if abs(temp - temperature) < 1e-9]  # fmt: skip
     baseline_tps = [tps for temp, tps in baseline_tps if abs(temp - temperature) < 1e-9]
     label = (regime or {}).get("label") or UNKNOWN
     judged = judge_regime(regime, 1)
@@ -226,7 +232,21 @@ def traces_from_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return traces
 
 
-def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> DraftMeasurement:
+def level_speedups(runs: list[dict[str, Any]]) -> dict[int, dict[int, tuple[float, bool]]]:
+    """Requests in flight -> γ -> (measured speedup, too noisy to tell) of a batching engine's fixed-γ runs at more
+    than one request in flight (a policy's γ varies; a run that breaks its bound is left out)."""
+    out: dict[int, dict[int, tuple[float, bool]]] = {}
+    for run in runs:
+        summary = run.get("summary") or {}
+        if run.get("policy") or summary.get("policy") or not run.get("speedup_measured") or stored_speedup_flag(run):
+            continue
+        out.setdefault(level_of(run), {})[int(run["gamma"])] = (float(run["speedup_measured"]), _noisy(run))
+    return out
+
+
+def _measurement(
+    draft: str, temperature: float, runs: list[dict[str, Any]], other_levels: Sequence[dict[str, Any]] = ()
+) -> DraftMeasurement:
     runs = sorted(runs, key=lambda r: r["gamma"])
     widest = runs[-1]
     summary = widest.get("summary") or {}
@@ -269,6 +289,7 @@ def _measurement(draft: str, temperature: float, runs: list[dict[str, Any]]) -> 
         c_values=[float(x) for x in cs],
         step_overhead=_step_overhead(runs),
         c_in_loop=any((r.get("summary") or {}).get("verify_in_loop") for r in runs),
+        level_speedups=level_speedups(list(other_levels)),
         measured_tokens_per_call={
             int(r["gamma"]): float(r["tokens_per_call"]) for r in runs if r.get("tokens_per_call")
         },

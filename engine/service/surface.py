@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.analysis.schedule import off_range_line
 from engine.measure.noise import Spread, is_noisy
 
 
@@ -236,6 +237,10 @@ def with_measured_schedule(rec: Any, store: Any, session_ids: Sequence[int]) -> 
                      + "; ".join(c.text() for c in others)
                      + f"; batch {rec.batch_size} keeps the headline's γ; past {beyond} predicted, capped at "
                      f"{beyond}'s γ")  # fmt: skip
+    rec.off_range_speedups = {c.level: c.speedup for c in choices if rec.schedule.get(c.level) == 0}
+    if rec.off_range_speedups:  # where it speculates: the headline (predicted) and the measured levels that pay
+        on = {c.level: c.speedup for c in others if rec.schedule.get(c.level)} | {rec.batch_size: rec.predicted_speedup}
+        rec.notes.append(off_range_line(on, rec.off_range_speedups))
     serving = next((c for c in choices if c.level == rec.batch_size), None)
     if serving is not None and serving.gamma != rec.gamma:
         rec.notes.append(f"at concurrency {rec.batch_size} the surface measured {serving.outcome()} "

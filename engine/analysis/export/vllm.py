@@ -35,6 +35,11 @@ OFF_RANGE_COMMENT = (
     "most of your traffic falls in those ranges, serve without --speculative-config"
 )
 
+OFF_RANGE_MEASURED = (
+    "a range with K 0 is not the target alone: vLLM keeps its speculative path running there; the notes say what "
+    "that cost in the measured sessions and how much of your traffic the schedule needs where it speculates"
+)
+
 
 def version_tuple(version: str) -> tuple[int, int, int]:
     """'0.32.0+cpu' → (0, 32, 0); SettingsError for anything that is not a vLLM version number."""
@@ -192,7 +197,7 @@ def _speculative_config(dep: Deployment, version: str) -> tuple[dict[str, Any], 
             "speculative decoding (γ per batch size); vLLM drops it when data_parallel_size > 1"
         )
         if any(k == 0 for _, _, k in ranges):
-            comments.append(OFF_RANGE_COMMENT)
+            comments.append(OFF_RANGE_MEASURED if dep.rec.off_range_speedups else OFF_RANGE_COMMENT)
     return config, comments, notes
 
 
