@@ -18,6 +18,7 @@ from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.analysis.schedule import break_even_share, gamma_schedule
 from engine.service.evidence import recommend_from_store
 from engine.service.recommendations import recommend_and_export
+from engine.service.surface import LevelChoice, SurfaceCell, measured_choices
 from foundation.paths import default_database_url
 from store import open_store
 from tests.test_export_check import MEASURED
@@ -99,3 +100,12 @@ def test_a_schedule_with_an_off_range_weighs_itself_against_no_speculation(env: 
     doc = json.loads(result.files["vllm"][1])
     assert OFF_RANGE_MEASURED in doc["comments"]
     assert line in doc["notes"]
+
+
+def test_a_speedup_that_breaks_its_bound_is_no_measured_choice() -> None:
+    """Seen on a real vLLM surface: γ=1 measured 1.62× at 1.15 tokens per call (impossible, flagged) was cited as
+    the level's best measured γ beside the note that flagged it."""
+    impossible = SurfaceCell("ngram T=0", 1, 1, 1.62, "faster", False, flag="1.62× at 1.15 tokens per call")
+    honest = SurfaceCell("ngram T=0", 4, 1, 1.39, "faster", False)
+    assert measured_choices([impossible, honest], "ngram", 0.0) == [LevelChoice(1, 4, 1.39, False)]
+    assert measured_choices([impossible], "ngram", 0.0) == []

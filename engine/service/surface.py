@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.analysis.schedule import off_range_line
 from engine.measure.noise import Spread, is_noisy
+from engine.session.summarise import stored_speedup_flag
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class SurfaceCell:
     speedup: float
     verdict: str | None  # engine.measure.noise's verdict on the per-prompt speedups; None when none was stored
     noisy: bool | None  # too noisy to calibrate to (straddling 1×, or widely spread); None when no spread was stored
+    flag: str | None = None  # the run's stored bound verdict: why its speedup is impossible (never a choice)
 
     @property
     def pays(self) -> bool:
@@ -118,7 +120,7 @@ def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
         cells.append(SurfaceCell(
             configuration=f"{run.get('draft')}{how} T={_temperature(run.get('temperature'))}",
             gamma=int(run.get("gamma") or 0), concurrency=run_concurrency(run), speedup=float(speedup),
-            verdict=verdict, noisy=noisy,
+            verdict=verdict, noisy=noisy, flag=stored_speedup_flag(run),
         ))  # fmt: skip
     order = {c.configuration: i for i, c in reversed(list(enumerate(cells)))}
     return sorted(cells, key=lambda c: (order[c.configuration], c.gamma, c.concurrency))
@@ -181,11 +183,11 @@ class LevelChoice:
 
 def measured_choices(cells: Sequence[SurfaceCell], draft: str, temperature: float) -> list[LevelChoice]:
     """Per measured level, the draft's fixed γ with the best measured speedup at `temperature` (policy runs left
-    out: their γ varies)."""
+    out: their γ varies; a speedup that breaks its bound is no measurement to choose by)."""
     configuration = f"{draft} T={_temperature(temperature)}"
     best: dict[int, SurfaceCell] = {}
     for cell in cells:
-        if cell.configuration == configuration and cell.gamma > 0:
+        if cell.configuration == configuration and cell.gamma > 0 and cell.flag is None:
             if cell.concurrency not in best or cell.speedup > best[cell.concurrency].speedup:
                 best[cell.concurrency] = cell
     return [LevelChoice(level, c.gamma if c.pays else 0, c.speedup, bool(c.noisy))
