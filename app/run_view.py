@@ -143,6 +143,7 @@ class RunForm:
     policies_text: str = ""  # speculation policies also run live, separated by spaces or ';'
     concurrency_text: str = ""  # requests in flight per measurement (an engine that batches); "" = its default
     mode: str = "quick"  # quick: probe, predict, confirm; full: every configuration (engine.session.quick)
+    confirm: bool = True  # full mode: run the headline live when the grid did not measure it
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -188,6 +189,7 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         engine=form.engine,
         policies=policy_specs(form.policies_text),
         mode=form.mode,
+        confirm=form.mode == "full" and bool(form.confirm),
     )
     levels = (form.concurrency_text or "").strip()
     spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels
@@ -206,6 +208,29 @@ MODE_HELP = (
 )
 
 
+CONFIRM_LABEL = "Full grid: run the recommended configuration live when the grid did not measure it"
+CONFIRM_HELP = (
+    "After the grid, the one model recommends from what it measured; when that is a γ (or policy) the grid did "
+    "not run — an extrapolation — it runs live beside the target alone at every concurrency level, so the "
+    "recommendation rests on a measurement of it. A quick session always confirms."
+)
+
+
+def confirmation_lines(session: Mapping[str, Any]) -> list[str]:
+    """A full session's confirmation in words: what the grid's recommendation was and how it measured."""
+    done = (session.get("summary") or {}).get("confirmation")
+    if not done:
+        return []
+    if not done.get("ran"):
+        rows = done.get("confirmed") or []
+        named = ", ".join(c["configuration"] for c in rows) or "nothing to confirm"
+        return [f"Recommendation checked against the grid: {named} — measured by the grid itself."]
+    took, grid = done.get("confirm_s", 0.0) / 60.0, done.get("grid_s", 0.0) / 60.0
+    lines = [f"The grid's recommendation was not in the grid: ran {', '.join(done['ran'])} live "
+             f"({took:.1f} min after the grid's {grid:.1f} min)."]  # fmt: skip
+    return lines + _choice_lines(done)
+
+
 def quick_lines(session: Mapping[str, Any]) -> list[str]:
     """A finished quick session in words: how long to a confirmed recommendation, and each choice measured."""
     quick = (session.get("summary") or {}).get("quick")
@@ -213,8 +238,14 @@ def quick_lines(session: Mapping[str, Any]) -> list[str]:
         return []
     minutes = quick.get("time_to_confirmed_s", 0.0) / 60.0
     lines = [f"Quick session: confirmed in {minutes:.1f} min (probe {quick.get('probe_s', 0.0) / 60.0:.1f} min)."]
-    off = {float(t) for t, is_off in (quick.get("off") or {}).items() if is_off}
-    for c in quick.get("confirmed") or []:
+    return lines + _choice_lines(quick)
+
+
+def _choice_lines(done: Mapping[str, Any]) -> list[str]:
+    """Each confirmed choice: predicted, measured (whole run and per-prompt median), its flag; then the notes."""
+    lines = []
+    off = {float(t) for t, is_off in (done.get("off") or {}).items() if is_off}
+    for c in done.get("confirmed") or []:
         measured, whole = c.get("measured_speedup"), c.get("measured_whole_run")
         ratio = c.get("measured_over_predicted")
         if whole and ratio:
@@ -226,7 +257,7 @@ def quick_lines(session: Mapping[str, Any]) -> list[str]:
             " — too noisy to tell" if c.get("noisy") else "")  # fmt: skip
         role = "Speculation OFF; best candidate, not recommended" if c["temperature"] in off else c["role"].capitalize()
         lines.append(f"{role}: {c['configuration']} — predicted {c['predicted_speedup']:.2f}×, {got}{noisy}.")
-    lines += [f"Note: {n}" for n in quick.get("notes") or []]
+    lines += [f"Note: {n}" for n in done.get("notes") or []]
     return lines
 
 

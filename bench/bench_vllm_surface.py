@@ -5,7 +5,10 @@ it, and that schedule's export launched as it is beside its fixed γ and the tar
    on one prompt per Spec-Bench category (the first of ≤ 3500 characters; by default three with a document to copy
    from and three without), each configuration against the target alone at the same level, interleaved
    (engine.session.sweep).
-2. `recommend --export vllm` from it: γ by batch size, measured at the surface's levels, the headline at batch 1.
+   With the headline confirmation (default; --no-confirm skips it): a recommended γ the grid did not measure is
+   then run live at every level beside the target alone (engine.service.confirm).
+2. `recommend --export vllm` from it (the grid and the confirmation): γ by batch size, measured at the surface's
+   levels, the headline at batch 1.
 3. `check-export`'s session on the same prompts: vLLM started with exactly the file's speculative_config, beside
    the fixed γ the file gives one request in flight and the target alone, at the same levels.
 
@@ -77,6 +80,8 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--no-confirm", action="store_true",
+                        help="do not run an extrapolated headline live after the grid (engine.service.confirm)")
     parser.add_argument("--keep-db", type=Path, help="write the sessions to this SQLite file (kept) instead")
     args = parser.parse_args()
     from engine.analysis.export.vllm_read import read_vllm_export
@@ -93,7 +98,7 @@ def main() -> int:
         set_id, _, _ = store.add_prompt_set("spec-bench", "spec-bench", prompts(args.categories, args.max_chars))
         spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=list(args.gammas), max_new_tokens=args.new_tokens,
                            dtype="float32", engine="vllm", concurrency=list(args.levels), measure_verify_cost=False,
-                           detect_regime=False)  # fmt: skip
+                           detect_regime=False, mode="full", confirm=not args.no_confirm)  # fmt: skip
         sid = submit_session(store, spec, set_id, name="vLLM surface on Spec-Bench")
         state, wall = run_queued(store, sid)
         error = store.get_session(sid).get("error")
@@ -102,6 +107,7 @@ def main() -> int:
             print(f"the surface session ended {state}: {error}", file=sys.stderr)
             return 1
         doc["surface"] = surface_rows(store, sid)
+        doc["confirmation"] = (store.get_session(sid).get("summary") or {}).get("confirmation")
         doc["predicted"] = {f"{d} γ={g}": p for (d, g), p in predictions(store, sid, "vllm").items()}
         result = recommend_and_export(store, [sid], formats=("vllm",), engine="vllm")
         rec, text = result.recommendation, result.files["vllm"][1]
@@ -131,6 +137,12 @@ def report(doc: dict) -> None:
         ratio = f"{c['speedup'] / p:.2f}" if p else "—"
         print(f"| {c['configuration']} γ={c['gamma']} | {c['level']} | {f(c['speedup'])} | {f(p)} | {ratio} | "
               f"{c['verdict']} |")  # fmt: skip
+    done = doc.get("confirmation") or {}
+    for c in done.get("confirmed") or []:
+        whole, ratio = c.get("measured_whole_run"), c.get("measured_over_predicted")
+        print(f"\nconfirmation ({'ran ' + ', '.join(done['ran']) if done.get('ran') else 'in the grid'}): "
+              f"{c['configuration']} predicted {f(c['predicted_speedup'])}, measured {f(whole)} over the whole run "
+              f"at one request in flight (÷ {'—' if ratio is None else f'{ratio:.2f}'})")  # fmt: skip
     rec = doc["recommendation"]
     print(f"\nrecommendation: {rec['draft']} γ={rec['gamma']} ({f(rec['predicted'])} predicted); γ by batch size "
           f"{rec['schedule']} (measured at {rec['measured_levels']}); export {json.dumps(rec['export'])}")  # fmt: skip

@@ -257,6 +257,9 @@ def llamacpp_gamma(text: str) -> int | None:
     raise AssertionError(f"a llama.cpp export speculates without an n-max: {flags}")
 
 
+OFF_WHY = re.compile(r"Speculation off: .*(lost at every γ measured|predicts only|past the crossover)")
+
+
 def page_gamma(snap: Snapshot) -> int | None:
     """The γ the Recommend page recommends: its γ metric and its banner must agree (None: off)."""
     metric = [m.value for g in snap.metrics for m in g if m.label == "γ"]
@@ -737,7 +740,12 @@ def test_recommend_gamma_equals_the_exported_gamma_and_a_forced_off_names_none(w
         snap = visit(walk, f"Recommend?session={','.join(map(str, chosen))}", name)
         gammas[name] = _check_gammas(walk, snap, chosen, download=name.endswith("both"))
         problems += [f"{name}: {p}" for p in bound_violations(snap)]
-    assert all(g is not None and g >= 1 for g in gammas.values()), gammas  # these sessions speculate
+        if gammas[name] is None:  # a machine may measure a loss: then off, said why, and no γ left on the page
+            assert OFF_WHY.search(snap.text), f"{name}: off without the measured reason: {snap.text[:2000]}"
+            problems += [f"{name} (off): {p}" for p in off_violations(snap)]
+    # the tiny loop is overhead-bound (a forward costs far less than Python's step), so a call that delivers
+    # several tokens pays on every CPU: the γ comparison above always has a speculating case
+    assert gammas["rec_gamma_tiny"] is not None and gammas["rec_gamma_tiny"] >= 1, gammas
 
     # OFF, forced through the page's own inputs: cost per token on a compute-bound server
     page = walk["page"]

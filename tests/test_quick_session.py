@@ -119,6 +119,37 @@ def test_the_full_mode_still_measures_every_configuration(store: Store) -> None:
     assert sorted(r["gamma"] for r in store.list_runs(sid) if r["kind"] == "speculative") == [1, 2]
 
 
+def test_a_full_session_runs_a_headline_its_grid_did_not_measure_live(store: Store) -> None:
+    """The grid (n-gram γ=1 only) cannot hold the one model's recommendation for text that repeats: with
+    `confirm`, the session ends by running that γ live beside the target alone, and the Run page says so."""
+    from app.run_view import confirmation_lines
+
+    sid = run(store, spec(mode="full", drafts=["ngram"], gammas=[1], confirm=True))
+    session = store.get_session(sid)
+    done = session["summary"]["confirmation"]
+    fixed = next(c for c in done["confirmed"] if c["role"] == "best fixed γ")
+    assert fixed["gamma"] > 1, done  # repeated text: the model predicts more than one token a step pays
+    assert done["ran"] == [f"ngram γ={fixed['gamma']} T=0"]
+    runs = store.list_runs(sid)
+    assert [(r["kind"], r["gamma"]) for r in runs] == [("baseline", 0), ("speculative", 1), ("baseline", 0),
+                                                        ("speculative", fixed["gamma"])]  # fmt: skip
+    assert fixed["measured_speedup"] > 0 and fixed["measured_over_predicted"] > 0
+    assert 0 < done["grid_s"] and 0 < done["confirm_s"]
+    assert session["progress_done"] == session["progress_total"] == 4 * len(PROMPTS)  # both sweeps counted
+    lines = confirmation_lines(session)
+    assert lines[0].startswith(f"The grid's recommendation was not in the grid: ran ngram γ={fixed['gamma']}")
+    assert any(f"ngram γ={fixed['gamma']} T=0 — predicted" in line for line in lines), lines
+
+
+def test_a_full_session_whose_grid_holds_its_headline_runs_nothing_more(store: Store) -> None:
+    sid = run(store, spec(mode="full", drafts=["ngram"], gammas=[1, 2, 3, 4, 5, 6, 7, 8], confirm=True,
+                          max_new_tokens=16))  # fmt: skip
+    done = store.get_session(sid)["summary"]["confirmation"]
+    fixed = next(c for c in done["confirmed"] if c["role"] == "best fixed γ")
+    assert done["ran"] == [] and 1 <= fixed["gamma"] <= 8, done
+    assert len(store.list_runs(sid)) == 9  # the grid alone
+
+
 def test_the_decision_equals_the_recommendation_from_the_probe(store: Store) -> None:
     """The probe's runs, read back as a finished session would be, give the same fixed γ the quick session
     confirmed: one model, one answer."""

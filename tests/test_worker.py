@@ -439,7 +439,11 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     listing = engine_cli(home, "sessions")
     assert listing.returncode == 0, listing.stderr
     row = next(line for line in listing.stdout.splitlines() if line.split()[:1] == ["1"])
-    assert row.split()[1:3] == ["done", "10/10"], listing.stdout  # 2 prompts × (baseline + 2 drafts × 2 γ)
+    stored = json.loads(engine_cli(home, "sessions", "--json").stdout)[0]
+    ran = stored["summary"]["confirmation"]["ran"]  # the CLI's full mode confirms an unmeasured headline
+    # 2 prompts × (baseline + 2 drafts × 2 γ), and a confirmation's baseline and runs where the grid lacked one
+    runs = 10 + (2 * (1 + len(ran)) if ran else 0)
+    assert row.split()[1:3] == ["done", f"{runs}/{runs}"], listing.stdout
 
     rec = engine_cli(home, "recommend", "--session", "1", "--export", "vllm")
     assert rec.returncode == 0, rec.stderr

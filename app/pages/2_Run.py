@@ -56,6 +56,7 @@ with st.container(border=True):
 
     with st.form("new_session", border=False):
         st.radio("Session", list(rv.MODE_LABELS), format_func=rv.MODE_LABELS.get, key="mode", help=rv.MODE_HELP)
+        st.checkbox(rv.CONFIRM_LABEL, value=True, key="confirm", help=rv.CONFIRM_HELP)
         col_d, col_g = st.columns(2)
         draft_options = rv.draft_options(target)
         col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
@@ -140,7 +141,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
             else:
                 st.info("The session had already finished.")
 
-    if status == "done" and (quick := rv.quick_lines(session)):
+    if status == "done" and (quick := rv.quick_lines(session) or rv.confirmation_lines(session)):
         st.caption("  \n".join(md_escape(line) for line in quick))
     current = frame.current
     if current is None:

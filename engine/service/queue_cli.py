@@ -45,6 +45,11 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         "predicted from that pass, the best confirmed live; full: every draft × γ × policy measured",
     )  # fmt: skip
     submit.add_argument(
+        "--no-confirm", action="store_true",
+        help="full mode: do not run the recommended configuration live when the grid did not measure it "
+        "(by default a full session ends by confirming an extrapolated headline beside the target alone)",
+    )  # fmt: skip
+    submit.add_argument(
         "--policy", action="append", default=None,
         help="a speculation policy also run live (full mode) or predicted (quick): fixed:G | confidence:P[:NMAX"
         "[:NMIN]] | heuristic:START | adaptive[:C1,C2,..] (repeatable)",
@@ -82,7 +87,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
         engine=engine_from_cli(args.engine),
         serving_batch=args.serving_batch, detect_regime=not args.no_regime, mode=args.mode,
-        policies=list(args.policy or []),
+        confirm=args.mode == "full" and not args.no_confirm, policies=list(args.policy or []),
     )
     settings.concurrency = concurrency_for(settings.engine, args.concurrency)
     settings.vllm.threads = args.vllm_threads

@@ -62,7 +62,7 @@ def decide(store: Any, session_id: int, spec: SessionSpec) -> Decision:
     return decision
 
 
-def _confirmed(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
+def confirmed_rows(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
     """Each choice with what was measured for it (the confirmation's run, else the probe's): the median of its
     per-prompt ratios (what every page shows), and measured ÷ predicted like with like: its speedup over the whole
     run (tokens/s over every prompt ÷ the baseline's) ÷ the prediction, which is a whole run's (tokens over summed
@@ -82,6 +82,12 @@ def _confirmed(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
     return rows
 
 
+def measured_keys(report: SweepReport) -> list[RunKey]:
+    """The configurations a report measured, as a plan names them (a policy run under its policy)."""
+    return [RunKey(r["draft"], r["gamma"], r["temperature"], parse_policy(r["policy"]) if r.get("policy") else None,
+                   r.get("concurrency", 1)) for r in report.runs]  # fmt: skip
+
+
 def run_quick(
     store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
 ) -> SweepReport:
@@ -93,14 +99,15 @@ def run_quick(
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
     decision = decide(store, session_id, spec)
-    measured = [RunKey(r["draft"], r["gamma"], r["temperature"], None, r.get("concurrency", 1)) for r in probe.runs]
+    measured = measured_keys(probe)
     confirming = confirm_plan(spec, decision, measured, levels)
+    hooks.next_sweep()
     confirm = (registry.sweep(spec, prompts, hooks, pool, plan=confirming, verify_cost=probe.verify_cost,
                               traces=False) if confirming else None)  # fmt: skip
     report = merged(probe, confirm)
     report.quick = {
         "probe": [k.label() for k in plan],
-        "confirmed": _confirmed(report, decision),
+        "confirmed": confirmed_rows(report, decision),
         "off": {str(t): off for t, off in decision.off.items()},
         "notes": decision.notes,
         "probe_s": round(probed - started, 1),

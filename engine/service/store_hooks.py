@@ -38,6 +38,8 @@ class StoreHooks(Hooks):
         self.lost = False
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
+        self._progress = (0, 0)  # the last (done, total) reported
+        self._before = (0, 0)  # what earlier sweeps of the session did: a later sweep's progress counts on
 
     def run_started(self, key: dict[str, Any]) -> int:
         run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
@@ -119,7 +121,12 @@ class StoreHooks(Hooks):
         self.store.set_phase(self.session_id, {"name": name, "done": done, "total": total, "eta_s": eta})
 
     def progress(self, done: int, total: int) -> None:
-        self.store.set_progress(self.session_id, done, total)
+        self._progress = (done, total)
+        self.store.set_progress(self.session_id, self._before[0] + done, self._before[1] + total)
+
+    def next_sweep(self) -> None:
+        self._before = (self._before[0] + self._progress[0], self._before[1] + self._progress[1])
+        self._progress = (0, 0)
 
     def should_stop(self) -> bool:
         if TERMINATING.is_set():  # the worker was told to exit: stop within this step

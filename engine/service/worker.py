@@ -85,6 +85,10 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
             from engine.service.quick import run_quick
 
             report = run_quick(store, session_id, settings, prompts, hooks, pool).to_dict()
+        elif not entry.deployment:
+            from engine.service.confirm import run_full
+
+            report = run_full(store, session_id, settings, prompts, hooks, pool).to_dict()
         else:
             report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
         sampler.stop()

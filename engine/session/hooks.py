@@ -27,6 +27,9 @@ class Hooks:
     def progress(self, done: int, total: int) -> None:
         pass
 
+    def next_sweep(self) -> None:
+        """A second sweep of the same session follows (a confirmation): its progress counts on from this one's."""
+
     def should_stop(self) -> bool:
         return False
 

@@ -20,7 +20,7 @@ MAX_TEMPERATURE = 10.0
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode",
+    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm",
 )  # fmt: skip
 MODES = ("quick", "full")  # engine.session.quick: probe, predict, confirm; or every configuration of the grid
 MAX_CONCURRENCY = 64
@@ -94,6 +94,7 @@ class SessionSpec:
     concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
     vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
     mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
+    confirm: bool = False  # full mode: the headline run live when the grid did not measure it (service.confirm)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -62,6 +62,7 @@ class SweepReport:
     stopped: str | None = None  # why the engine stopped the session early (what it measured is kept)
     hardware: str | None = None  # what the numbers ran on, where that is not this machine (a deployment)
     quick: dict[str, Any] | None = None  # a quick session: what the probe led to and its confirmation
+    confirmation: dict[str, Any] | None = None  # a full session's headline confirmed (engine.service.confirm)
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,52 @@
+"""A full session's headline measured before the session ends.
+
+A full session measures its grid, but the one model may recommend a γ the grid did not measure (an extrapolation:
+on a vLLM surface the headline was γ=6 where the grid went to γ=4, and it measured 0.88× where 1.40× was
+predicted). With `confirm` set, the worker asks the one model for its recommendation from the stored grid — the
+same decision a quick session confirms (engine.service.quick.decide) — and when that configuration was not
+measured, runs it live beside the target alone at every level of the session, so the recommendation the session
+leaves rests on a measurement of it. One round: what the confirmation measured is stored like any run, and the
+pages recommend from everything stored."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.engines import registry
+from engine.models.pool import ModelPool
+from engine.service.quick import confirmed_rows, decide, measured_keys
+from engine.session.hooks import Hooks
+from engine.session.quick import confirm_plan, merged
+from engine.session.runner import PromptText
+from engine.session.spec import SessionSpec
+from engine.session.sweep import SweepReport
+
+
+def run_full(
+    store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
+) -> SweepReport:
+    """The grid, then (with `spec.confirm`) the headline confirmed where the grid did not measure it; the report's
+    `confirmation` says what was chosen, whether it ran, and how it measured."""
+    started = time.perf_counter()
+    grid = registry.sweep(spec, prompts, hooks, pool)
+    if not spec.confirm or grid.stopped:
+        return grid
+    hooks.phase("checking the recommendation against the grid", 0, 1, None)
+    decision = decide(store, session_id, spec)
+    levels = registry.levels_of(spec)
+    plan = confirm_plan(spec, decision, measured_keys(grid), levels)
+    checked = time.perf_counter()
+    hooks.next_sweep()
+    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=grid.verify_cost, traces=False)
+               if plan else None)  # fmt: skip
+    report = merged(grid, confirm)
+    report.confirmation = {
+        "ran": [k.label() for k in plan if k.kind != "baseline"],
+        "confirmed": confirmed_rows(report, decision),
+        "off": {str(t): off for t, off in decision.off.items()},
+        "notes": decision.notes,
+        "grid_s": round(checked - started, 1),
+        "confirm_s": round(time.perf_counter() - checked, 1),
+    }
+    return report
