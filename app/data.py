@@ -429,3 +429,12 @@ def parse_session_param(raw: Any) -> list[int]:
         if value not in ids:
             ids.append(value)
     return ids
+
+
+def surface_frame(cells: Sequence[Any]) -> pd.DataFrame:
+    """engine.service.surface's cells in long form for app.charts.concurrency_surface: configuration, γ,
+    concurrency, speedup, verdict (an impossible speedup named so, a noisy one marked)."""
+    rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,
+             "verdict": "impossible (a measurement error)" if c.flag else (c.verdict or "")
+             + (" (noisy)" if c.noisy else "")} for c in cells]  # fmt: skip
+    return pd.DataFrame(rows, columns=["configuration", "γ", "concurrency", "speedup", "verdict"])

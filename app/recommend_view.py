@@ -599,6 +599,8 @@ SURFACE_TEXT = (
     "paying; ⚠ marks a speedup too noisy to tell (its per-prompt speedups straddle 1× or spread widely)."
 )
 NOISY_MARK = "⚠ noisy"
+IMPOSSIBLE_MARK = "⚠ impossible"  # the run's stored bound verdict: a measurement error, never a result
+IMPOSSIBLE_STYLE = "color: #888888; text-decoration: line-through"
 LOSES = "background-color: rgba(214, 39, 40, 0.18)"
 FLIP = "background-color: rgba(214, 39, 40, 0.35); font-weight: bold"
 
@@ -625,7 +627,8 @@ def surface_table(surface: Surface) -> pd.DataFrame:
     for cell in surface.cells:
         row = rows.setdefault((cell.configuration, cell.gamma),
                               {"configuration": cell.configuration, "γ": gamma_text(cell.gamma)})
-        row[level_column(cell.concurrency)] = f"{cell.speedup:.2f}×" + (f" {NOISY_MARK}" if cell.noisy else "")
+        mark = f" {IMPOSSIBLE_MARK}" if cell.flag else f" {NOISY_MARK}" if cell.noisy else ""
+        row[level_column(cell.concurrency)] = f"{cell.speedup:.2f}×{mark}"
     for key, row in rows.items():
         stop = stops[key]
         row["stops paying at"] = "pays at every level" if stop.at is None else f"concurrency {stop.at}"
@@ -634,17 +637,19 @@ def surface_table(surface: Surface) -> pd.DataFrame:
 
 
 def styled_surface(table: pd.DataFrame, surface: Surface) -> Any:
-    """The surface table styled: cells that do not pay in red, the one where each row stops paying darker."""
-    speed = {(c.configuration, gamma_text(c.gamma), level_column(c.concurrency)): c.speedup
-             for c in surface.cells}  # fmt: skip
+    """The surface table styled: cells that do not pay in red, the one where each row stops paying darker, an
+    impossible one grey and struck through."""
+    cells = {(c.configuration, gamma_text(c.gamma), level_column(c.concurrency)): c for c in surface.cells}
     flips = {(s.configuration, gamma_text(s.gamma)): s.at for s in surface.stops}
 
     def _style(row: Any) -> list[str]:
         key = (row["configuration"], row["γ"])
         out = []
         for column in row.index:
-            value = speed.get((*key, column))
-            if value is None or value > 1.0:
+            cell = cells.get((*key, column))
+            if cell is not None and cell.flag:
+                out.append(IMPOSSIBLE_STYLE)
+            elif cell is None or cell.pays:
                 out.append("")
             else:
                 out.append(FLIP if column == level_column(flips.get(key) or 0) else LOSES)
@@ -654,10 +659,8 @@ def styled_surface(table: pd.DataFrame, surface: Surface) -> Any:
 
 
 def surface_chart_frame(surface: Surface) -> pd.DataFrame:
-    """Long form for app.charts.concurrency_surface: configuration, γ, concurrency, speedup, verdict."""
-    rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,
-             "verdict": (c.verdict or "") + (" (noisy)" if c.noisy else "")} for c in surface.cells]  # fmt: skip
-    return pd.DataFrame(rows, columns=["configuration", "γ", "concurrency", "speedup", "verdict"])
+    """Long form for app.charts.concurrency_surface (data.surface_frame of its cells)."""
+    return data.surface_frame(surface.cells)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

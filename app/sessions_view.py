@@ -12,7 +12,9 @@ import pandas as pd
 
 from app import data
 from engine.engines import registry
-from engine.service.report_runs import noise_verdict, run_verdict, spread_of
+from engine.service.report_runs import run_verdict, spread_of
+from engine.service.surface import stops_paying as surface_stops
+from engine.service.surface import surface_cells
 from engine.session.summarise import stored_speedup_flag
 
 RUN_NUMBERS = {
@@ -114,38 +116,15 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def concurrency_surface(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The speedup surface of a session measured at several concurrency levels (vLLM): one row per speculative
-    run (configuration, γ, concurrency, measured speedup against the baseline at the same level, noisy or not);
-    empty when every run was measured at one level."""
-    levels = {data.run_concurrency(r) for r in runs}
-    if len(levels) < 2:
-        return pd.DataFrame()
-    rows = []
-    for run in runs:
-        live = (run.get("summary") or {}).get("policy_live") or {}
-        speedup = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get(
-            "speedup_measured")  # fmt: skip
-        if run.get("kind") == "baseline" or speedup is None:
-            continue
-        spread = spread_of(run) or (live.get("speedup_spread") if isinstance(live.get("speedup_spread"), Mapping)
-                                  else None)  # fmt: skip
-        policy = data.run_policy(run)
-        rows.append({"configuration": f"{run.get('draft')}{' ' + policy if policy else ''} "
-                                      f"T={data._num(run.get('temperature'))}",
-                     "γ": int(run.get("gamma") or 0), "concurrency": data.run_concurrency(run),
-                     "speedup": float(speedup), "verdict": noise_verdict(spread) if spread else None})  # fmt: skip
-    return pd.DataFrame(rows)
+    """The speedup surface of a session measured at several concurrency levels (vLLM), the cells the Recommend
+    page and the recommender read (engine.service.surface): one row per speculative run, against the baseline at
+    the same level; empty when every run was measured at one level."""
+    return data.surface_frame(surface_cells(runs))
 
 
-def stops_paying(surface: pd.DataFrame) -> list[str]:
-    """Per configuration and γ, the lowest measured concurrency where speculation no longer pays (speedup ≤ 1)."""
-    lines = []
-    for (config, gamma), group in surface.groupby(["configuration", "γ"], sort=False):
-        losing = group[group["speedup"] <= 1.0].sort_values("concurrency")
-        where = f"stops paying at concurrency {int(losing['concurrency'].iloc[0])} (measured)" if len(losing) else (
-            f"pays at every level measured (up to {int(group['concurrency'].max())})")  # fmt: skip
-        lines.append(f"{config}{f' γ={gamma}' if gamma else ''}: {where}")
-    return lines
+def stops_paying(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per configuration and γ, where speculation stops paying (engine.service.surface.stops_paying)."""
+    return [stop.line() for stop in surface_stops(surface_cells(runs))]
 
 
 def machine_note(session: Mapping[str, Any]) -> str | None:

@@ -108,6 +108,26 @@ def test_speed_check_flags_a_live_ratio_above_its_bound() -> None:
     assert fine.flag is None and fine.delta == "+5% vs baseline (1.05×)" and fine.colour == "normal"
 
 
+
+def test_a_finished_runs_delta_is_its_whole_run_speedup_not_a_third_ratio() -> None:
+    """Finished, the Tokens/s delta is the stored whole-run speedup (what the one model predicts and the
+    quick session confirms), named so; the live ratio of end-to-end tokens/s is only for a run still decoding."""
+    from app import run_view as rv
+
+    run = {"kind": "speculative", "gamma": 2, "status": "done", "draft": "ngram",
+           "summary": {"speedup_whole_run": 1.41, "speedup_measured": 1.44}}  # fmt: skip
+    now, base = {"tokens_per_s": 2.72, "tokens_per_call": 2.34}, {"tokens_per_s": 2.0}
+    done = rv.speed_check(run, now, base, final=True)
+    assert done.flag is None and done.delta == "+41% vs baseline (1.41× over the whole run)"
+    assert rv.speed_check(run, now, base, final=False).delta == "+36% vs baseline (1.36×)"
+    policy = {**run, "summary": {"policy_live": {"speedup_whole_run": 1.2}}}
+    assert rv.speed_check(policy, now, base, final=True).delta == "+20% vs baseline (1.20× over the whole run)"
+    older = {**run, "summary": {}}  # stored before the whole-run figure existed: the tokens/s ratio, unnamed
+    assert rv.speed_check(older, now, base, final=True).delta == "+36% vs baseline (1.36×)"
+    impossible = {**run, "summary": {"speedup_whole_run": 3.0}}
+    assert "impossible" in rv.speed_check(impossible, now, base, final=True).delta
+
+
 @pytest.mark.parametrize("legacy", [True, False])
 def test_sessions_page_flags_it_in_the_runs_table_and_history_never_picks_it(env, legacy) -> None:  # noqa: F811
     sid = _session(env.store, legacy=legacy)

@@ -46,10 +46,11 @@ def run_summary(**values: Any) -> RunSummary:
 
 
 def store_vllm_session(store, measured: dict[int, dict[int, list[float]]] | None = None,
-                       prompts: list[str] | None = None, **spec: Any) -> int:  # fmt: skip
+                       prompts: list[str] | None = None, flags: dict[tuple[int, int], str] | None = None,
+                       **spec: Any) -> int:  # fmt: skip
     """A finished vLLM session whose n-gram runs measured `measured` (γ → level → per-prompt speedups; MEASURED
     by default) against a baseline at every level, on `prompts` (three short code prompts by default); `spec`
-    overrides the session's other settings."""
+    overrides the session's other settings; `flags` the stored bound verdict of a run, by (γ, level)."""
     measured = measured or MEASURED
     levels = sorted({level for by_level in measured.values() for level in by_level})
     texts = prompts or ["def add(a, b):", "class Stack:", "for i in range(10):"]
@@ -74,6 +75,7 @@ def store_vllm_session(store, measured: dict[int, dict[int, list[float]]] | None
                 draft_acceptance_rate=0.3, per_position_acceptance=[0.4, 0.3, 0.2, 0.1][:gamma], engine="vllm",
                 method="ngram", concurrency=level, speedup_measured=spread.median, speedup_predicted=None,
                 speedup_spread=spread.to_dict(), ttft_p50_s=0.05, itl_p50_s=0.02,
+                speedup_flag=(flags or {}).get((gamma, level)),
             ))  # fmt: skip
     store.finish_session(sid, "done", summary={"verify_cost": {}, "engine": "vllm",
                                                "noisy_runs": ["ngram γ=2 T=0 ×2", "ngram γ=2 T=0 ×4"]})  # fmt: skip
@@ -127,6 +129,32 @@ def test_the_recommend_page_shows_the_surface(env: SimpleNamespace) -> None:
     assert "ngram T=0 γ=2: stops paying at concurrency 4 (measured)" in shown
     assert "ngram T=0 γ=4: pays at every level measured (up to 4)" in shown
     assert any("requests in flight" in c.proto.spec for c in at.get("vega_lite_chart"))  # the surface chart
+
+
+def test_an_impossible_cell_is_marked_on_both_pages_and_never_decides_where_paying_stops(
+    env: SimpleNamespace,
+) -> None:
+    """γ=2 at 4 in flight measured 2.40× at 1.6 tokens per call: its stored verdict says impossible. The surface
+    table marks it, greys it, the chart names it, and whether γ=2 pays is judged without it (up to 2 in flight)."""
+    measured = {2: {1: [1.25, 1.30, 1.35], 2: [1.10, 1.15, 1.20], 4: [2.3, 2.4, 2.5]}}
+    flag = "measurement error: the measured 2.40× at γ=2 is impossible — that run delivered 1.60 tokens per call"
+    sid = store_vllm_session(env.store, measured, flags={(2, 4): flag})
+    surface = session_surface(env.store, sid)
+    assert [s.line() for s in surface.stops] == ["ngram T=0 γ=2: pays at every level measured (up to 2)"]
+    at = app_page("pages/5_Recommend.py", {"session": str(sid)})
+    assert_clean(at)
+    shown = next(d for d in at.dataframe if "stops paying at" in d.value.columns)
+    row = shown.value.set_index("γ").loc["2"]
+    assert row["×4 in flight"] == "2.40× ⚠ impossible" and row["×1 in flight"] == "1.30×"
+    assert "line-through" in shown.proto.arrow_data.styler.styles
+    assert "ngram T=0 γ=2: pays at every level measured (up to 2)" in unescape_md(texts(at.markdown))
+    sessions = app_page("pages/3_Sessions.py", {"session": str(sid)})
+    assert_clean(sessions)
+    assert "ngram T=0 γ=2: pays at every level measured (up to 2)" in unescape_md(texts(sessions.markdown))
+    from app import sessions_view as sv
+
+    frame = sv.concurrency_surface(env.store.list_runs(sid))
+    assert frame.set_index("concurrency").loc[4, "verdict"] == "impossible (a measurement error)"
 
 
 def test_a_session_at_one_level_shows_no_surface(env: SimpleNamespace) -> None:

@@ -146,13 +146,13 @@ def test_the_sessions_page_draws_the_gamma_by_concurrency_surface() -> None:
     surface = sv.concurrency_surface(runs)
     assert sorted(zip(surface["γ"], surface["concurrency"], surface["speedup"], strict=True)) == [
         (2, 1, 1.3), (2, 4, 0.95), (4, 1, 1.5), (4, 4, 1.1)]  # fmt: skip
-    assert sv.stops_paying(surface) == ["ngram T=0 γ=2: stops paying at concurrency 4 (measured)",
+    assert sv.stops_paying(runs) == ["ngram T=0 γ=2: stops paying at concurrency 4 (measured)",
                                         "ngram T=0 γ=4: pays at every level measured (up to 4)"]  # fmt: skip
     assert charts.vega_spec(charts.concurrency_surface(surface))["layer"]
     scheduled = [{"kind": "speculative", "draft": "ngram", "gamma": 0, "temperature": 0.0, "speedup_measured": None,
                   "summary": {"concurrency": n, "policy": "batch:1=3,4=1", "policy_live": {"speedup_measured": x}}}
                  for n, x in ((1, 1.4), (4, 1.05))]  # fmt: skip
-    assert sv.stops_paying(sv.concurrency_surface(runs[:2] + scheduled)) == [
+    assert sv.stops_paying(runs[:2] + scheduled) == [
         "ngram batch:1=3,4=1 T=0: pays at every level measured (up to 4)"]  # fmt: skip
     assert sv.concurrency_surface(runs[:1] + runs[2:3]).empty  # one level: no surface
 

@@ -136,7 +136,7 @@ def show_session(session: dict[str, Any]) -> None:
             st.markdown("**Speedup surface: γ × concurrency** (each against the target alone at the same level, "
                         "measured side by side)")  # fmt: skip
             st.altair_chart(charts.concurrency_surface(surface), width="stretch")
-            st.markdown("\n".join(f"- {md_escape(line)}" for line in sv.stops_paying(surface)))
+            st.markdown("\n".join(f"- {md_escape(line)}" for line in sv.stops_paying(runs)))
 
         outputs_by_run = {r["id"]: store.get_outputs(r["id"]) for r in runs}
         set_id = session.get("prompt_set_id")

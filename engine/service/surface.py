@@ -127,16 +127,18 @@ def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
 
 
 def stops_paying(cells: Sequence[SurfaceCell]) -> list[StopsPaying]:
-    """Per configuration and γ (in the cells' order), the lowest measured concurrency where speedup ≤ 1."""
+    """Per configuration and γ (in the cells' order), the lowest measured concurrency where speedup ≤ 1 (cells
+    whose speedup breaks its bound left out, unless every one does)."""
     groups: dict[tuple[str, int], list[SurfaceCell]] = {}
     for cell in cells:
         groups.setdefault((cell.configuration, cell.gamma), []).append(cell)
     out = []
     for (configuration, gamma), group in groups.items():
-        losing = sorted((c for c in group if not c.pays), key=lambda c: c.concurrency)
+        judged = [c for c in group if not c.flag] or group  # an impossible speedup says nothing about paying
+        losing = sorted((c for c in judged if not c.pays), key=lambda c: c.concurrency)
         first = losing[0] if losing else None
         out.append(StopsPaying(configuration, gamma, first.concurrency if first else None,
-                               max(c.concurrency for c in group), bool(first and first.noisy)))  # fmt: skip
+                               max(c.concurrency for c in judged), bool(first and first.noisy)))  # fmt: skip
     return out
 
 
