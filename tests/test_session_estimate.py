@@ -37,6 +37,8 @@ def test_the_estimate_runs_at_the_pace_of_the_last_comparable_session_here(store
     spec = SessionSpec(target="qwen2.5-coder-1.5b", drafts=["qwen2.5-coder-0.5b", "ngram"], gammas=[1, 2, 4],
                        max_new_tokens=32, dtype="float32", mode="full")  # fmt: skip
     assert planned_configurations(spec) == 7  # the target alone + 2 drafts × 3 γ
+    confirming = SessionSpec(**(spec.to_dict() | {"confirm": True}))
+    assert planned_configurations(confirming) == 7 + 3  # and, at most, a headline the grid lacks with its baseline
     nothing = estimate_for(store, spec, 10)
     assert nothing.seconds is None and "time unknown" in nothing.sentences()[0]
     # 1.5B + 0.5B parameters in float32: the weights alone

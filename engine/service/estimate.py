@@ -23,7 +23,7 @@ from engine.session.spec import SessionSpec
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
 BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
-CONFIRMATIONS = 3  # a quick session's confirmation: a fresh baseline and at most two choices, per temperature
+CONFIRMATIONS = 3  # a confirmation (quick, or a full one's headline): a fresh baseline and at most two choices
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,11 @@ def planned_configurations(spec: SessionSpec) -> int:
     """The runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
     entry = registry.get(spec.engine)
     levels = registry.levels_of(spec)
+    confirmations = CONFIRMATIONS * len(spec.temperatures) * len(levels)
     if spec.mode == "quick":
-        confirmations = CONFIRMATIONS * len(spec.temperatures) * len(levels)
         return len(probe_plan(spec, levels, entry.two_width_probe)) + confirmations
-    return len(entry.plan(spec, levels))
+    # a full session confirming its headline runs it after the grid only when the grid lacks it: charged in full
+    return len(entry.plan(spec, levels)) + (confirmations if spec.confirm else 0)
 
 
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
