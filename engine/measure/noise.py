@@ -63,6 +63,19 @@ def is_noisy(spread: Spread | None) -> bool:
     return spread.verdict == "too noisy to tell" or spread.max / spread.min > WIDE_SPREAD
 
 
+def stored_noisy(spread: Mapping[str, object] | None) -> bool | None:
+    """A stored speedup spread (Spread.to_dict) judged: None when none was stored or it cannot be read; True when
+    it rests on one prompt (no spread to judge it by) or is_noisy says so. Every page, the recommender and the
+    policy table read a run's noise through this one test."""
+    if not isinstance(spread, Mapping):
+        return None
+    try:
+        judged = Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")})  # type: ignore[arg-type]
+        return int(judged.n) < 2 or is_noisy(judged)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
 # The machine counts as busy when other processes took this share of all its cores (median over the
 # decodes), or when another process kept the GPU this busy: both change a decode's speed minute to minute.
 BUSY_OTHER_CPU_PCT = 25.0

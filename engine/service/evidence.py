@@ -23,6 +23,7 @@ from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
+from engine.service.report_runs import run_concurrency
 from engine.service.surface import with_measured_schedule
 from engine.session.summarise import stored_speedup_flag
 
@@ -127,7 +128,7 @@ def gather(
         for run in store.list_runs(sid):
             if run.get("status") != "done":
                 continue
-            if level_of(run) != SERVING_LEVEL:
+            if run_concurrency(run) != SERVING_LEVEL:
                 if run["kind"] == "speculative":
                     levels.setdefault((run["draft"], float(run["temperature"])), []).append(run)
                 continue
@@ -185,11 +186,6 @@ def measured_temperatures(store: Any, session_ids: list[int]) -> list[float]:
 SERVING_LEVEL = 1  # the recommender reads one request in flight; other levels are the vLLM surface's
 
 
-def level_of(run: dict[str, Any]) -> int:
-    """How many requests were in flight when the run was measured (1 for every engine that decodes one)."""
-    return int((run.get("summary") or {}).get("concurrency") or 1)
-
-
 def draft_arithmetic(draft: str, target: str | None, c: float) -> tuple[float, str]:
     """ĉ — the draft's arithmetic per token relative to the target's — and where it came from.
 
@@ -209,8 +205,7 @@ def _noisy(run: dict[str, Any]) -> bool:
     """A measured speedup whose per-prompt ratios straddle 1 or spread widely, or that rests on one prompt (no
     spread to judge it by): never calibrated to. A run stored without per-prompt ratios (before they were kept)
     is taken as it is."""
-    spread = (run.get("summary") or {}).get("speedup_spread")
-    return bool(spread) and (int(spread.get("n") or 0) < 2 or noise.is_noisy(noise.Spread(**spread)))
+    return bool(noise.stored_noisy((run.get("summary") or {}).get("speedup_spread")))
 
 
 def _noise_why(run: dict[str, Any]) -> str:
@@ -240,7 +235,7 @@ def level_speedups(runs: list[dict[str, Any]]) -> dict[int, dict[int, tuple[floa
         summary = run.get("summary") or {}
         if run.get("policy") or summary.get("policy") or not run.get("speedup_measured") or stored_speedup_flag(run):
             continue
-        out.setdefault(level_of(run), {})[int(run["gamma"])] = (float(run["speedup_measured"]), _noisy(run))
+        out.setdefault(run_concurrency(run), {})[int(run["gamma"])] = (float(run["speedup_measured"]), _noisy(run))
     return out
 
 

@@ -15,7 +15,8 @@ from engine.analysis.export.vllm_read import VllmExported, read_vllm_export
 from engine.engines import registry
 from engine.errors import SettingsError
 from engine.service.jobs import submit_session
-from engine.service.surface import noise_of, run_concurrency, run_spread
+from engine.service.report_runs import run_concurrency, run_spread
+from engine.service.surface import noise_of
 from engine.session.spec import SessionSpec
 
 VLLM_FORMAT = "vllm"  # the export format checked here

@@ -136,7 +136,7 @@ def live_flag(
     if broken:
         return str(broken)
     spread = figures.get("speedup_spread") or {}
-    if spread and (int(spread.get("n") or 0) < 2 or noise.is_noisy(noise.Spread(**spread))):
+    if noise.stored_noisy(spread):
         return f"too noisy to tell ({spread.get('verdict') or 'one prompt'}): not calibrated to"
     return None
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.analysis.bounds import check_tokens_per_call
 from engine.core.policy import parse_policy
-from engine.measure.noise import Spread, is_noisy
+from engine.measure.noise import stored_noisy
 from engine.session.summarise import stored_speedup_flag
 
 VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
@@ -50,6 +50,7 @@ class RunFigures:
 
 
 def run_concurrency(run: Mapping[str, Any]) -> int:
+    """Requests in flight while the run was measured (1 for an engine that decodes one at a time)."""
     try:
         return int((run.get("summary") or {}).get("concurrency") or 1)
     except (TypeError, ValueError):
@@ -86,6 +87,19 @@ def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
 
 
+SPREAD_NUMBERS = ("min", "max", "median")
+
+
+def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A run's stored per-prompt speedup spread (a live policy's under policy_live), or None."""
+    summary = run.get("summary") or {}
+    live = summary.get("policy_live") or {}
+    for spread in (summary.get("speedup_spread"), live.get("speedup_spread")):
+        if isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in SPREAD_NUMBERS):
+            return spread
+    return None
+
+
 def spread_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
     spread = (run.get("summary") or {}).get("speedup_spread")
     ok = isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in ("min", "max", "median"))
@@ -95,11 +109,7 @@ def spread_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
 def noise_verdict(spread: Mapping[str, Any]) -> str:
     """The spread's verdict, '(noisy)' added where engine.measure.noise.is_noisy says it spreads too widely."""
     verdict = str(spread.get("verdict") or "")
-    try:
-        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
-    except (KeyError, TypeError, ZeroDivisionError):
-        return verdict
-    return f"{verdict} (noisy)" if noisy and verdict in ("faster", "slower") else verdict
+    return f"{verdict} (noisy)" if stored_noisy(spread) and verdict in ("faster", "slower") else verdict
 
 
 IMPOSSIBLE = "impossible (a measurement error)"

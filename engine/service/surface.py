@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.analysis.schedule import off_range_line
-from engine.measure.noise import Spread, is_noisy
+from engine.measure.noise import stored_noisy
+from engine.service.report_runs import run_concurrency, run_spread
 from engine.session.summarise import stored_speedup_flag
 
 
@@ -63,35 +64,11 @@ class Surface:
     stops: list[StopsPaying]
 
 
-def run_concurrency(run: Mapping[str, Any]) -> int:
-    """Requests in flight while the run was measured (1 for an engine that does not batch)."""
-    try:
-        return int((run.get("summary") or {}).get("concurrency") or 1)
-    except (TypeError, ValueError):
-        return 1
-
-
-SPREAD_NUMBERS = ("min", "max", "median")
-
-
-def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    summary = run.get("summary") or {}
-    live = summary.get("policy_live") or {}
-    for spread in (summary.get("speedup_spread"), live.get("speedup_spread")):
-        if isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in SPREAD_NUMBERS):
-            return spread
-    return None
-
-
 def noise_of(spread: Mapping[str, Any] | None) -> tuple[str | None, bool | None]:
+    """A stored spread's verdict and whether it is too noisy to calibrate to (engine.measure.noise.stored_noisy)."""
     if spread is None:
         return None, None
-    verdict = str(spread.get("verdict") or "") or None
-    try:
-        noisy = is_noisy(Spread(**{k: spread[k] for k in ("median", "min", "max", "n", "verdict")}))
-    except (KeyError, TypeError, ZeroDivisionError):
-        return verdict, None
-    return verdict, noisy
+    return str(spread.get("verdict") or "") or None, stored_noisy(spread)
 
 
 def _temperature(x: Any) -> str:
