@@ -333,6 +333,8 @@ class LlamaCppRunner:
                               f"{alone} alone; the loop's is used")  # fmt: skip
             costs[ref] = median(values)
         out = EngineOutputs(draft_costs=costs, notes=list(self.notes), loop_points=points)
+        if self.build is not None and (why := self.build.describe()["no_repack"]):
+            out.notes.append(f"kernels: {why} (engine.llamacpp.kernels); its speeds are those of the plain kernels")
         if self.restarts:
             out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
                              f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.llamacpp import kernels
 from engine.llamacpp.binaries import LlamaBuild
 from engine.llamacpp.server import ServerError
 
@@ -30,7 +31,14 @@ def _round(
         command += ["-t", str(threads)]
     if not warm:
         command.append("--no-warmup")
+    if kernels.repack_broken(build.server_sha256):
+        command += kernels.BENCH_FLAGS
     done = _run(command, 600.0, should_stop)
+    if kernels.crashed(done.returncode) and not kernels.repack_broken(build.server_sha256):
+        code = done.returncode  # engine.llamacpp.kernels: a kernel this CPU cannot run; once more without repacking
+        done = _run(command + list(kernels.BENCH_FLAGS), 600.0, should_stop)
+        if done.returncode == 0:
+            kernels.mark_repack_broken(build.server_sha256, kernels.crash_line("llama-bench", code))
     if done.returncode != 0:
         raise ServerError(f"llama-bench exited with code {done.returncode}: {done.stderr.strip()[-500:]}")
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import SpectuneError
+from engine.llamacpp import kernels
 from engine.llamacpp.binaries import LlamaBuild, find_llama
 from engine.llamacpp.draft_stats import LOG_VERBOSITY
 from foundation.live import LiveSet
@@ -150,6 +151,8 @@ class ManagedServer:
     should_stop: Callable[[], bool] | None = None  # asked while it starts: a stop does not wait for it to load
     proc: subprocess.Popen | None = field(default=None, init=False)
     log_path: Path | None = field(default=None, init=False)
+    no_repack: bool = field(default=False, init=False)  # engine.llamacpp.kernels: started without repacking
+    _exit_code: int | None = field(default=None, init=False)  # how the last start attempt's process ended
 
     @property
     def url(self) -> str:
@@ -158,14 +161,30 @@ class ManagedServer:
     @property
     def command(self) -> list[str]:
         build = self.build or find_llama()
-        return [str(build.server), *self.config.flags(), "--host", HOST, "--port", str(self.port)]
+        kernel = list(kernels.SERVER_FLAGS) if self.no_repack else []
+        return [str(build.server), *self.config.flags(), *kernel, "--host", HOST, "--port", str(self.port)]
 
     def start(self) -> ManagedServer:
+        """Start and wait until healthy. A server that dies by an instruction fault while starting is started once
+        more without repacked weights; when that one serves, this build runs so on this CPU from then on."""
         for path, role in ((self.config.model, "model"), (self.config.draft, "draft")):
             if path is not None and not Path(path).is_file():
                 raise ServerError(f"llama-server {role} file not found: {path}")
         self.build = self.build or find_llama()
         self.port = self.port or free_port()
+        self.no_repack = kernels.repack_broken(self.build.server_sha256) is not None
+        try:
+            return self._launch()
+        except ServerError:
+            code = self._exit_code
+            if self.no_repack or not kernels.crashed(code):
+                raise
+        self.no_repack = True
+        self._launch()
+        kernels.mark_repack_broken(self.build.server_sha256, kernels.crash_line("llama-server", int(code or 0)))
+        return self
+
+    def _launch(self) -> ManagedServer:
         fd, name = tempfile.mkstemp(prefix="spectune-llama-server-", suffix=".log")
         os.close(fd)
         self.log_path = Path(name)
@@ -178,6 +197,7 @@ class ManagedServer:
         try:
             self._wait_healthy()
         except BaseException:
+            self._exit_code = self.proc.poll() if self.proc is not None else None
             self.stop()
             raise
         return self
