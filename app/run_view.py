@@ -310,13 +310,13 @@ def live_numbers(run: Mapping[str, Any], progress: Mapping[str, Any], final: boo
 
 
 def speed_delta(tps: float | None, base_tps: float | None, flag: str | None = None, basis: str = "") -> str | None:
-    """'+50% vs baseline (1.50×)' (`basis` named after the ratio: ' over the whole run'); a ratio that breaks its
+    """'+50% vs baseline (1.50×)' (`basis` named after the ratio: ' whole run'); a ratio that breaks its
     bound (`flag`) is named impossible, not a gain."""
     if not tps or not base_tps:
         return None
     if flag:
         return f"{tps / base_tps:.2f}×{basis}: impossible"
-    return f"{tps / base_tps - 1:+.0%} vs baseline ({tps / base_tps:.2f}×{basis})"
+    return f"{tps / base_tps - 1:+.0%} vs baseline ({tps / base_tps:.2f}×{basis})"  # basis: short, the tile is narrow
 
 
 def whole_run_speedup(run: Mapping[str, Any]) -> float | None:
@@ -353,7 +353,7 @@ def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[st
     if run.get("kind") == "baseline" or not tps or not base_tps:
         return SpeedCheck(speed_delta(tps, base_tps) if run.get("kind") != "baseline" else None, None)
     whole = whole_run_speedup(run) if final else None
-    ratio, basis = (whole, " over the whole run") if whole else (tps / base_tps, "")
+    ratio, basis = (whole, " whole run") if whole else (tps / base_tps, "")
     flag = stored_speedup_flag(run) if final else None
     flag = flag or speedup_flag(ratio, data.most_drafted(run), now.get("tokens_per_call"),
                                 float(run.get("c") or 0.0), None, run.get("verify_cost"))  # fmt: skip
@@ -629,7 +629,7 @@ class LiveCache:
 
     def _frame(self, rebuilt: bool) -> LiveFrame:
         current = self.current_run()
-        baseline = next((r for r in self.runs if r.get("kind") == "baseline"), None)
+        baseline = compared_baseline(self.runs, current)
 
         def numbers(run: Mapping[str, Any] | None) -> dict[str, Any]:
             if run is None:
@@ -650,6 +650,18 @@ class LiveCache:
             base=numbers(baseline), positions_spec=self.positions_spec, util_spec=self.util_spec, latest=latest,
             other_cpu_pct=other, charts_rebuilt=rebuilt,
         )  # fmt: skip
+
+
+def compared_baseline(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The target-alone run `run` is compared with: the newest baseline at its temperature and concurrency started
+    before it (a confirmation brings its own, measured beside it), else the session's first baseline."""
+    first = next((r for r in runs if r.get("kind") == "baseline"), None)
+    if run is None:
+        return first
+    same = [r for r in runs if r.get("kind") == "baseline" and r["id"] <= run["id"]
+            and r.get("temperature") == run.get("temperature")
+            and data.run_concurrency(r) == data.run_concurrency(run)]  # fmt: skip
+    return same[-1] if same else first
 
 
 def live_positions(store: Any, run: Mapping[str, Any], counts: Mapping[tuple[int, int], int]) -> Any:

@@ -118,13 +118,17 @@ def test_a_finished_runs_delta_is_its_whole_run_speedup_not_a_third_ratio() -> N
            "summary": {"speedup_whole_run": 1.41, "speedup_measured": 1.44}}  # fmt: skip
     now, base = {"tokens_per_s": 2.72, "tokens_per_call": 2.34}, {"tokens_per_s": 2.0}
     done = rv.speed_check(run, now, base, final=True)
-    assert done.flag is None and done.delta == "+41% vs baseline (1.41× over the whole run)"
+    assert done.flag is None and done.delta == "+41% vs baseline (1.41× whole run)"
     assert rv.speed_check(run, now, base, final=False).delta == "+36% vs baseline (1.36×)"
     policy = {**run, "summary": {"policy_live": {"speedup_whole_run": 1.2}}}
-    assert rv.speed_check(policy, now, base, final=True).delta == "+20% vs baseline (1.20× over the whole run)"
+    assert rv.speed_check(policy, now, base, final=True).delta == "+20% vs baseline (1.20× whole run)"
     older = {**run, "summary": {}}  # stored before the whole-run figure existed: the tokens/s ratio, unnamed
     assert rv.speed_check(older, now, base, final=True).delta == "+36% vs baseline (1.36×)"
     impossible = {**run, "summary": {"speedup_whole_run": 3.0}}
+    first, beside = {"id": 1, "kind": "baseline", "temperature": 0.0}, {"id": 3, "kind": "baseline", "temperature": 0.0}
+    confirming = {**run, "id": 4, "temperature": 0.0}
+    runs = [first, {**run, "id": 2, "temperature": 0.0}, beside, confirming]
+    assert rv.compared_baseline(runs, confirming) is beside and rv.compared_baseline(runs, runs[1]) is first
     assert "impossible" in rv.speed_check(impossible, now, base, final=True).delta
 
 
