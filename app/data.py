@@ -170,7 +170,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "tokens per call": r.get("tokens_per_call"),
                 "c": r.get("c"),
                 "tokens/s": r.get("tokens_per_s"),
-                "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
+                "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
                 "speedup measured": measured,
                 "speedup predicted": predicted,
             }
@@ -214,7 +214,7 @@ def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Map
                     "α": r.get("alpha"),
                     "c": r.get("c"),
                     "tokens/s": r.get("tokens_per_s"),
-                    "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
+                    "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
                     "speedup measured": r.get("speedup_measured"),
                     "bound": "⚠ impossible" if stored_speedup_flag(r) else None,
                     "speedup predicted": r.get("speedup_predicted"),

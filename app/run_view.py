@@ -12,6 +12,7 @@ from engine.core.counters import draft_acceptance_rate, tokens_per_call
 from engine.engines import registry
 from engine.errors import SettingsError
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.service.report_runs import compared_baseline
 from engine.session.spec import SessionSpec
 
 GAMMA_CHOICES = list(range(1, 17))
@@ -650,18 +651,6 @@ class LiveCache:
             base=numbers(baseline), positions_spec=self.positions_spec, util_spec=self.util_spec, latest=latest,
             other_cpu_pct=other, charts_rebuilt=rebuilt,
         )  # fmt: skip
-
-
-def compared_baseline(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The target-alone run `run` is compared with: the newest baseline at its temperature and concurrency started
-    before it (a confirmation brings its own, measured beside it), else the session's first baseline."""
-    first = next((r for r in runs if r.get("kind") == "baseline"), None)
-    if run is None:
-        return first
-    same = [r for r in runs if r.get("kind") == "baseline" and r["id"] <= run["id"]
-            and r.get("temperature") == run.get("temperature")
-            and data.run_concurrency(r) == data.run_concurrency(run)]  # fmt: skip
-    return same[-1] if same else first
 
 
 def live_positions(store: Any, run: Mapping[str, Any], counts: Mapping[tuple[int, int], int]) -> Any:

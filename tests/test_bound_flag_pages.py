@@ -128,7 +128,11 @@ def test_a_finished_runs_delta_is_its_whole_run_speedup_not_a_third_ratio() -> N
     first, beside = {"id": 1, "kind": "baseline", "temperature": 0.0}, {"id": 3, "kind": "baseline", "temperature": 0.0}
     confirming = {**run, "id": 4, "temperature": 0.0}
     runs = [first, {**run, "id": 2, "temperature": 0.0}, beside, confirming]
-    assert rv.compared_baseline(runs, confirming) is beside and rv.compared_baseline(runs, runs[1]) is first
+    from engine.service.report_runs import baseline_tps, compared_baseline
+
+    assert compared_baseline(runs, confirming) is beside and compared_baseline(runs, runs[1]) is first
+    assert compared_baseline(runs, beside) is beside  # a baseline is its own
+    assert baseline_tps([{**first, "tokens_per_s": 101.2}, {**beside, "tokens_per_s": 95.5}], confirming) == 95.5
     assert "impossible" in rv.speed_check(impossible, now, base, final=True).delta
 
 

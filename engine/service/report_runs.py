@@ -124,10 +124,24 @@ def run_verdict(run: Mapping[str, Any]) -> str | None:
     return IMPOSSIBLE if stored_speedup_flag(run) else noise_verdict(spread)
 
 
-def baseline_tps(runs: Sequence[Mapping[str, Any]], temperature: Any) -> float | None:
+def compared_baseline(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The target-alone run `run` was compared with: the newest baseline at its temperature and concurrency started
+    before it (a confirmation brings its own, measured beside it; a baseline is its own), else the first baseline
+    at its temperature, else the session's first."""
     bases = [r for r in runs if r.get("kind") == "baseline"]
-    base = next((r for r in bases if temperature is not None and r.get("temperature") == temperature), None)
-    base = base or next(iter(bases), None)
+    if run is None:
+        return bases[0] if bases else None
+    warm = [r for r in bases if r.get("temperature") == run.get("temperature")]
+    same = [r for r in warm if run_concurrency(r) == run_concurrency(run)
+            and (r.get("id") is None or run.get("id") is None or r["id"] <= run["id"])]  # fmt: skip
+    if same:
+        return same[-1]
+    return (warm or bases or [None])[0]
+
+
+def baseline_tps(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> float | None:
+    """The tokens/s of the target alone `run` was compared with (compared_baseline)."""
+    base = compared_baseline(runs, run)
     return base.get("tokens_per_s") if base else None
 
 
@@ -180,7 +194,7 @@ def run_figures(
             status=str(r.get("status")), alpha=r.get("alpha"), tokens_per_call=r.get("tokens_per_call"),
             draft_acceptance_rate=(r.get("summary") or {}).get("draft_acceptance_rate"), c=r.get("c"),
             tokens_per_s=r.get("tokens_per_s"),
-            baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r.get("temperature")),
+            baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
             speedup_measured=measured, speedup_predicted=predicted, spread=spread,
             verdict=run_verdict(r),
             per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
