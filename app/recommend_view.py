@@ -45,6 +45,7 @@ CROSSOVER_MARK = "crossover"
 MEASUREMENT_ERROR_MARK = "⚠ measurement error"
 EXTRAPOLATED_MARK = "v(γ+1) extrapolated"
 BEYOND_DEPTH_MARK = "beyond the measured depth"
+NOISY_MEASURED_MARK = "⚠ measured speedup too noisy to tell"
 HIGHLIGHT = "background-color: rgba(46, 160, 67, 0.25); font-weight: bold"
 FORMAT_LABELS = {
     "vllm": "vLLM",
@@ -356,6 +357,8 @@ def curve_frame(
         checks = []
         if p.measured_flag:
             checks.append(MEASUREMENT_ERROR_MARK)
+        elif p.measured_noisy:
+            checks.append(NOISY_MEASURED_MARK)
         if p.verify_extrapolated:
             checks.append(EXTRAPOLATED_MARK)
         if p.extrapolated:
@@ -549,10 +552,19 @@ def comparison_frame(
                 "decision": RECOMMENDED_MARK
                 if winner is not None and i == winner
                 else ("pays, not the best" if s.pays else "does not pay"),
-                "check": (f"{MEASUREMENT_ERROR_MARK} at γ = " + ", ".join(map(str, flagged))) if flagged else "",
+                "check": comparison_check(flagged, measured_gamma, s.measured_noisy),
             }
         )
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def comparison_check(flagged: Sequence[int], shown_gamma: int | None, noisy: Mapping[int, str]) -> str:
+    """The draft comparison's 'check': the γs whose measured speedup is impossible, and whether the one shown is too
+    noisy to tell."""
+    checks = [f"{MEASUREMENT_ERROR_MARK} at γ = " + ", ".join(map(str, flagged))] if flagged else []
+    if shown_gamma is not None and shown_gamma in noisy:
+        checks.append(f"{NOISY_MEASURED_MARK} (γ = {shown_gamma})")
+    return " · ".join(checks)
 
 
 def styled_comparison(table: pd.DataFrame, winner: int | None) -> Any:

@@ -109,3 +109,20 @@ def test_a_speedup_that_breaks_its_bound_is_no_measured_choice() -> None:
     honest = SurfaceCell("ngram T=0", 4, 1, 1.39, "faster", False)
     assert measured_choices([impossible, honest], "ngram", 0.0) == [LevelChoice(1, 4, 1.39, False)]
     assert measured_choices([impossible], "ngram", 0.0) == []
+
+
+def test_a_noisy_measurement_is_marked_in_the_crossover_table_and_the_draft_comparison() -> None:
+    """Defect 4 of the pages issue: a measured speedup too noisy to tell was shown as a plain figure on the
+    Recommend page (a llama.cpp session whose runs the Sessions page called 'too noisy to tell')."""
+    from app import recommend_view as rv
+    from engine.analysis.curve import gamma_curve
+
+    m = ngram({1: 1.05, 4: 1.07}, noisy=(1, 4))
+    frame = rv.curve_frame(gamma_curve(m, [1, 2, 4]), "memory-bound", 4).set_index("γ")
+    assert frame.loc[1, "check"] == frame.loc[4, "check"] == rv.NOISY_MEASURED_MARK
+    assert rv.NOISY_MEASURED_MARK not in frame.loc[2, "check"]  # not measured: nothing to be noisy
+    rec = recommend([m], "latency", "memory-bound")
+    table = rv.comparison_frame(rec.comparison, 0)
+    assert table.loc[0, "check"] == f"{rv.NOISY_MEASURED_MARK} (γ = 4)" and table.loc[0, "at γ"] == 4
+    clear = rv.comparison_frame(recommend([ngram({1: 1.05, 4: 1.07})], "latency", "memory-bound").comparison, 0)
+    assert clear.loc[0, "check"] == ""

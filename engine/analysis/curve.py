@@ -43,6 +43,7 @@ def gamma_curve(
                 verify_cost=cost.v(gamma + 1),
                 verify_extrapolated=top_k is not None and gamma + 1 > top_k,
                 measured_flag=None if flag is None else flag.message,
+                measured_noisy=m.noisy_speedup.get(gamma) if measured is not None and flag is None else None,
                 flags=bound_flags(pred),
             )
         )

@@ -136,6 +136,7 @@ def _summary(m: DraftMeasurement, rows: list[GammaPoint], row: GammaPoint, pays:
         measured_speedup=dict(m.measured_speedup),
         pays=pays,
         measured_flags={g: f.message for g, f in measurement_flags(m).items()},
+        measured_noisy={g: why for g, why in m.noisy_speedup.items() if g in m.measured_speedup},
         why_not=judge.why_not(row),
         regime=judge.regime(row),
         calibration_flag=None if cal is None else cal.flag,

@@ -69,6 +69,7 @@ class GammaPoint:
     verify_cost: float  # v(γ+1) used
     verify_extrapolated: bool = False  # γ+1 lies beyond the largest measured k: v(γ+1) is extrapolated
     measured_flag: str | None = None  # the measured speedup breaks a physical bound: shown, never calibrated to
+    measured_noisy: str | None = None  # why the measured speedup is too noisy to tell: shown, never calibrated to
     flags: list[str] = field(default_factory=list)  # a prediction that broke a bound (a model bug, shown)
     kind = "fixed"
 
@@ -126,6 +127,7 @@ class DraftSummary:
     measured_speedup: dict[int, float]
     pays: bool
     measured_flags: dict[int, str] = field(default_factory=dict)  # γ -> why that measured speedup is impossible
+    measured_noisy: dict[int, str] = field(default_factory=dict)  # γ -> why that measured speedup is too noisy
     why_not: str = ""  # why its best γ may not be recommended ('' when it pays)
     regime: str = ""  # the regime its best γ's verify step runs in
     calibration_flag: str | None = None  # why its measured speedups were not calibrated to
