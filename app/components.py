@@ -18,6 +18,8 @@ from engine.service.surface import surfaces
 
 SESSION_PARAM = "session"
 NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
+NOTHING_TO_REPLAY = ("No draft of these sessions has a policy to replay (why, per draft, above): the Recommend page's "
+                     "fixed γ is the policy they support.")  # fmt: skip
 MISSING = "—"
 
 

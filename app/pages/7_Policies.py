@@ -61,7 +61,7 @@ if report is None:
 for note in report.notes:
     st.caption(f"ℹ️ {md_escape(note)}")
 if not report.drafts:
-    st.info("These sessions recorded no draft trace to replay (sessions from before policies were recorded).")
+    st.info(components.NOTHING_TO_REPLAY if report.notes else components.NO_POLICY_TRACE)
     st.stop()
 
 st.subheader("Recommended policy")
