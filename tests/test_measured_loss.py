@@ -126,3 +126,8 @@ def test_a_noisy_measurement_is_marked_in_the_crossover_table_and_the_draft_comp
     assert table.loc[0, "check"] == f"{rv.NOISY_MEASURED_MARK} (γ = 4)" and table.loc[0, "at γ"] == 4
     clear = rv.comparison_frame(recommend([ngram({1: 1.05, 4: 1.07})], "latency", "memory-bound").comparison, 0)
     assert clear.loc[0, "check"] == ""
+    from engine.analysis.export import export
+
+    record = json.loads(export(rec, "spectune")[1])["evidence"]
+    assert record["measurement"]["noisy_speedup"] == {"1": "straddles 1", "4": "straddles 1"}
+    assert [r["measured_noisy"] for r in record["gamma_curve"][:4]] == ["straddles 1", None, None, "straddles 1"]

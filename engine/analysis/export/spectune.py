@@ -71,7 +71,7 @@ def curve_row(p: GammaPoint) -> dict[str, Any]:
         "ops_multiplier": p.ops_multiplier, "draft_calls_per_step": p.draft_calls_per_step,
         "verify_cost": p.verify_cost, "basis": p.expected_tokens_source, "extrapolated": p.extrapolated,
         "verify_extrapolated": p.verify_extrapolated, "measured_speedup": p.measured_speedup,
-        "measured_flag": p.measured_flag, "speedup_one_alpha": p.speedup_one_alpha,
+        "measured_flag": p.measured_flag, "measured_noisy": p.measured_noisy, "speedup_one_alpha": p.speedup_one_alpha,
         "expected_tokens_one_alpha": p.expected_tokens_one_alpha, "flags": list(p.flags),
     }  # fmt: skip
 
@@ -90,6 +90,7 @@ def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:
         "verify_cost": {int(k): v for k, v in sorted(m.verify_cost.items())},
         "temperature": m.temperature,
         "measured_speedup": {int(k): v for k, v in sorted(m.measured_speedup.items())},
+        "noisy_speedup": {int(k): v for k, v in sorted(m.noisy_speedup.items())},
         "session_ids": list(m.session_ids),
         "agreement_prompts": len(m.agreement_runs),
         "agreement_tokens": sum(len(r) for r in m.agreement_runs),
