@@ -62,6 +62,8 @@ def test_a_vllm_surface_is_exported_as_gamma_by_batch_size_and_reads_back(env: S
     assert (exported.draft, exported.gamma) == ("ngram", rec.gamma)
     assert vllm_schedule(exported.schedule) == config["num_speculative_tokens_per_batch_size"]  # as launched
     spec = export_check_spec(env.store, env.sid, exported)
+    confirmed = store_vllm_session(env.store, MEASURED, mode="full", confirm=True)  # a source that confirmed
+    assert not export_check_spec(env.store, confirmed, exported).confirm  # the check runs the file, nothing else
     assert (spec.engine, spec.drafts, spec.gammas, spec.concurrency) == ("vllm", ["ngram"], [rec.gamma], [1, 2, 4])
     assert spec.policies == [exported.policy().spec()] and spec.mode == "full"
 

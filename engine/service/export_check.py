@@ -35,8 +35,9 @@ def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> Se
     policy = exported.policy()
     return replace(
         source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],
-        temperatures=source.temperatures[:1], mode="full", measure_verify_cost=False, detect_regime=False,
-    )  # fmt: skip
+        temperatures=source.temperatures[:1], mode="full", confirm=False, measure_verify_cost=False,
+        detect_regime=False,
+    )  # fmt: skip  # it measures the file as it is: no headline of its own to confirm
 
 
 def submit_export_check(store: Any, session_id: int, text: str, name: str | None = None) -> int:
