@@ -437,39 +437,21 @@ def _http(url: str, body: dict | None = None, timeout: float = 600) -> str:
 @contextlib.contextmanager
 def exported_llama_server(args: list[str], tmp_path: Path) -> Iterator[str]:
     """llama-server build 11434 on the bundled target with exactly the exported flags (plus host, port, threads,
-    context and metrics); yields its base URL once healthy and stops its process group afterwards."""
-    import os
-    import signal
-    import time
-
+    context and metrics, and --no-repack on a CPU whose repacked kernels crash: engine.llamacpp.kernels, a fact of
+    this machine, not of the export); yields its base URL once healthy and stops its process group afterwards."""
     from engine.analysis.export import bundled_gguf_path
     from engine.llamacpp.binaries import find_llama
+    from engine.llamacpp.server import ManagedServer, ServerConfig
 
     build = find_llama()  # fails with "run `make setup`" when llama-server is missing
     assert build.build == LLAMACPP_BUILD
     target_gguf = bundled_gguf_path(TARGET)
     assert target_gguf.is_file(), f"{target_gguf} is not assembled: run `make setup`"
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [str(build.server), "-m", str(target_gguf), "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["-t", "2", "-c", "1024", "-np", "1", "--metrics", *args]
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            try:
-                _http(f"{base}/health", timeout=5)
-                break
-            except OSError:
-                assert time.time() < deadline, "llama-server did not become healthy"
-                time.sleep(0.5)
-        yield base
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-        log.close()
+    config = ServerConfig(target_gguf, threads=2, ctx_size=1024, parallel=1, extra=tuple(args))
+    with ManagedServer(config, build=build, start_timeout_s=300) as server:
+        command = server.command
+        assert any(command[i : i + len(args)] == list(args) for i in range(len(command))), command  # the file's flags
+        yield server.url
 
 
 def spec_counters(base: str) -> dict[str, float]:

@@ -41,6 +41,7 @@ from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT, OTHER_VOCAB = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"
+P_NOISE = 0.05  # how far llama.cpp's quantized draft p may sit from the fp32 trace's near a confidence threshold
 PROMPTS = [
     PromptText("code", "Write a Python function is_even(n) that returns True when n is even."),
     PromptText("prose", "Say hello in French."),
@@ -196,8 +197,20 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     same = [(i, o) for i, o in enumerate(store.get_outputs(run["id"])) if o["token_ids"] == baseline[i]["token_ids"]]
     assert same, "llama.cpp never reproduced its own target-alone output"
     measured = sum(len(o["token_ids"]) for _, o in same) / sum(o["steps"] for _, o in same)
-    predicted = replay([trace[i] for i, _ in same], parse_policy(policy), llamacpp=True).tokens_per_call
-    assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
+    along = [trace[i] for i, _ in same]
+    predicted = replay(along, parse_policy(policy), llamacpp=True).tokens_per_call
+    # llama.cpp's draft computes p with its Q4 kernels (repacked or not, by CPU), the trace with the dequantized
+    # weights in fp32: a p within P_NOISE of the threshold may fall either side, so the live figure is held to the
+    # replays at p_min ± P_NOISE (within 10%), a band that must still tell the stop from drafting n-max every step
+    band = [replay(along, parse_policy(f"confidence:{0.6 + d:g}:8:0"), llamacpp=True).tokens_per_call
+            for d in (P_NOISE, -P_NOISE)]  # fmt: skip
+    lo, hi = min(predicted, *band), max(predicted, *band)
+    with capsys.disabled():
+        print(f"confidence:0.6:8:0 in llama.cpp: {measured:.3f} tokens per call; replayed {predicted:.3f} "
+              f"(p_min ± {P_NOISE}: {lo:.3f}–{hi:.3f})")  # fmt: skip
+    assert lo * 0.9 <= measured <= hi * 1.1, (lo, predicted, hi, measured)
+    no_stop = replay(along, parse_policy("fixed:8"), llamacpp=True).tokens_per_call
+    assert not lo * 0.9 <= no_stop <= hi * 1.1, (lo, hi, no_stop)  # the band has power: ignoring p-min fails it
     if len(same) == len(PROMPTS):
         assert live["replayed"]["tokens_per_call"] == pytest.approx(predicted)
     report = session_policies(store, sid)

@@ -15,9 +15,8 @@ from typing import Any
 
 from engine.engines import registry
 from engine.models.pool import ModelPool
-from engine.service.quick import confirmed_rows, decide, measured_keys
+from engine.service.quick import confirm_after, decision_record
 from engine.session.hooks import Hooks
-from engine.session.quick import confirm_plan, merged
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
 from engine.session.sweep import SweepReport
@@ -33,19 +32,11 @@ def run_full(
     if not spec.confirm or grid.stopped:
         return grid
     hooks.phase("checking the recommendation against the grid", 0, 1, None)
-    decision = decide(store, session_id, spec)
-    levels = registry.levels_of(spec)
-    plan = confirm_plan(spec, decision, measured_keys(grid), levels)
     checked = time.perf_counter()
-    hooks.next_sweep()
-    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=grid.verify_cost, traces=False)
-               if plan else None)  # fmt: skip
-    report = merged(grid, confirm)
+    report, decision, plan = confirm_after(store, session_id, spec, grid, prompts, hooks, pool)
     report.confirmation = {
         "ran": [k.label() for k in plan if k.kind != "baseline"],
-        "confirmed": confirmed_rows(report, decision),
-        "off": {str(t): off for t, off in decision.off.items()},
-        "notes": decision.notes,
+        **decision_record(report, decision),
         "grid_s": round(checked - started, 1),
         "confirm_s": round(time.perf_counter() - checked, 1),
     }

@@ -98,19 +98,32 @@ def run_quick(
     probe = registry.sweep(spec, prompts, hooks, pool, plan=plan)
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
-    decision = decide(store, session_id, spec)
-    measured = measured_keys(probe)
-    confirming = confirm_plan(spec, decision, measured, levels)
-    hooks.next_sweep()
-    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=confirming, verify_cost=probe.verify_cost,
-                              traces=False) if confirming else None)  # fmt: skip
-    report = merged(probe, confirm)
+    report, decision, _ = confirm_after(store, session_id, spec, probe, prompts, hooks, pool)
     report.quick = {
         "probe": [k.label() for k in plan],
-        "confirmed": confirmed_rows(report, decision),
-        "off": {str(t): off for t, off in decision.off.items()},
-        "notes": decision.notes,
+        **decision_record(report, decision),
         "probe_s": round(probed - started, 1),
         "time_to_confirmed_s": round(time.perf_counter() - started, 1),
     }
     return report
+
+
+def confirm_after(
+    store: Any, session_id: int, spec: SessionSpec, first: SweepReport, prompts: list[PromptText], hooks: Hooks,
+    pool: ModelPool,
+) -> tuple[SweepReport, Decision, list[RunKey]]:  # fmt: skip
+    """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
+    run live beside a fresh target alone at every level: (one merged report, the decision, the confirmation's
+    plan — empty when `first` measured every choice)."""
+    decision = decide(store, session_id, spec)
+    plan = confirm_plan(spec, decision, measured_keys(first), registry.levels_of(spec))
+    hooks.next_sweep()
+    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False)
+               if plan else None)  # fmt: skip
+    return merged(first, confirm), decision, plan
+
+
+def decision_record(report: SweepReport, decision: Decision) -> dict[str, Any]:
+    """What a session's summary keeps of a confirmation: each choice as measured, off per temperature, the notes."""
+    return {"confirmed": confirmed_rows(report, decision), "off": {str(t): off for t, off in decision.off.items()},
+            "notes": decision.notes}  # fmt: skip
