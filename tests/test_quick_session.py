@@ -141,13 +141,17 @@ def test_a_full_session_runs_a_headline_its_grid_did_not_measure_live(store: Sto
     assert any(f"ngram γ={fixed['gamma']} T=0 — predicted" in line for line in lines), lines
 
 
-def test_a_full_session_whose_grid_holds_its_headline_runs_nothing_more(store: Store) -> None:
+def test_a_full_session_whose_grid_holds_its_best_fixed_gamma_runs_no_fixed_gamma_again(store: Store) -> None:
+    """Every fixed γ the model can choose here (n-gram saturates below γ=8) is in the grid: none runs again. A
+    policy the replay predicts above every fixed γ is not in the grid, and is the one thing that may run."""
     sid = run(store, spec(mode="full", drafts=["ngram"], gammas=[1, 2, 3, 4, 5, 6, 7, 8], confirm=True,
                           max_new_tokens=16))  # fmt: skip
     done = store.get_session(sid)["summary"]["confirmation"]
     fixed = next(c for c in done["confirmed"] if c["role"] == "best fixed γ")
-    assert done["ran"] == [] and 1 <= fixed["gamma"] <= 8, done
-    assert len(store.list_runs(sid)) == 9  # the grid alone
+    assert 1 <= fixed["gamma"] <= 8 and f"ngram γ={fixed['gamma']} T=0" not in done["ran"], done
+    policies = [c["configuration"] for c in done["confirmed"] if c["role"] == "recommended"]
+    assert done["ran"] == policies, done  # only the recommended policy, when there is one
+    assert len(store.list_runs(sid)) == 9 + (1 + len(policies) if policies else 0)  # the grid, + its confirmation
 
 
 def test_the_decision_equals_the_recommendation_from_the_probe(store: Store) -> None:
