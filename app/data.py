@@ -16,6 +16,7 @@ import pandas as pd
 from engine.errors import SettingsError
 from engine.service.report_runs import baseline_tps, run_label, run_policy, run_speedups
 from engine.service.report_runs import run_concurrency as run_concurrency
+from engine.service.surface import SurfaceCell
 
 VERDICT_LABELS = {
     "identical": "identical",
@@ -431,7 +432,7 @@ def parse_session_param(raw: Any) -> list[int]:
     return ids
 
 
-def surface_frame(cells: Sequence[Any]) -> pd.DataFrame:
+def surface_frame(cells: Sequence[SurfaceCell]) -> pd.DataFrame:
     """engine.service.surface's cells in long form for app.charts.concurrency_surface: configuration, γ,
     concurrency, speedup, verdict (an impossible speedup named so, a noisy one marked)."""
     rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,

@@ -31,10 +31,11 @@ def _round(
         command += ["-t", str(threads)]
     if not warm:
         command.append("--no-warmup")
-    if kernels.repack_broken(build.server_sha256):
+    known_broken = kernels.repack_broken(build.server_sha256) is not None
+    if known_broken:
         command += kernels.BENCH_FLAGS
     done = _run(command, 600.0, should_stop)
-    if kernels.crashed(done.returncode) and not kernels.repack_broken(build.server_sha256):
+    if kernels.crashed(done.returncode) and not known_broken:
         code = done.returncode  # engine.llamacpp.kernels: a kernel this CPU cannot run; once more without repacking
         done = _run(command + list(kernels.BENCH_FLAGS), 600.0, should_stop)
         if done.returncode == 0:

