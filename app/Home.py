@@ -34,7 +34,8 @@ with common.guard("read the database"):
     cols[2].metric("Queued / running", by_status.get("queued", 0) + by_status.get("running", 0))
     cols[3].metric("Finished", by_status.get("done", 0))
 
-    st.caption(f"{'🟢' if pid else '⚪'} {common.md_escape(worker_line)} · database: {common.md_escape(store.where)}")
+    dot, where = common.WORKER_DOT[bool(pid)], common.md_escape(store.where)
+    st.caption(f"{dot} {common.md_escape(worker_line)} · database: {where}")
     if not pid and (by_status.get("queued") or 0) > 0:
         st.warning(f"{by_status['queued']} session(s) are queued but no worker is running.")
         if st.button("Start the worker"):
@@ -42,15 +43,16 @@ with common.guard("read the database"):
                 st.success(common.md_escape(common.start_worker()))
 
 st.subheader("Where to go")
-st.page_link(common.PAGES["Prompts"], label="Prompts — upload or import prompt sets", icon="📝")
-st.page_link(common.PAGES["Run"], label="Run — start a tuning session and watch it live", icon="▶️")
-st.page_link(common.PAGES["Sessions"], label="Sessions — results, fidelity, comparisons", icon="📊")
-st.page_link(common.PAGES["Theory"], label="Theory — speedup vs arithmetic, the crossover γ", icon="📐")
-st.page_link(common.PAGES["Recommend"], label="Recommend — best draft and γ, exports", icon="🎯")
-st.page_link(common.PAGES["Endpoints"], label="Endpoints — tune a running vLLM, SGLang or llama.cpp server",
-             icon="🌐")  # fmt: skip
-st.page_link(common.PAGES["Policies"], label="Policies — adaptive drafting policies against the best fixed γ",
-             icon="🧭")  # fmt: skip
+for page, label in (
+    ("Prompts", "Prompts — upload or import prompt sets"),
+    ("Run", "Run — start a tuning session and watch it live"),
+    ("Sessions", "Sessions — results, fidelity, comparisons"),
+    ("Theory", "Theory — speedup vs arithmetic, the crossover γ"),
+    ("Recommend", "Recommend — best draft and γ, exports"),
+    ("Endpoints", "Endpoints — tune a running vLLM, SGLang or llama.cpp server"),
+    ("Policies", "Policies — adaptive drafting policies against the best fixed γ"),
+):
+    st.page_link(common.PAGES[page], label=label, icon=common.ICONS[page])
 
 st.divider()
 st.caption(

@@ -33,7 +33,18 @@ PAGES = {
     "Policies": "pages/7_Policies.py",
 }
 ACTIVE_STATUSES = ("queued", "running")
-STATUS_ICONS = {"queued": "⏳", "running": "▶️", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
+# Plain-text marks for option labels (no markdown there), in fonts every browser has: no emoji font is needed.
+STATUS_ICONS = {"queued": "◷", "running": "▶", "done": "✓", "failed": "✗", "cancelled": "■"}
+# Streamlit's Material Symbols (its own font) for icons and alerts, one per thing shown.
+ICONS = {
+    "app": ":material/bolt:", "error": ":material/block:", "cpu": ":material/computer:", "gpu": ":material/memory:",
+    "Prompts": ":material/edit_note:", "Run": ":material/play_arrow:", "Sessions": ":material/bar_chart:",
+    "Theory": ":material/functions:", "Recommend": ":material/target:", "Endpoints": ":material/public:",
+    "Policies": ":material/explore:", "on": ":material/check_circle:", "off": ":material/do_not_disturb_on:",
+    "measure": ":material/straighten:", "gpu_note": ":material/trending_down:", "save": ":material/save:",
+    "info": ":material/info:", "warning": ":material/warning:",
+}  # fmt: skip
+WORKER_DOT = {True: ":green[●]", False: ":gray[○]"}
 
 # Markdown (and Streamlit's LaTeX `$`) punctuation that could turn text into links, images, emphasis or HTML.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-!|<>~$&:])")
@@ -55,7 +66,7 @@ def one_line(text: Any, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def page_setup(title: str, icon: str = "⚡") -> None:
+def page_setup(title: str, icon: str = ICONS["app"]) -> None:
     """Page config plus the sidebar note every page carries."""
     st.set_page_config(page_title=f"{APP_NAME} · {title}", page_icon=icon, layout="wide")
 
@@ -68,12 +79,12 @@ def show_error(exc: BaseException, action: str | None = None) -> None:
     """One clear line for the user: SpectuneError (incl. StoreError) messages as they are, anything else named."""
     prefix = f"Could not {action}: " if action else ""
     if isinstance(exc, SpectuneError):
-        st.error(md_escape(prefix + one_line(str(exc), 1000)), icon="🚫")
+        st.error(md_escape(prefix + one_line(str(exc), 1000)), icon=ICONS["error"])
     else:
         detail = one_line(str(exc), 500) or "no details"
         st.error(
             md_escape(f"{prefix}unexpected {type(exc).__name__}: {detail}. Nothing stored was changed by this error."),
-            icon="🚫",
+            icon=ICONS["error"],
         )
         traceback.print_exc()  # for the server log, never the page
 
@@ -142,7 +153,7 @@ def hardware() -> dict[str, Any]:
 
 def hardware_banner() -> None:
     hw = hardware()
-    icon = "🟢" if hw.get("kind") == "cuda" else "🖥️"
+    icon = ICONS["gpu"] if hw.get("kind") == "cuda" else ICONS["cpu"]
     st.caption(f"{icon} Decoding hardware: **{md_escape(hw.get('label', 'unknown'))}**")
 
 
@@ -191,7 +202,7 @@ def fmt_time(value: Any) -> str:
 
 
 def session_label(session: dict[str, Any]) -> str:
-    """`#12 ✅ name · llama.cpp (done)` for selectboxes: the engine it measured in is part of its name (escaped by
+    """`#12 ✓ name · llama.cpp (done)` for selectboxes: the engine it measured in is part of its name (escaped by
     Streamlit's plain-text option rendering)."""
     icon = STATUS_ICONS.get(session.get("status", ""), "")
     name = one_line(session.get("name") or "", 60)

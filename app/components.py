@@ -164,11 +164,11 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
     elif status == "done" and here != "Sessions":
         st.success("Done.")
     if status in ACTIVE_STATUSES and here != "Run":
-        st.page_link(common.PAGES["Run"], label="Watch it live", icon="▶️", query_params={SESSION_PARAM: sid})
+        st.page_link(common.PAGES["Run"], label="Watch it live", icon=common.ICONS["Run"],
+                     query_params={SESSION_PARAM: sid})  # fmt: skip
     if status == "done" and here != "Sessions":
-        st.page_link(
-            common.PAGES["Sessions"], label="Open the results in Sessions", icon="📊", query_params={SESSION_PARAM: sid}
-        )
+        st.page_link(common.PAGES["Sessions"], label="Open the results in Sessions", icon=common.ICONS["Sessions"],
+                     query_params={SESSION_PARAM: sid})  # fmt: skip
 
 
 def _queued(session: Mapping[str, Any]) -> None:
@@ -259,20 +259,21 @@ def policy_section(store: Any, session_ids: list[int], objective: str, budget: f
         return
     policy_headline(report, session_ids)
     for note in report.notes:  # drafts without a replay (llama.cpp's n-gram lookup, sessions from before policies)
-        st.caption(f"ℹ️ {md_escape(note)}")
+        st.caption(f"{common.ICONS['info']} {md_escape(note)}")
 
 
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
     """The speculation policy recommended for the objective and its gain over the best fixed γ (a PolicyReport
     from engine.service.policies.session_policies); with ``session_ids``, a link to the whole comparison."""
     text, wins = pv.best_banner(report, md_escape)
-    (st.success if wins else st.info)(text, icon="🧭" if wins else "📏")
+    (st.success if wins else st.info)(text, icon=common.ICONS["Policies"] if wins else common.ICONS["measure"])
     for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):
         col.metric(label, value, help=helptext)
     st.caption(md_escape(report.to_dict()["exact"]))
     if session_ids:
         st.page_link(common.PAGES["Policies"], label="Compare every policy, prove them live, export the policy",
-                     icon="🧭", query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)})  # fmt: skip
+                     icon=common.ICONS["Policies"],
+                     query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)})  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ tests/test_app_pages.py); endpoint sessions run the real worker code against sta
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 from test_app_pages import HOME, add_prompts, assert_clean, env, make_session, page, texts, unescape_md  # noqa: F401
 
-from app import data, prompt_upload
+from app import common, data, prompt_upload
 from app import policies_view as pv
 from engine.endpoint.standin import StandIn
 from engine.errors import PromptFileError
@@ -26,6 +28,7 @@ from engine.service.worker import run_session
 from engine.session.spec import SessionSpec
 
 ENDPOINTS = "pages/6_Endpoints.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def endpoint_prompts(store: Any) -> int:
@@ -244,3 +247,30 @@ def test_policy_exports_are_named_by_their_engine_in_sentences(policy_session) -
     assert not [c for c in captions if c.startswith(("vllm", "llamacpp"))], captions
     support = unescape_md(texts(at.caption))
     assert "llama.cpp: fixed γ" in support and "llamacpp:" not in support
+
+
+# Characters a browser draws only with a colour-emoji font (Debian's Chromium has none: it drew boxes): pictographs,
+# the dingbat and symbol emoji without a text glyph, and the emoji presentation selector.
+EMOJI_ONLY = re.compile("[\U0001f000-\U0001faff\u2705\u26d4\u274c\u23f3\u23f9\u231b\ufe0f]")
+
+
+def test_no_page_needs_an_emoji_font() -> None:
+    sources = [*sorted((ROOT / "app").rglob("*.py")), ROOT / "engine" / "service" / "session_report.py"]
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sources
+             for n, line in enumerate(path.read_text().splitlines(), 1) if EMOJI_ONLY.search(line)]  # fmt: skip
+    assert not found, "use Streamlit's :material/…: icons (app.common.ICONS) or a text glyph:\n" + "\n".join(found)
+
+
+def test_every_icon_is_one_of_streamlits_material_symbols() -> None:
+    from streamlit.material_icon_names import ALL_MATERIAL_ICONS
+
+    names = [icon.removeprefix(":material/").removesuffix(":") for icon in common.ICONS.values()]
+    assert all(icon.startswith(":material/") for icon in common.ICONS.values())
+    assert [n for n in names if n not in ALL_MATERIAL_ICONS] == []
+
+
+def test_home_draws_its_links_with_material_icons(env) -> None:  # noqa: F811
+    at = page(None)
+    assert_clean(at)
+    icons = [link.proto.icon for link in at.get("page_link")]
+    assert icons and all(str(icon).startswith(":material/") for icon in icons), icons

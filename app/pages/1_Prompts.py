@@ -12,7 +12,7 @@ from app.common import md_escape
 from engine.errors import PromptFileError
 
 common.page_setup("Prompts")
-st.title("📝 Prompts")
+st.title("Prompts")
 st.caption(
     "Acceptance α is a property of the models *and the task*: measure it on prompts shaped like your traffic. "
     "Upload a sample, or start from one of the bundled sets."
@@ -37,7 +37,8 @@ def show_refusal(exc: BaseException, filename: str, what: str | None = None) -> 
         common.show_error(exc, f"read {what or filename}")
         return
     headline, lines = prompt_upload.refusal(exc, filename, what)
-    st.error("\n\n".join([md_escape(headline), "\n".join(f"- {md_escape(line)}" for line in lines)]), icon="🚫")
+    listed = "\n".join(f"- {md_escape(line)}" for line in lines)
+    st.error("\n\n".join([md_escape(headline), listed]), icon=common.ICONS["error"])
 
 
 tab_upload, tab_paste, tab_samples = st.tabs(["Upload a file", "Paste prompts", "Bundled samples"])
@@ -119,7 +120,7 @@ if parsed is not None:
     if result.issues:
         bad_lines = sum(1 for i in result.issues if i.line is not None)
         note = f"{bad_lines} line(s) could not be imported" if bad_lines else "The file has issues"
-        st.warning(f"{note}; every good line is kept. The problems, by line:", icon="⚠️")
+        st.warning(f"{note}; every good line is kept. The problems, by line:", icon=common.ICONS["warning"])
         components.table(prompt_upload.issues_frame(parsed))
     if not result.prompts:
         st.error(f"No prompt could be imported from {md_escape(parsed.filename)}; fix the lines listed above.")

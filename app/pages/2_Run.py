@@ -16,7 +16,7 @@ from engine.service.jobs import submit_session
 
 common.page_setup("Run")
 rv.skip_gc_after_each_run()  # the live view reruns every second: a full GC after each run would cost most of it
-st.title("▶️ Run a tuning session")
+st.title("Run a tuning session")
 common.hardware_banner()
 store = common.get_store()
 WATCH = "run_watch_session"
@@ -28,7 +28,7 @@ history = common.attempt(store.list_sessions, limit=100, action="read the sessio
 st.subheader("New session")
 if not sets_by_id:
     st.info("There is no prompt set yet: import one on the Prompts page first.")
-    st.page_link(common.PAGES["Prompts"], label="Go to Prompts", icon="📝")
+    st.page_link(common.PAGES["Prompts"], label="Go to Prompts", icon=common.ICONS["Prompts"])
 
 with st.container(border=True):
     col_t, col_x, col_dt, col_p = st.columns([3, 3, 2, 3])
@@ -133,7 +133,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
         st.progress(rv.phase_fraction(session.get("phase")), text=md_escape(phase_line))
     components.status_banner(session, here="Run")
     if busy := rv.busy_note(session, frame.other_cpu_pct):
-        st.warning(md_escape(busy), icon="⚠️")
+        st.warning(md_escape(busy), icon=common.ICONS["warning"])
     if status in ACTIVE_STATUSES and st.button("Cancel session", key=f"cancel_{session_id}"):
         with common.guard("cancel the session"):
             if store.request_cancel(session_id):
@@ -159,7 +159,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     m[3].metric("Tokens per call", fmt_num(now.get("tokens_per_call"), 2) if is_spec else "—")
     m[4].metric("Steps logged", now.get("steps") or 0)
     if check.flag:
-        st.warning(md_escape(check.flag), icon="⚠️")
+        st.warning(md_escape(check.flag), icon=common.ICONS["warning"])
 
     for col, spec, empty in zip(st.columns(2), (frame.positions_spec, frame.util_spec), rv.NO_CHART, strict=True):
         if spec is not None:  # cached specs: sent again as they are when nothing new arrived
@@ -182,7 +182,7 @@ def live_view(session_id: int, started_as: str, interval: float) -> None:
 st.divider()
 st.subheader("Live view")
 pid, worker_line = common.worker_status()
-st.caption(f"{'🟢' if pid else '⚪'} {md_escape(worker_line)}")
+st.caption(f"{common.WORKER_DOT[bool(pid)]} {md_escape(worker_line)}")
 
 with common.guard("read the sessions"):
     sessions = store.list_sessions(limit=100)

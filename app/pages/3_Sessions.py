@@ -17,7 +17,7 @@ from engine.service.session_report import report_filename, report_or_error
 from engine.session.sampling import session_prompts
 
 common.page_setup("Sessions")
-st.title("📊 Sessions")
+st.title("Sessions")
 common.hardware_banner()
 store = common.get_store()
 OPEN = "sessions_open"
@@ -26,7 +26,7 @@ sessions = common.attempt(store.list_sessions, action="list the sessions")
 if not sessions:
     if sessions is not None:
         st.info("No sessions yet: start one on the Run page.")
-        st.page_link(common.PAGES["Run"], label="Go to Run", icon="▶️")
+        st.page_link(common.PAGES["Run"], label="Go to Run", icon=common.ICONS["Run"])
     st.stop()
 
 by_id = {s["id"]: s for s in sessions}
@@ -98,7 +98,7 @@ def show_session(session: dict[str, Any]) -> None:
     components.status_banner(session, here="Sessions")
     for note in (sv.machine_note(session), sv.noisy_note(session)):
         if note:
-            st.warning(md_escape(note), icon="⚠️")
+            st.warning(md_escape(note), icon=common.ICONS["warning"])
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
     if suffix_note := sv.suffix_cache_note(session):
         st.caption(md_escape(suffix_note))

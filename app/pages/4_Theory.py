@@ -9,7 +9,7 @@ from app import charts, common, components, theory_tables
 from engine.analysis.theory import crossover_gamma
 
 common.page_setup("Theory")
-st.title("📐 Theory: speed vs arithmetic")
+st.title("Theory: speed vs arithmetic")
 st.markdown(
     "A draft proposes γ tokens; the target accepts each with probability **α** and scores all γ+1 positions in one "
     "forward pass. **c** is a draft forward's *wall time* relative to the target's (what latency pays), **ĉ** its "

@@ -19,7 +19,7 @@ from engine.service.recommendations import Recommended, save_result
 from engine.service.session_report import report_filename, report_or_error
 
 common.page_setup("Recommend")
-st.title("🎯 Recommendation and export")
+st.title("Recommendation and export")
 st.markdown(rv.INTRO)
 common.hardware_banner()
 store = common.get_store()
@@ -34,7 +34,7 @@ for problem in rv.preselection_problems(st.query_params.get("session"), sessions
     common.show_error(SpectuneError(problem), "use the session from the address bar")
 if not finished:
     st.info(rv.no_sessions_text(len(sessions)))
-    st.page_link(common.PAGES["Run"], label="Go to Run", icon="▶️")
+    st.page_link(common.PAGES["Run"], label="Go to Run", icon=common.ICONS["Run"])
     st.stop()
 
 st.subheader("What to optimise")
@@ -72,7 +72,8 @@ with common.guard("compute the recommendation"):
 
 def show_decision(rec: Any) -> None:
     st.subheader("Recommendation")
-    (st.warning if rec.off else st.success)(rv.decision_banner(rec, md_escape), icon="⛔" if rec.off else "✅")
+    banner = st.warning if rec.off else st.success
+    banner(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])
     st.markdown(md_escape(rec.explanation))
     for col, (label, value, helptext) in zip(st.columns(5), rv.decision_metrics(rec), strict=True):
         col.metric(label, value, help=helptext)
@@ -83,7 +84,7 @@ def show_decision(rec: Any) -> None:
             col.metric(label, value, delta=delta, delta_color="inverse")
         cols[2].caption(caption)
     for note in rec.notes:
-        st.caption(f"ℹ️ {md_escape(note)}")
+        st.caption(f"{common.ICONS['info']} {md_escape(note)}")
 
 
 def show_regime(rec: Any, ev: Any, report: Any) -> None:
@@ -92,7 +93,7 @@ def show_regime(rec: Any, ev: Any, report: Any) -> None:
     left, right = st.columns(2)
     left.markdown("**Evidence**")
     left.markdown("\n".join(f"- {md_escape(line)}" for line in report.evidence) or "- none stored")
-    left.info(rv.NVML_NOTE, icon="📉")
+    left.info(rv.NVML_NOTE, icon=common.ICONS["gpu_note"])
     with right:
         if report.sweep is None:
             st.caption("No batch sweep is stored for these sessions: the regime comes from the other evidence.")
@@ -176,8 +177,9 @@ def show_exports(result: Recommended) -> None:
         col.download_button(f"⬇ {rv.FORMAT_LABELS[fmt]}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
                             mime=rv.FORMAT_MIME.get(fmt, "text/plain"), on_click=_save,
                             args=([fmt], result, key), width="stretch", help=filename)  # fmt: skip
-    cols[-1].button("💾 Save to history", key="rec_save", on_click=_save, args=(list(files), result, key),
-                    width="stretch", help="Keep this recommendation and every exported file.")  # fmt: skip
+    cols[-1].button("Save to history", icon=common.ICONS["save"], key="rec_save", on_click=_save,
+                    args=(list(files), result, key), width="stretch",
+                    help="Keep this recommendation and every exported file.")  # fmt: skip
     kind, value = st.session_state.pop(FLASH, (None, None))
     if kind == "success":
         st.success(md_escape(value))

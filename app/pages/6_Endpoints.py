@@ -13,7 +13,7 @@ from app import endpoints_view as ev
 from app.common import ACTIVE_STATUSES, md_escape
 
 common.page_setup("Endpoints")
-st.title("🌐 Tune a running deployment")
+st.title("Tune a running deployment")
 store = common.get_store()
 
 prompt_sets = common.attempt(store.list_prompt_sets, action="list the prompt sets") or []

@@ -15,7 +15,7 @@ from app.common import md_escape
 from engine.service.policies import prove
 
 common.page_setup("Policies")
-st.title("🧭 Speculation policies")
+st.title("Speculation policies")
 st.markdown(pv.INTRO)
 common.hardware_banner()
 store = common.get_store()
@@ -26,7 +26,7 @@ if sessions is None:
 finished = [s for s in sessions if s.get("status") == "done"]
 if not finished:
     st.info(pv.NO_SESSIONS)
-    st.page_link(common.PAGES["Run"], label="Go to Run", icon="▶️")
+    st.page_link(common.PAGES["Run"], label="Go to Run", icon=common.ICONS["Run"])
     st.stop()
 
 chosen_ids: list[int] = components.sessions_picker("Finished sessions", finished, "pol_sessions",
@@ -59,7 +59,7 @@ with common.guard("replay the policies"):
 if report is None:
     st.stop()
 for note in report.notes:
-    st.caption(f"ℹ️ {md_escape(note)}")
+    st.caption(f"{common.ICONS['info']} {md_escape(note)}")
 if not report.drafts:
     st.info(components.NOTHING_TO_REPLAY if report.notes else components.NO_POLICY_TRACE)
     st.stop()
@@ -94,7 +94,7 @@ components.table(pv.table_frame(draft, None if show_all else 20),
                  numbers={"tokens/call": "%.3f", "draft calls/step": "%.2f", "speedup": "%.2f×", "cost ×": "%.3f",
                           "live tokens/call": "%.3f", "live speedup": "%.2f×"})  # fmt: skip
 for note in draft.notes:
-    st.caption(f"ℹ️ {md_escape(note)}")
+    st.caption(f"{common.ICONS['info']} {md_escape(note)}")
 
 st.subheader("Replayed beside live")
 live = pv.live_frame(draft)
