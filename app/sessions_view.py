@@ -12,7 +12,7 @@ import pandas as pd
 
 from app import data
 from engine.engines import registry
-from engine.service.report_runs import run_verdict, spread_of
+from engine.service.report_runs import run_spread, run_verdict
 from engine.service.surface import stops_paying as surface_stops
 from engine.service.surface import surface_cells
 from engine.session.summarise import stored_speedup_flag
@@ -84,7 +84,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The runs table; the status column only while some run is not done. Speculative runs measured side by
     side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say."""
     table = data.runs_frame(runs)
-    spreads = [spread_of(r) for r in runs]
+    spreads = [run_spread(r) for r in runs]
     at = list(table.columns).index("speedup measured") + 1
     if any(spreads):
         table.insert(at, "per-prompt spread", [f"{s['min']:.2f}–{s['max']:.2f}×" if s else None for s in spreads])
@@ -108,7 +108,7 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     impossible = {data.run_label(r) for r in runs if stored_speedup_flag(r)}
     flagged = frame["config"].isin(impossible) & (frame["which"] == "measured")
     frame.loc[flagged, "which"] = "measured: impossible"
-    bounds = {data.run_label(r): spread_of(r) for r in runs if r.get("kind") != "baseline"}
+    bounds = {data.run_label(r): run_spread(r) for r in runs if r.get("kind") != "baseline"}
     rows = list(zip(frame["config"], frame["which"].str.startswith("measured"), strict=True))
     frame["lo"] = [bounds[c]["min"] if m and bounds.get(c) else None for c, m in rows]
     frame["hi"] = [bounds[c]["max"] if m and bounds.get(c) else None for c, m in rows]

@@ -112,6 +112,25 @@ def test_a_policy_run_shows_its_policy_and_its_live_and_replayed_speedups():
     assert list(long["which"]) == ["measured", "predicted"] and list(long["speedup"]) == [0.56, 0.61]
 
 
+def test_a_policy_run_shows_its_live_spread_and_verdict_beside_its_live_speedup():
+    # the live figure is measured prompt by prompt beside a fresh target alone: its spread says how far to trust it
+    spread = {"min": 0.41, "median": 0.55, "max": 0.74, "verdict": "slower", "n": 6}
+    live = {"policy": "confidence:0.6:8:0", "speedup_measured": 0.56, "replayed": {"speedup": 0.61},
+            "speedup_spread": spread}  # fmt: skip
+    runs = [
+        {"id": 1, "kind": "baseline", "draft": "none", "gamma": 0, "temperature": 0.0, "tokens_per_s": 27.4},
+        {"id": 2, "kind": "speculative", "draft": "qwen2.5-coder-0.5b", "gamma": 0, "temperature": 0.0,
+         "summary": {"policy": "confidence:0.6:8:0", "policy_live": live}},
+    ]  # fmt: skip
+    from app import sessions_view as sv
+    from engine.service.report_runs import run_figures
+
+    row = sv.runs_table(runs).iloc[1]
+    assert (row["speedup measured"], row["per-prompt spread"], row["verdict"]) == (0.56, "0.41–0.74×", "slower (noisy)")
+    figures = run_figures(runs, {}, {})[1]
+    assert figures.spread == spread and figures.verdict == "slower (noisy)"
+
+
 def test_fidelity_and_categories_map_outputs_to_prompts():
     prompts = [{"id": 10, "text": "a", "category": "code"}, {"id": 11, "text": "b", "category": "prose"}]
     runs = [{"id": 1, "kind": "baseline"}, {"id": 2, "kind": "speculative", "draft": "d", "gamma": 2, "temperature": 0}]

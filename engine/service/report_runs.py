@@ -100,12 +100,6 @@ def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def spread_of(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    spread = (run.get("summary") or {}).get("speedup_spread")
-    ok = isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in ("min", "max", "median"))
-    return dict(spread) if ok else None
-
-
 def noise_verdict(spread: Mapping[str, Any]) -> str:
     """The spread's verdict, '(noisy)' added where engine.measure.noise.is_noisy says it spreads too widely."""
     verdict = str(spread.get("verdict") or "")
@@ -118,7 +112,7 @@ IMPOSSIBLE = "impossible (a measurement error)"
 def run_verdict(run: Mapping[str, Any]) -> str | None:
     """The verdict on a run's measured speedup: impossible where it breaks its bound (the flag it was stored
     with), else the noise verdict of its per-prompt spread; None without a spread."""
-    spread = spread_of(run)
+    spread = run_spread(run)
     if spread is None:
         return None
     return IMPOSSIBLE if stored_speedup_flag(run) else noise_verdict(spread)
@@ -185,7 +179,7 @@ def run_figures(
     """Every run of a session, in the store's order."""
     rows = []
     for r in runs:
-        policy, spread = run_policy(r), spread_of(r)
+        policy, spread = run_policy(r), run_spread(r)
         measured, predicted = run_speedups(r)
         speculative = r.get("kind") != "baseline"
         rows.append(RunFigures(
