@@ -9,11 +9,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from app import charts, common, data, memo
+from app import charts, common, data, memo, run_view
 from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
+from engine.service.policies import policy_verdict
 from engine.service.surface import surfaces
 
 SESSION_PARAM = "session"
@@ -145,6 +146,25 @@ def sessions_picker(
 # status banner
 
 
+def session_progress(session: Mapping[str, Any]) -> None:
+    """A watched session's line (name, status, target, drafts, γs), its progress bar over prompt decodes and its
+    phase: a second bar only for a phase with a count of its own (decoding counts the first bar's decodes)."""
+    status, phase = session["status"], session.get("phase")
+    st.markdown(
+        f"**#{session['id']} {md_escape(common.one_line(session.get('name'), 80))}** — "
+        f"{common.STATUS_ICONS.get(status, '')} **{status}** · target {md_escape(session['target'])} · drafts "
+        f"{md_escape(', '.join(session.get('drafts') or []))} · γ "
+        f"{md_escape(', '.join(map(str, session.get('gammas') or [])))}{md_escape(run_view.policies_suffix(session))}"
+    )
+    st.progress(*run_view.progress_bar(session))
+    if not (line := run_view.phase_text(phase, status)) or status == "queued":
+        return
+    if run_view.is_decoding(phase):
+        st.caption(md_escape(line))
+    else:
+        st.progress(run_view.phase_fraction(phase), text=md_escape(line))
+
+
 def status_banner(session: Mapping[str, Any], here: str) -> None:
     """One line on where a session stands, with the way on: start the worker, watch it live, open its results.
 
@@ -265,7 +285,7 @@ def policy_section(store: Any, session_ids: list[int], objective: str, budget: f
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
     """The speculation policy recommended for the objective and its gain over the best fixed γ (a PolicyReport
     from engine.service.policies.session_policies); with ``session_ids``, a link to the whole comparison."""
-    text, wins = pv.best_banner(report, md_escape)
+    text, wins = policy_verdict(report, md_escape)
     (st.success if wins else st.info)(text, icon=common.ICONS["Policies"] if wins else common.ICONS["measure"])
     for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):
         col.metric(label, value, help=helptext)

@@ -17,6 +17,7 @@ from engine.errors import SettingsError
 from engine.service.report_runs import baseline_tps, run_label, run_policy, run_speedups
 from engine.service.report_runs import run_concurrency as run_concurrency
 from engine.service.surface import SurfaceCell
+from engine.session.summarise import BestSpeedup
 
 VERDICT_LABELS = {
     "identical": "identical",
@@ -93,9 +94,9 @@ def _num(x: Any) -> str:
     return f"{value:g}"
 
 
-def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] | None = None) -> float | None:
-    """The best measured speedup of a session that stands (an impossible one, flagged, is never the best): from
-    its runs when given, else from its summary."""
+def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] | None = None) -> BestSpeedup | None:
+    """The best measured speedup of a session (engine.session.summarise.best_speedup: standing, clear of noise
+    unless none is): from its runs when given, else from its summary."""
     from engine.session.summarise import best_speedup as best
 
     if runs is None:
@@ -111,7 +112,7 @@ def most_drafted(run: Mapping[str, Any]) -> int:
     return parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
 
 
-def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, float | None]) -> pd.DataFrame:
+def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, BestSpeedup | None]) -> pd.DataFrame:
     rows = []
     for s in sessions:
         done, total = s.get("progress_done") or 0, s.get("progress_total") or 0
@@ -127,7 +128,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, flo
                 "γs": ", ".join(map(str, s.get("gammas") or [])),
                 "T": ", ".join(_num(t) for t in s.get("temperatures") or []),
                 "created": s.get("created_at"),
-                "best speedup": best.get(s["id"]),
+                "best speedup": best[s["id"]].text() if best.get(s["id"]) else None,
                 "error": s.get("error") or "",
             }
         )

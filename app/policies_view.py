@@ -7,7 +7,7 @@ live beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import altair as alt
@@ -133,37 +133,6 @@ def policy_chart(frame: pd.DataFrame, kind: str, metric: str, reference: float, 
 def kinds_of(d: DraftPolicies) -> list[str]:
     present = {r.kind for r in d.comparison.results}
     return [k for k in KIND_LABELS if k in present]
-
-
-def best_banner(report: PolicyReport, escape: Callable[[Any], str]) -> tuple[str, bool]:
-    """(markdown, whether a policy other than a fixed γ wins) for the headline."""
-    best, fixed = report.best, report.best_fixed
-    if best is None or fixed is None:
-        return "No replayable draft trace in these sessions.", False
-    gain = report.chosen.comparison.gain
-    if not best.feasible:
-        head = (
-            f"**No policy pays** for {escape(report.chosen.draft)}: the best, {escape(best.policy)}, predicts "
-            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} ({escape(best.infeasible_why)})"
-        )
-        rec = report.recommendation
-        if rec is not None and not rec.off and rec.draft_name != report.chosen.draft:  # one answer: the headline's
-            return (f"{head}. The recommendation is {escape(rec.draft_name)} at a fixed γ={rec.gamma} "
-                    f"({rec.predicted_speedup:.2f}× predicted), which has no policy to replay here: its exports are "
-                    "the Recommend page's.", False)  # fmt: skip
-        return f"{head} — serve the target alone (its exports turn speculation off).", False
-    if best.kind == "fixed":
-        return (
-            f"**A fixed γ is already as good** for {escape(report.chosen.draft)}: {escape(best.policy)} predicts "
-            f"{best.predicted_speedup:.2f}×; no policy beats it by more than 1%.",
-            False,
-        )
-    return (
-        f"**{escape(best.policy)}** ({escape(best.setting)}) for {escape(report.chosen.draft)}: "
-        f"{best.tokens_per_call:.2f} tokens per call, {best.predicted_speedup:.2f}× predicted, "
-        f"**{gain * 100:+.1f}%** over the best fixed {escape(fixed.policy)} ({fixed.predicted_speedup:.2f}×).",
-        True,
-    )
 
 
 def best_metrics(report: PolicyReport) -> list[tuple[str, str, str]]:

@@ -378,12 +378,19 @@ def run_caption(run: Mapping[str, Any], session: Mapping[str, Any]) -> str:
         state = "done; tokens/s measured end to end"
     elif status == "running" and is_decoding(phase):
         return f"Current run: **{label}** (decoding; tokens/s live, over decode-step time)"
+    elif status in ACTIVE_STATUSES and _all_decoded(session):
+        state = "every prompt decoded; tokens/s live, over decode-step time"
     elif status in ACTIVE_STATUSES:
         state = "paused between prompts; tokens/s live, over decode-step time"
     else:
         state = f"not finished: the session is {status}; tokens/s over the steps it logged"
     now = f" · now: {md_escape(str(phase['name']))}" if status == "running" and phase.get("name") else ""
     return f"Last run measured: **{label}** ({state}){now}"
+
+
+def _all_decoded(session: Mapping[str, Any]) -> bool:
+    done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
+    return bool(total) and done >= total
 
 
 def waiting_text(session: Mapping[str, Any]) -> str:
@@ -473,7 +480,7 @@ def phase_text(phase: Mapping[str, Any] | None, status: str | None = None) -> st
     name = str(phase["name"])
     done, total = int(phase.get("done") or 0), int(phase.get("total") or 0)
     parts = [f"Phase: {name}"]
-    if total > 1 and name != "done":
+    if total > 1 and name != "done" and not is_decoding(phase):  # decoding counts the progress bar's prompt decodes
         parts.append(f"{done} / {total} ({min(1.0, done / total):.0%})")
     eta = fmt_eta(phase.get("eta_s")) if status in (None, "running") and name != "done" else None
     text = " — ".join(parts)

@@ -32,7 +32,7 @@ RUN_HELPS = {
     "engine measured a wider forward cheaper, + the draft's share of a call): impossible, a measurement error, "
     "never calibrated to (why: below the table)",
 }
-HISTORY_NUMBERS = {"best speedup": "%.2f×"}
+HISTORY_NUMBERS: dict[str, str] = {}  # "best speedup" is text: BestSpeedup.text
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}
 CATEGORY_NUMBERS = {"tokens/s": "%.1f", "speedup": "%.2f×", "draft share": "%.2f"}
 VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"]

@@ -95,6 +95,23 @@ def test_tables_from_store_dicts_handle_missing_values():
     assert data.best_speedup({}, runs) is None
 
 
+def test_the_best_speedup_is_a_clear_one_and_a_noisy_best_says_so():
+    """Seen in a walk on a llama.cpp session: History and `engine sessions` showed "best 1.05×", n-gram γ=2's
+    per-prompt median (0.19–1.12× across prompts, too noisy to tell; 0.57× over the whole run) at 1.00 tokens per
+    call, above a clear win. A clear speedup beats any too noisy to tell; a noisy best, when no run is clear, is
+    said noisy, on the page and in the CLI alike."""
+    from engine.session.summarise import best_speedup
+
+    noisy = {"kind": "speculative", "speedup_measured": 1.05, "speedup_flag": None,
+             "speedup_spread": {"median": 1.05, "min": 0.19, "max": 1.12, "n": 6, "verdict": "too noisy to tell"}}
+    clear = {"kind": "speculative", "speedup_measured": 1.02, "speedup_flag": None,
+             "summary": {"speedup_spread": {"median": 1.02, "min": 1.0, "max": 1.04, "n": 6, "verdict": "faster"}}}
+    assert best_speedup([noisy, clear]).text() == "1.02×"  # a runs row and a summary run, read alike
+    assert best_speedup([noisy]).text() == "1.05× (too noisy to tell)"
+    frame = data.sessions_frame([{"id": 7}], {7: data.best_speedup({"summary": {"runs": [noisy]}})})
+    assert frame["best speedup"].tolist() == ["1.05× (too noisy to tell)"]
+
+
 def test_a_policy_run_shows_its_policy_and_its_live_and_replayed_speedups():
     # a policy run is stored with γ 0 and empty speedup columns (kept from the fixed-γ recommender)
     live = {"policy": "confidence:0.6:8:0", "speedup_measured": 0.56, "replayed": {"speedup": 0.61}}

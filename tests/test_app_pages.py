@@ -182,7 +182,7 @@ def test_pages_render_with_sessions_in_every_state(env):
     assert sorted(history["id"]) == sorted(ids.values())
     assert set(history["status"]) == {"done", "failed", "cancelled", "running", "queued"}
     best = history.set_index("id")["best speedup"]
-    assert best[ids["done"]] == pytest.approx(1.6)
+    assert best[ids["done"]] == "1.60×"
 
 
 @pytest.mark.parametrize("path", [None, "pages/2_Run.py", "pages/3_Sessions.py"])

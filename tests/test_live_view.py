@@ -23,9 +23,9 @@ def test_the_phase_is_shown_with_its_progress_and_time_left(env) -> None:  # noq
     at = page("pages/2_Run.py", {"session": str(sid)})
     assert_clean(at)
     bars = [b.proto.text for b in at.get("progress")]
-    assert any("Progress: 2 / 4 prompt decodes" in b for b in bars)  # the session's own bar stays
-    shown = unescape_md(next(b for b in bars if "Phase" in b))
-    assert shown == "Phase: decoding prompt 2 of 3 — 4 / 9 (44%), about 75 s left"
+    assert len(bars) == 1 and "Progress: 2 / 4 prompt decodes" in bars[0]  # one bar counts the prompt decodes
+    shown = [unescape_md(c.value) for c in at.caption if "Phase" in c.value]
+    assert shown == ["Phase: decoding prompt 2 of 3, about 75 s left"]
     phase(env.store, sid, "batch sweep up to batch 2", 0, 1, 600.0)
     at = page("pages/2_Run.py", {"session": str(sid)})
     bars = [unescape_md(b.proto.text) for b in at.get("progress")]
@@ -39,6 +39,10 @@ def test_phase_text_and_poll_pace() -> None:
         "Phase: agreement pass — 1 / 2 (50%), a few seconds left"
     )
     assert rv.phase_text({"name": "done", "done": 1, "total": 1, "eta_s": 0}, "done") == "Phase: done"
+    # a decoding phase counts the session's prompt decodes, which the progress bar says: no second count
+    assert rv.phase_text({"name": "decoding prompt 3 of 6", "done": 20, "total": 42, "eta_s": 120}) == (
+        "Phase: decoding prompt 3 of 6, about 2 min left"
+    )
     assert rv.fmt_eta(4000) == "about 1 h 6 min"
     decoding = {"name": "decoding prompt 1 of 4", "done": 0, "total": 8}
     assert rv.poll_interval("running", decoding) == rv.POLL_S == 1.0

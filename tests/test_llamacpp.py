@@ -217,11 +217,13 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     rows = [row for d in report.drafts for row in d.rows() if row["policy"] == policy]
     assert rows and rows[0]["live"] and rows[0]["live_tokens_per_call"] == pytest.approx(live["tokens_per_call"])
     from engine.service import cli
+    from engine.service.policies import policy_verdict
 
     # `recommend --engine llamacpp` names the best policy replayed from this llama.cpp session, as the page does
     assert cli.main(["recommend", "--session", str(sid), "--engine", "llamacpp"]) == 0
     printed = capsys.readouterr().out
-    assert f"policy: {report.chosen.draft} {report.best.policy} " in printed, printed
+    verdict = policy_verdict(report)[0].replace("**", "")
+    assert f"policy: {verdict}" in printed and report.best.policy in verdict, printed  # the page's sentence
     new_id, specs = prove(store, report, 2)  # proving a llama.cpp session queues only what llama-server runs
     assert specs and all(llamacpp_fields(s) is not None for s in specs)
     assert SessionSpec.from_row(store.get_session(new_id)).engine == "llama.cpp"

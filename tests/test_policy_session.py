@@ -19,7 +19,7 @@ from engine.models.pool import ModelPool
 from engine.service import cli
 from engine.service.evidence import recommend_from_store
 from engine.service.jobs import submit_session
-from engine.service.policies import export_best, prove, session_policies
+from engine.service.policies import export_best, policy_verdict, prove, session_policies
 from engine.service.worker import run_session
 from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
@@ -118,7 +118,8 @@ def test_policies_cli_and_recommend_export(session, capsys, tmp_path):
             "basis", "live_tokens_per_call"} <= set(doc["rows"][0])  # fmt: skip
     assert cli.main(["recommend", "--session", str(sid), "--policy-export", "all", "--policy-out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "policy:" in text and "gain" in text
+    verdict = policy_verdict(session_policies(store, [sid]))[0].replace("**", "")
+    assert f"policy: {verdict}\n" in text  # the Policies page's answer, word for word
     llama = (tmp_path / "policy-llama-server-flags.txt").read_text()
     shlex.split(llama, comments=True)
     json.loads((tmp_path / "policy-transformers-generate-kwargs.json").read_text())
@@ -212,16 +213,16 @@ def test_recommend_page_names_the_best_policy_and_links_to_the_comparison(sessio
 def test_the_headline_says_no_policy_pays_when_none_beats_the_target_alone(session):
     from dataclasses import replace
 
-    from app.policies_view import best_banner
+    from engine.service.policies import policy_verdict
 
     store, sid, home = session
     report = session_policies(store, [sid])
-    text, wins = best_banner(report, str)
+    text, wins = policy_verdict(report, str)
     assert "No policy pays" not in text
     comparison = report.chosen.comparison
     comparison.best = replace(comparison.best, predicted_speedup=0.9, cost_multiplier=1.3, feasible=False,
                               infeasible_why="not faster than the target alone")  # as the one set of rules marks it
-    text, wins = best_banner(report, str)
+    text, wins = policy_verdict(report, str)
     assert not wins and "No policy pays" in text and "0.90×" in text and "serve the target alone" in text
     assert "not faster than the target alone" in text
     assert "Speculation off" in export_best(report, "llamacpp").text  # the export says the same
@@ -261,17 +262,17 @@ def test_no_policy_paying_for_one_draft_names_the_headline_when_another_draft_pa
     "serve the target alone" beside a headline of n-gram γ=3 at 1.09×: one question, one answer."""
     from types import SimpleNamespace
 
-    from app.policies_view import best_banner
+    from engine.service.policies import policy_verdict
 
     best = SimpleNamespace(feasible=False, policy="confidence:0.6:4:2", predicted_speedup=0.76, cost_multiplier=1.32,
                            infeasible_why="not faster than the target alone")  # fmt: skip
     chosen = SimpleNamespace(draft="qwen2.5-coder-0.5b", comparison=SimpleNamespace(gain=0.0))
     headline = SimpleNamespace(off=False, draft_name="ngram", gamma=3, predicted_speedup=1.09)
     report = SimpleNamespace(best=best, best_fixed=best, chosen=chosen, recommendation=headline)
-    text, _ = best_banner(report, str)
+    text, _ = policy_verdict(report, str)
     assert "The recommendation is ngram at a fixed γ=3 (1.09× predicted)" in text
     assert "serve the target alone" not in text
-    text, _ = best_banner(SimpleNamespace(**{**report.__dict__, "recommendation": SimpleNamespace(off=True)}), str)
+    text, _ = policy_verdict(SimpleNamespace(**{**report.__dict__, "recommendation": SimpleNamespace(off=True)}), str)
     assert "serve the target alone" in text
 
 
@@ -302,3 +303,27 @@ def test_the_policy_exports_are_the_headline_when_only_another_draft_pays(sessio
             config = json.loads(text)["speculative_config"]
             assert config["num_speculative_tokens"] == 3 == json.loads(
                 export(headline, fmt, target=report.target)[1])["speculative_config"]["num_speculative_tokens"]
+
+
+def test_the_cli_prints_the_policy_pages_answer(monkeypatch, capsys):
+    """Seen in a walk on a llama.cpp session: `recommend` printed "policy: qwen2.5-coder-0.5b confidence:0.8:4:0 —
+    1.68 tokens per call, 0.75× predicted" below a headline of n-gram γ=4 at 1.04×, where the Policies page said
+    no policy pays and named the headline. The CLI prints the page's sentence."""
+    from types import SimpleNamespace
+
+    from engine.service import recommend_cli
+    from engine.service.policies import policy_verdict
+
+    best = SimpleNamespace(feasible=False, policy="confidence:0.8:4:0", predicted_speedup=0.75, cost_multiplier=1.33,
+                           infeasible_why="not faster than the target alone")  # fmt: skip
+    chosen = SimpleNamespace(draft="qwen2.5-coder-0.5b", comparison=SimpleNamespace(gain=0.124, notes=[]))
+    headline = SimpleNamespace(off=False, draft_name="ngram", gamma=4, predicted_speedup=1.04)
+    report = SimpleNamespace(best=best, best_fixed=best, chosen=chosen, recommendation=headline)
+    monkeypatch.setattr(recommend_cli, "session_policies", lambda *a, **k: report)
+    args = SimpleNamespace(session=[1], objective="latency", budget=None, batch_size=1, regime=None,
+                           temperature=None, policy_export=None)  # fmt: skip
+    recommend_cli.print_policy(None, args, SimpleNamespace(engine="llama.cpp", triple=None))
+    printed = capsys.readouterr().out
+    assert printed == f"policy: {policy_verdict(report)[0].replace('**', '')}\n"
+    assert printed.startswith("policy: No policy pays for qwen2.5-coder-0.5b")
+    assert "The recommendation is ngram at a fixed γ=4 (1.04× predicted)" in printed and "gain" not in printed

@@ -122,15 +122,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     if live and (status != started_as or rv.poll_interval(status, session.get("phase")) != interval):
         st.rerun()  # a new state redraws the page (a final one statically, which stops the polling)
 
-    icon = common.STATUS_ICONS.get(status, "")
-    st.markdown(
-        f"**#{session['id']} {md_escape(common.one_line(session.get('name'), 80))}** — {icon} **{status}** · "
-        f"target {md_escape(session['target'])} · drafts {md_escape(', '.join(session.get('drafts') or []))} · "
-        f"γ {md_escape(', '.join(map(str, session.get('gammas') or [])))}{md_escape(rv.policies_suffix(session))}"
-    )
-    st.progress(*rv.progress_bar(session))
-    if (phase_line := rv.phase_text(session.get("phase"), status)) and status != "queued":
-        st.progress(rv.phase_fraction(session.get("phase")), text=md_escape(phase_line))
+    components.session_progress(session)
     components.status_banner(session, here="Run")
     if busy := rv.busy_note(session, frame.other_cpu_pct):
         st.warning(md_escape(busy), icon=common.ICONS["warning"])

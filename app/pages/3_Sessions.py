@@ -37,7 +37,7 @@ def _runs(session_id: int, status: str) -> list[dict[str, Any]]:  # status: part
     return store.list_runs(session_id)
 
 
-def _best(session: dict[str, Any]) -> float | None:
+def _best(session: dict[str, Any]) -> data.BestSpeedup | None:
     best = data.best_speedup(session)
     if best is None and session["status"] != "queued":
         best = data.best_speedup(session, _runs(session["id"], session["status"]))

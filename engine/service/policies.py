@@ -9,7 +9,7 @@ engine (engine.analysis.export.export_policy); `prove` queues a session running 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -109,6 +109,39 @@ class PolicyReport:
             "exact": "tokens per call and draft calls are exact at temperature 0 (the loop's own steps, replayed); "
             "speed and cost are predicted from c and v(k); at temperature > 0 everything is estimated",
         }
+
+
+def policy_verdict(report: PolicyReport, escape: Callable[[Any], str] = str) -> tuple[str, bool]:
+    """The policy section's one answer, as markdown (`escape` for the names in it: the pages' md_escape; the CLI
+    prints it without the bold marks), and whether a policy other than a fixed γ wins. When the replayable draft
+    has no policy that pays but the headline recommends another draft, the answer is the headline's."""
+    best, fixed = report.best, report.best_fixed
+    if best is None or fixed is None:
+        return "No replayable draft trace in these sessions.", False
+    gain = report.chosen.comparison.gain
+    if not best.feasible:
+        head = (
+            f"**No policy pays** for {escape(report.chosen.draft)}: the best, {escape(best.policy)}, predicts "
+            f"{best.predicted_speedup:.2f}× at cost ×{best.cost_multiplier:.2f} ({escape(best.infeasible_why)})"
+        )
+        rec = report.recommendation
+        if rec is not None and not rec.off and rec.draft_name != report.chosen.draft:  # one answer: the headline's
+            return (f"{head}. The recommendation is {escape(rec.draft_name)} at a fixed γ={rec.gamma} "
+                    f"({rec.predicted_speedup:.2f}× predicted), which has no policy to replay here: its exports are "
+                    "the Recommend page's.", False)  # fmt: skip
+        return f"{head} — serve the target alone (its exports turn speculation off).", False
+    if best.kind == "fixed":
+        return (
+            f"**A fixed γ is already as good** for {escape(report.chosen.draft)}: {escape(best.policy)} predicts "
+            f"{best.predicted_speedup:.2f}×; no policy beats it by more than 1%.",
+            False,
+        )
+    return (
+        f"**{escape(best.policy)}** ({escape(best.setting)}) for {escape(report.chosen.draft)}: "
+        f"{best.tokens_per_call:.2f} tokens per call, {best.predicted_speedup:.2f}× predicted, "
+        f"**{gain * 100:+.1f}%** over the best fixed {escape(fixed.policy)} ({fixed.predicted_speedup:.2f}×).",
+        True,
+    )
 
 
 def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:

@@ -140,7 +140,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print(
             f"{s['id']:>4}  {s['status']:<10} {progress:>9}  {s['target'][:22]:<22} "
             f"{','.join(s['drafts'])[:30]:<30} {','.join(map(str, s['gammas']))[:12]:<12} "
-            f"{f'{best:.2f}×' if best else '—':>6}  {str(s['created_at'])[:19]}"
+            f"{best.text() if best else '—':>6}  {str(s['created_at'])[:19]}"
         )
         if s.get("error"):
             print(f"      error: {s['error']}")

@@ -21,7 +21,7 @@ from engine.analysis.export import FORMATS, VLLM_VERSION, check_vllm_version
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
-from engine.service.policies import PolicyReport, export_best, session_policies
+from engine.service.policies import PolicyReport, export_best, policy_verdict, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 
 
@@ -120,10 +120,8 @@ def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> N
     if best is None or fixed is None:
         print("policy: no replayable trace in these sessions (sessions from before policies were recorded)")
         return
-    gain = report.chosen.comparison.gain
-    print(f"policy: {report.chosen.draft} {best.policy} ({best.setting}) — {best.tokens_per_call:.2f} tokens per "
-          f"call, {best.predicted_speedup:.2f}× predicted ({best.basis}); best fixed {fixed.policy} "
-          f"{fixed.predicted_speedup:.2f}×: gain {gain * 100:+.1f}%")  # fmt: skip
+    verdict, _ = policy_verdict(report)
+    print(f"policy: {verdict.replace('**', '')}")
     for note in report.chosen.comparison.notes:
         print(f"policy note: {note}")
     if args.policy_export:

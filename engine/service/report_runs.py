@@ -16,7 +16,7 @@ from typing import Any
 from engine.analysis.bounds import check_tokens_per_call
 from engine.core.policy import parse_policy
 from engine.measure.noise import stored_noisy
-from engine.session.summarise import stored_speedup_flag
+from engine.session.summarise import run_spread, stored_speedup_flag
 
 VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
                   "not-applicable": "not applicable (sampled)"}  # fmt: skip
@@ -85,19 +85,6 @@ def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
     if not live:
         return run.get("speedup_measured"), run.get("speedup_predicted")
     return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
-
-
-SPREAD_NUMBERS = ("min", "max", "median")
-
-
-def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """A run's stored per-prompt speedup spread (a live policy's under policy_live), or None."""
-    summary = run.get("summary") or {}
-    live = summary.get("policy_live") or {}
-    for spread in (summary.get("speedup_spread"), live.get("speedup_spread")):
-        if isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in SPREAD_NUMBERS):
-            return spread
-    return None
 
 
 def noise_verdict(spread: Mapping[str, Any]) -> str:

@@ -187,13 +187,39 @@ def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
                         run.get("verify_cost") or summary.get("verify_cost"), whole, loop.get("v"))  # fmt: skip
 
 
-def best_speedup(runs: Sequence[Mapping[str, Any]]) -> float | None:
-    """The best measured speedup among stored runs whose speedup stands: an impossible one is never the best."""
-    values = [
-        float(r["speedup_measured"]) for r in runs
+SPREAD_NUMBERS = ("min", "max", "median")
+
+
+def run_spread(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A stored run's per-prompt speedup spread (a live policy's under policy_live), or None. `run`: a runs row
+    (its summary JSON under "summary") or a run of a session summary (its fields at the top)."""
+    summary = run.get("summary") or {}
+    live = summary.get("policy_live") or run.get("policy_live") or {}
+    for spread in (summary.get("speedup_spread"), run.get("speedup_spread"), live.get("speedup_spread")):
+        if isinstance(spread, Mapping) and all(isinstance(spread.get(k), int | float) for k in SPREAD_NUMBERS):
+            return spread
+    return None
+
+
+@dataclass(frozen=True)
+class BestSpeedup:
+    """A session's best measured speedup: the best that stands (an impossible one is never the best) and is clear
+    of noise; the best of those too noisy to tell (`noisy`) only when no run is clear."""
+
+    speedup: float
+    noisy: bool
+
+    def text(self) -> str:
+        return f"{self.speedup:.2f}×" + (" (too noisy to tell)" if self.noisy else "")
+
+
+def best_speedup(runs: Sequence[Mapping[str, Any]]) -> BestSpeedup | None:
+    """The BestSpeedup of stored runs (either shape run_spread reads), None when no speculative run measured one."""
+    standing = [
+        BestSpeedup(float(r["speedup_measured"]), noise.stored_noisy(run_spread(r)) is True) for r in runs
         if r.get("kind") != "baseline" and r.get("speedup_measured") and stored_speedup_flag(r) is None
     ]  # fmt: skip
-    return max(values) if values else None
+    return max(standing, key=lambda b: (not b.noisy, b.speedup), default=None)
 
 
 def latency(values: list[float], name: str) -> dict[str, float | None]:
