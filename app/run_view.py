@@ -375,7 +375,7 @@ def run_caption(run: Mapping[str, Any], session: Mapping[str, Any]) -> str:
 
     label, status, phase = md_escape(data.run_label(run)), session.get("status"), session.get("phase") or {}
     if run.get("status") == "done":
-        state = "done; tokens/s measured end to end"
+        state = "done; tokens/s over the whole run's decoding"
     elif status == "running" and is_decoding(phase):
         return f"Current run: **{label}** (decoding; tokens/s live, over decode-step time)"
     elif status in ACTIVE_STATUSES and _all_decoded(session):

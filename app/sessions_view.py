@@ -34,6 +34,11 @@ RUN_HELPS = {
 }
 HISTORY_NUMBERS: dict[str, str] = {}  # "best speedup" is text: BestSpeedup.text
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}
+CATEGORY_BASIS = (
+    "Each category's requests timed end to end (prefill and the engine's round trip included), against the target "
+    "alone on the same prompts. The runs table times decoding alone, so a category of one prompt can differ from "
+    "that prompt's place in the per-prompt spread."
+)
 CATEGORY_NUMBERS = {"tokens/s": "%.1f", "speedup": "%.2f×", "draft share": "%.2f"}
 VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"]
 

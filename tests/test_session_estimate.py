@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.measure.hardware import describe_hardware
-from engine.service.estimate import LONG_S, estimate_for, planned_configurations
+from engine.service.estimate import LONG_S, _minutes, estimate_for, planned_configurations
 from engine.session.spec import SessionSpec
 from store import Store, open_store
 
@@ -51,6 +51,12 @@ def test_the_estimate_runs_at_the_pace_of_the_last_comparable_session_here(store
     got = estimate_for(store, spec, 10)
     assert got.seconds == pytest.approx(wall / (5 * 4 * 32) * 7 * 10 * 32)
     assert f"session #{sid}" in got.sentences()[0] and got.configurations == 7
+    # seen in a walk: the same session, just run in 6.3 min, was estimated at "about 9 min", its optional
+    # confirmation charged as certain; a confirming full session gives the range
+    both = estimate_for(store, confirming, 10)
+    assert both.configurations == 10 and both.optional == 3 and both.seconds == pytest.approx(got.seconds * 10 / 7)
+    assert "(3 of them only if the grid does not measure the recommendation)" in both.sentences()[0]
+    assert f"about {_minutes(got.seconds)} to {_minutes(both.seconds)} on this machine" in both.sentences()[0]
     quick = SessionSpec(**{**spec.__dict__, "mode": "quick"})
     assert planned_configurations(quick) == 3 + 3  # probe: baseline + each draft at γ=4; a confirmation
     long = type(got)(7, LONG_S + 1, "x", None, cheaper=("a quick session",))

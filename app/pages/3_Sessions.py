@@ -67,6 +67,7 @@ def show_categories(runs: list[dict], outputs_by_run: dict[int, list], prompts: 
     if cats.empty:
         st.caption("No outputs with a category yet.")
         return
+    st.caption(sv.CATEGORY_BASIS)
     components.table(cats, numbers=sv.CATEGORY_NUMBERS)
     chart_frame = sv.category_chart_frame(cats)
     if not chart_frame.empty:

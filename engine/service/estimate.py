@@ -34,13 +34,18 @@ class SessionEstimate:
     memory_bytes: int | None  # the models' weights (None: not known before loading)
     memory_what: str = ""
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
+    optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
 
     def sentences(self) -> list[str]:
         work = f"{self.configurations} configuration(s) to run live"
+        if self.optional:
+            work += f" ({self.optional} of them only if the grid does not measure the recommendation)"
         if self.seconds is None:
             lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here."]
         else:
-            lines = [f"{work}: about {_minutes(self.seconds)} on this machine (at the pace of {self.source})."]
+            least = self.seconds * (self.configurations - self.optional) / self.configurations
+            took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
+            lines = [f"{work}: about {took} on this machine (at the pace of {self.source})."]
         if self.memory_bytes is not None:
             lines.append(f"Memory: about {self.memory_bytes / 1024**3:.1f} GiB for {self.memory_what}.")
         if self.seconds is not None and self.seconds > LONG_S:
@@ -53,14 +58,22 @@ def _minutes(seconds: float) -> str:
 
 
 def planned_configurations(spec: SessionSpec) -> int:
-    """The runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
+    """The most runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
     entry = registry.get(spec.engine)
     levels = registry.levels_of(spec)
-    confirmations = CONFIRMATIONS * len(spec.temperatures) * len(levels)
     if spec.mode == "quick":
-        return len(probe_plan(spec, levels, entry.two_width_probe)) + confirmations
-    # a full session confirming its headline runs it after the grid only when the grid lacks it: charged in full
-    return len(entry.plan(spec, levels)) + (confirmations if spec.confirm else 0)
+        return len(probe_plan(spec, levels, entry.two_width_probe)) + _confirmations(spec)
+    return len(entry.plan(spec, levels)) + optional_configurations(spec)
+
+
+def optional_configurations(spec: SessionSpec) -> int:
+    """The runs a full session confirming its headline adds only when the grid lacks it (a quick one always
+    confirms)."""
+    return _confirmations(spec) if spec.mode != "quick" and spec.confirm else 0
+
+
+def _confirmations(spec: SessionSpec) -> int:
+    return CONFIRMATIONS * len(spec.temperatures) * len(registry.levels_of(spec))
 
 
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
@@ -113,7 +126,8 @@ def estimate_session(
     if not registry.get(spec.engine).fixed_weights:  # an engine running quantised weights is faster on a CPU
         quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
-    return SessionEstimate(configurations, seconds, rate[1] if rate else None, memory, what, tuple(cheaper))
+    return SessionEstimate(configurations, seconds, rate[1] if rate else None, memory, what, tuple(cheaper),
+                           optional_configurations(spec))  # fmt: skip
 
 
 def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:
