@@ -184,6 +184,21 @@ def test_a_session_that_fits_starts_every_server_at_once_and_says_so(fakes, monk
     runner.stop()
 
 
+def test_the_estimate_says_before_queueing_what_the_start_will_note(fakes, monkeypatch) -> None:
+    """A walk saw the Estimate say "about 1.5 GiB for 2 GGUF files" for a session whose start then noted 8
+    llama-servers needing 13.6 GiB: what a session will hold is said before it is queued, in the start's words."""
+    from engine.service.estimate import estimate_session
+
+    monkeypatch.setattr(llamacpp_engine, "available_bytes", lambda: 64 * GIB)
+    spec = ngram_spec()
+    said = estimate_session([], spec, len(PROMPTS), "here")
+    runner = LlamaCppRunner()
+    runner.start(spec, PROMPTS, plan_runs(spec), ctx())
+    assert said.sentences()[-1] == f"Memory: {runner.notes[0].removeprefix('memory: ')}"
+    assert said.memory_bytes == together(runner.memory.values())
+    runner.stop()
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # end to end: real servers, one resident at a time
 

@@ -39,6 +39,7 @@ from engine.llamacpp.memory import (
     need,
     plan_sentence,
     private_bytes,
+    together,
 )
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
@@ -69,6 +70,34 @@ def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
         raise SettingsError(f"llama.cpp runs {specs} with a draft model only{ngram}: add a draft model")
     if not gammas and any(is_ngram(d) for d in spec.drafts):
         raise SettingsError("no γ given for n-gram lookup: llama.cpp runs policies with draft models only")
+
+
+def server_configs(
+    spec: SessionSpec, plan: Sequence[RunKey], threads: int | None = None
+) -> tuple[dict[RunKey, ServerConfig], dict[str, ServerConfig]]:
+    """The llama-servers a session runs: one per configuration of `plan` (the target alone, n-gram lookup, a draft
+    model under a fixed γ or a policy), and each draft model alone (its time per token gives c)."""
+    target = gguf_for(spec.target, "target")
+    drafts = {k.draft: gguf_for(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+
+    def config(key: RunKey) -> ServerConfig:
+        if key.kind == "baseline":
+            return speculative_server(target, threads=threads)
+        if is_ngram(key.draft):
+            _, longest = parse_ngram_spec(key.draft)
+            return speculative_server(target, ngram_size=longest, policy=FixedGamma(key.gamma), threads=threads)
+        policy = key.policy if key.policy is not None else FixedGamma(key.gamma)
+        return speculative_server(target, draft=drafts[key.draft], policy=policy, threads=threads)
+
+    return {key: config(key) for key in plan}, {ref: speculative_server(path) for ref, path in drafts.items()}
+
+
+def memory_before(spec: SessionSpec, plan: Sequence[RunKey]) -> tuple[int, str]:
+    """What a session's llama-servers will hold at most together, and the sentence its start will note (how many
+    fit at once in the memory available now), said before it is queued."""
+    configs, alone = server_configs(spec, plan)
+    memory = [estimate(c) for c in dict.fromkeys([*configs.values(), *alone.values()])]
+    return together(memory), plan_sentence(memory, available_bytes())[1]
 
 
 class LlamaCppRunner:
@@ -105,26 +134,13 @@ class LlamaCppRunner:
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per draft-model run: each request's split of its time
         self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
-    def _server_config(self, key: RunKey, drafts: dict[str, Path]) -> ServerConfig:
-        assert self.target is not None
-        common = {"threads": self.threads}
-        if key.kind == "baseline":
-            return speculative_server(self.target, **common)
-        if is_ngram(key.draft):
-            _, longest = parse_ngram_spec(key.draft)
-            return speculative_server(self.target, ngram_size=longest, policy=FixedGamma(key.gamma), **common)
-        policy = key.policy if key.policy is not None else FixedGamma(key.gamma)
-        return speculative_server(self.target, draft=drafts[key.draft], policy=policy, **common)
-
     def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
         RunKey, str
     ]:
         self.spec, self.should_stop = spec, ctx.should_stop
         self.build = self.build or find_llama()
         self.target = gguf_for(spec.target, "target")
-        drafts = {k.draft: gguf_for(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
-        self.configs = {key: self._server_config(key, drafts) for key in plan}
-        self.alone = {ref: speculative_server(path) for ref, path in drafts.items()}
+        self.configs, self.alone = server_configs(spec, plan, self.threads)
         wanted = list(dict.fromkeys([*self.configs.values(), *self.alone.values()]))
         self.resident_limit = self._fit(wanted, ctx)
         turns = f" ({self.resident_limit} fit in memory at once)" if self.resident_limit < len(wanted) else ""

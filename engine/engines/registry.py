@@ -40,6 +40,8 @@ class EngineEntry:
     # from every engine's runs) grows with the verified width (llama-server's sampler at every position): a quick
     # session probes each draft model at two widths to fit both terms, where one width fits the per-step term
     two_width_probe: bool = False
+    # what a session's processes will hold at most, and one sentence saying how (None: its models' weights say it)
+    memory: Callable[[SessionSpec, list[RunKey]], tuple[int, str]] | None = None
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -147,6 +149,12 @@ def _llamacpp_runs(policy: str) -> bool:
     return llamacpp_fields(policy) is not None
 
 
+def _llamacpp_memory(spec: SessionSpec, plan: list[RunKey]) -> tuple[int, str]:
+    from engine.engines.llamacpp import memory_before
+
+    return memory_before(spec, plan)
+
+
 def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     from engine.engines.llamacpp import validate_llamacpp
 
@@ -212,7 +220,7 @@ register(EngineEntry(
 register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
     fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
-    runs_policy=_llamacpp_runs, two_width_probe=True,
+    runs_policy=_llamacpp_runs, two_width_probe=True, memory=_llamacpp_memory,
 ))  # fmt: skip
 register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,

@@ -17,8 +17,10 @@ from typing import Any
 from engine.analysis.export.refs import bundled_gguf_path
 from engine.drafts.refs import draft_method
 from engine.engines import registry
+from engine.errors import SpectuneError
 from engine.models.bundled import BUNDLED, parameter_count
 from engine.session.quick import probe_plan
+from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
@@ -32,7 +34,7 @@ class SessionEstimate:
     seconds: float | None  # None: no comparable session has run on this machine yet
     source: str | None
     memory_bytes: int | None  # the models' weights (None: not known before loading)
-    memory_what: str = ""
+    memory_what: str = ""  # a clause saying the bytes and what holds them
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
 
@@ -47,10 +49,14 @@ class SessionEstimate:
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
             lines = [f"{work}: about {took} on this machine (at the pace of {self.source})."]
         if self.memory_bytes is not None:
-            lines.append(f"Memory: about {self.memory_bytes / 1024**3:.1f} GiB for {self.memory_what}.")
+            lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
         if self.seconds is not None and self.seconds > LONG_S:
             lines.append(f"That is long: {', '.join(self.cheaper)} would take less.")
         return lines
+
+
+def gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB"
 
 
 def _minutes(seconds: float) -> str:
@@ -95,6 +101,23 @@ def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str
     return None
 
 
+def planned_runs(spec: SessionSpec) -> list[RunKey]:
+    """The configurations the session measures before any confirmation: its grid, or a quick session's probe."""
+    entry, levels = registry.get(spec.engine), registry.levels_of(spec)
+    return probe_plan(spec, levels, entry.two_width_probe) if spec.mode == "quick" else entry.plan(spec, levels)
+
+
+def memory(spec: SessionSpec) -> tuple[int | None, str]:
+    """The bytes the session will hold at most, and what holds them: its engine's own account (llama.cpp: every
+    llama-server with its KV cache, and how many fit at once), else its models' weights."""
+    if (account := registry.get(spec.engine).memory) is not None:
+        try:
+            return account(spec, planned_runs(spec))
+        except (SpectuneError, OSError):  # a model not prepared yet: its file sizes, below, if they are known
+            pass
+    return weights(spec)
+
+
 def weights(spec: SessionSpec) -> tuple[int | None, str]:
     """The bytes the session's models hold as weights, and of what."""
     models = [spec.target] + [d for d in spec.drafts if d != "none" and draft_method(d) == "draft_model"]
@@ -105,12 +128,14 @@ def weights(spec: SessionSpec) -> tuple[int | None, str]:
             if not path.is_file():
                 return None, ""
             sizes.append(path.stat().st_size)
-        return sum(sizes), f"{len(models)} GGUF file(s), mapped once (each llama-server's KV cache comes on top)"
+        return sum(sizes), f"about {gib(sum(sizes))} for {len(models)} GGUF file(s) mapped once, each server's " \
+                           "KV cache on top"
     counts = [parameter_count(ref) for ref in models]
     if any(c is None for c in counts):
         return None, ""
     width = BYTES_PER_VALUE.get(spec.dtype, 4)
-    return sum(counts) * width, f"{len(models)} model(s) in {spec.dtype} (the KV cache and activations on top)"  # type: ignore[arg-type]
+    held = sum(counts) * width  # type: ignore[arg-type]
+    return held, f"about {gib(held)} for {len(models)} model(s) in {spec.dtype}, the KV cache and activations on top"
 
 
 def estimate_session(
@@ -121,12 +146,12 @@ def estimate_session(
     configurations = planned_configurations(spec)
     rate = pace(sessions, spec, hardware)
     seconds = rate[0] * configurations * n_prompts * spec.max_new_tokens if rate else None
-    memory, what = weights(spec)
+    held, what = memory(spec)
     cheaper = (["a quick session"] if spec.mode != "quick" else []) + ["fewer γs, drafts, prompts or new tokens"]
     if not registry.get(spec.engine).fixed_weights:  # an engine running quantised weights is faster on a CPU
         quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
-    return SessionEstimate(configurations, seconds, rate[1] if rate else None, memory, what, tuple(cheaper),
+    return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
                            optional_configurations(spec))  # fmt: skip
 
 
