@@ -451,6 +451,25 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     assert isinstance(config, dict) and config
 
 
+def test_cli_cancels_as_the_run_page_does(home: Path) -> None:
+    """The Run page's Cancel had no CLI twin (issue #21, item 12: every option the page offers the CLI offers)."""
+    prompts = home / "prompts.txt"
+    prompts.write_text("write a haiku about the sea\n")
+    for _ in range(2):
+        submit = engine_cli(home, "submit", "--target", TARGET, "--draft", "ngram", "--gamma", "1", "--max-new-tokens",
+                            "8", "--dtype", DTYPE, "--no-regime", "--prompts", str(prompts))  # fmt: skip
+        assert submit.returncode == 0, submit.stderr
+    cancel = engine_cli(home, "cancel", "--session", "1")
+    assert cancel.returncode == 0 and cancel.stdout.strip() == "session 1 cancelled", cancel.stderr
+    statuses = {s["id"]: s["status"] for s in json.loads(engine_cli(home, "sessions", "--json").stdout)}
+    assert statuses == {1: "cancelled", 2: "queued"}  # the other is untouched
+    again = engine_cli(home, "cancel", "--session", "1")
+    assert again.returncode == 2 and "session 1 is cancelled: only a queued or running session" in again.stderr
+    assert "Traceback" not in again.stderr
+    missing = engine_cli(home, "cancel", "--session", "9")
+    assert missing.returncode == 2 and "session 9 does not exist" in missing.stderr
+
+
 def _bad_gguf(home: Path) -> str:
     path = home / "truncated.gguf"
     path.write_bytes(b"GGUF" + b"\x03\x00\x00\x00junk")

@@ -58,6 +58,10 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     requeue = sub.add_parser("requeue", help="queue an interrupted session again (its runs so far are kept)")
     requeue.add_argument("--session", type=int, required=True)
 
+    cancel = sub.add_parser("cancel", help="cancel a session (as the Run page's Cancel): a queued one at once, a "
+                                           "running one at its worker's next step, what it measured kept")
+    cancel.add_argument("--session", type=int, required=True)
+
     sessions = sub.add_parser("sessions", help="list sessions")
     sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -123,6 +127,22 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from engine.service.jobs import open_app_store
+
+    store = open_app_store()
+    session = store.get_session(args.session)
+    if session is None:
+        raise SpectuneError(f"session {args.session} does not exist")
+    if not store.request_cancel(args.session):
+        raise SpectuneError(f"session {args.session} is {session['status']}: only a queued or running session can "
+                            "be cancelled")  # fmt: skip
+    now = store.get_session(args.session)["status"]
+    print(f"session {args.session} cancelled" if now == "cancelled" else
+          f"cancel requested for session {args.session}: its worker stops it at the next step")  # fmt: skip
+    return 0
+
+
 def cmd_sessions(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
     from engine.session.summarise import best_speedup, stored_speedup_flag
@@ -160,4 +180,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "submit": cmd_submit,
     "sessions": cmd_sessions,
     "requeue": cmd_requeue,
+    "cancel": cmd_cancel,
 }
