@@ -18,6 +18,7 @@ from engine.service.report_runs import baseline_tps, run_label, run_policy, run_
 from engine.service.report_runs import run_concurrency as run_concurrency
 from engine.service.surface import SurfaceCell
 from engine.session.summarise import BestSpeedup
+from engine.session.summarise import best_speedup as best_of_runs
 
 VERDICT_LABELS = {
     "identical": "identical",
@@ -97,11 +98,9 @@ def _num(x: Any) -> str:
 def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] | None = None) -> BestSpeedup | None:
     """The best measured speedup of a session (engine.session.summarise.best_speedup: standing, clear of noise
     unless none is): from its runs when given, else from its summary."""
-    from engine.session.summarise import best_speedup as best
-
     if runs is None:
         runs = [r for r in (session.get("summary") or {}).get("runs") or [] if isinstance(r, Mapping)]
-    return best(runs)
+    return best_of_runs(runs)
 
 
 def most_drafted(run: Mapping[str, Any]) -> int:

@@ -389,8 +389,7 @@ def run_caption(run: Mapping[str, Any], session: Mapping[str, Any]) -> str:
 
 
 def _all_decoded(session: Mapping[str, Any]) -> bool:
-    done, total = session.get("progress_done") or 0, session.get("progress_total") or 0
-    return bool(total) and done >= total
+    return progress_bar(session)[0] >= 1.0
 
 
 def waiting_text(session: Mapping[str, Any]) -> str:

@@ -20,12 +20,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any, ClassVar
 
+from engine.analysis.export.refs import prepared_gguf
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
-from engine.errors import SettingsError, SpectuneError
+from engine.errors import ModelError, SettingsError, SpectuneError
 from engine.llamacpp import client
 from engine.llamacpp.binaries import LlamaBuild, find_llama
 from engine.llamacpp.draft_stats import TAIL_BYTES, DraftStats, after_request, last_stats
@@ -73,12 +74,14 @@ def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
 
 
 def server_configs(
-    spec: SessionSpec, plan: Sequence[RunKey], threads: int | None = None
-) -> tuple[dict[RunKey, ServerConfig], dict[str, ServerConfig]]:
+    spec: SessionSpec, plan: Sequence[RunKey], threads: int | None = None,
+    locate: Callable[[str, str], Path] = gguf_for,
+) -> tuple[dict[RunKey, ServerConfig], dict[str, ServerConfig]]:  # fmt: skip
     """The llama-servers a session runs: one per configuration of `plan` (the target alone, n-gram lookup, a draft
-    model under a fixed γ or a policy), and each draft model alone (its time per token gives c)."""
-    target = gguf_for(spec.target, "target")
-    drafts = {k.draft: gguf_for(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+    model under a fixed γ or a policy), and each draft model alone (its time per token gives c). `locate`: a model
+    reference and its role to its GGUF file (a session's gguf_for assembles a bundled one)."""
+    target = locate(spec.target, "target")
+    drafts = {k.draft: locate(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
 
     def config(key: RunKey) -> ServerConfig:
         if key.kind == "baseline":
@@ -92,12 +95,30 @@ def server_configs(
     return {key: config(key) for key in plan}, {ref: speculative_server(path) for ref, path in drafts.items()}
 
 
+def every_server(configs: dict[RunKey, ServerConfig], alone: dict[str, ServerConfig]) -> list[ServerConfig]:
+    """Each distinct server of server_configs once, in the order they start."""
+    return list(dict.fromkeys([*configs.values(), *alone.values()]))
+
+
+def memory_plan(wanted: list[ServerConfig]) -> tuple[dict[ServerConfig, ServerMemory], int, str]:
+    """Each server's memory estimate, how many of them fit at once in the memory available now, and the sentence
+    saying so (engine.llamacpp.memory.plan_sentence)."""
+    memory = {config: estimate(config) for config in wanted}
+    fit, sentence = plan_sentence([memory[c] for c in wanted], available_bytes())
+    return memory, fit, sentence
+
+
 def memory_before(spec: SessionSpec, plan: Sequence[RunKey]) -> tuple[int, str]:
-    """What a session's llama-servers will hold at most together, and the sentence its start will note (how many
-    fit at once in the memory available now), said before it is queued."""
-    configs, alone = server_configs(spec, plan)
-    memory = [estimate(c) for c in dict.fromkeys([*configs.values(), *alone.values()])]
-    return together(memory), plan_sentence(memory, available_bytes())[1]
+    """What a session's llama-servers will hold at most together, and the sentence its start will note, said before
+    it is queued, from the GGUF files on disk (ModelError for one not prepared yet: nothing is assembled here)."""
+    memory, _, sentence = memory_plan(every_server(*server_configs(spec, plan, locate=_prepared)))
+    return together(memory.values()), sentence
+
+
+def _prepared(ref: str, role: str) -> Path:
+    if (path := prepared_gguf(ref)) is None:
+        raise ModelError(f"{role} {ref}: no GGUF file on disk yet")
+    return path
 
 
 class LlamaCppRunner:
@@ -141,7 +162,7 @@ class LlamaCppRunner:
         self.build = self.build or find_llama()
         self.target = gguf_for(spec.target, "target")
         self.configs, self.alone = server_configs(spec, plan, self.threads)
-        wanted = list(dict.fromkeys([*self.configs.values(), *self.alone.values()]))
+        wanted = every_server(self.configs, self.alone)
         self.resident_limit = self._fit(wanted, ctx)
         turns = f" ({self.resident_limit} fit in memory at once)" if self.resident_limit < len(wanted) else ""
         for started, config in enumerate(wanted[: self.resident_limit]):
@@ -165,8 +186,7 @@ class LlamaCppRunner:
         """How many of `wanted` may be resident at once, said before any starts (a phase and the report's notes);
         ServerError with the numbers when not even one fits."""
         ctx.phase("estimating the llama-servers' memory", 0, len(wanted), None)
-        self.memory = {config: estimate(config) for config in wanted}
-        fit, sentence = plan_sentence([self.memory[c] for c in wanted], available_bytes())
+        self.memory, fit, sentence = memory_plan(wanted)
         if fit == 0:
             raise ServerError(f"not enough memory for this session: {sentence} Close other programs or measure a "
                               "smaller model.")  # fmt: skip

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from engine.analysis.export.refs import bundled_gguf_path
+from engine.analysis.export.refs import prepared_gguf
 from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.models.bundled import BUNDLED, parameter_count
+from engine.models.bundled import parameter_count
 from engine.session.quick import probe_plan
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
@@ -65,11 +64,7 @@ def _minutes(seconds: float) -> str:
 
 def planned_configurations(spec: SessionSpec) -> int:
     """The most runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
-    entry = registry.get(spec.engine)
-    levels = registry.levels_of(spec)
-    if spec.mode == "quick":
-        return len(probe_plan(spec, levels, entry.two_width_probe)) + _confirmations(spec)
-    return len(entry.plan(spec, levels)) + optional_configurations(spec)
+    return len(planned_runs(spec)) + (_confirmations(spec) if spec.mode == "quick" else optional_configurations(spec))
 
 
 def optional_configurations(spec: SessionSpec) -> int:
@@ -124,8 +119,7 @@ def weights(spec: SessionSpec) -> tuple[int | None, str]:
     if registry.get(spec.engine).fixed_weights:
         sizes = []
         for ref in models:
-            path = bundled_gguf_path(ref) if ref in BUNDLED else Path(ref).expanduser()
-            if not path.is_file():
+            if (path := prepared_gguf(ref)) is None:
                 return None, ""
             sizes.append(path.stat().st_size)
         return sum(sizes), f"about {gib(sum(sizes))} for {len(models)} GGUF file(s) mapped once, each server's " \

@@ -37,6 +37,13 @@ def bundled_gguf_path(name: str) -> Path:
     return model_cache_dir() / "gguf" / BUNDLED[name].gguf_name
 
 
+def prepared_gguf(ref: str) -> Path | None:
+    """The GGUF file of `ref` as it is on disk now (a bundled model already assembled, or a file path), else None;
+    nothing is assembled: what only estimates must not do a prepare's work."""
+    path = bundled_gguf_path(ref) if ref in BUNDLED else Path(ref).expanduser()
+    return path if path.is_file() else None
+
+
 def engine_ref(ref: str, weights: str) -> EngineRef:
     """`ref` (a bundled alias, a .gguf file, a model directory or a hub id) as an engine loading `weights` takes it.
 
