@@ -64,13 +64,12 @@ NVML_NOTE = (
 CURVE_FORMATS = {  # keyed by curve_frame's columns
     "tokens per call": "{:.2f}",
     "predicted speedup": "{:.2f}×",
-    "reference: Thm 3.8 (one α)": "{:.2f}×",
     "ops multiplier": "{:.2f}×",
     "measured speedup": "{:.2f}×",
 }
 CURVE_CAPTION = (
-    "Calibrated speedup: the model E/(γc + v(γ+1)) bent through the measured speedups (never past γ+1) — what the "
-    "recommender ranks on. Thm 3.8: the single-α formula with v = 1. Ops multiplier: (γĉ + γ + 1)/E. Crossover "
+    "Predicted speedup: the one model E/(γc + v(γ+1)) bent through the measured speedups (never past γ+1) — what "
+    "the recommender ranks on. Ops multiplier: (γĉ + γ + 1)/E. Crossover "
     "(red): the first γ where the ops multiplier exceeds the speedup; a γ whose verify step is compute-bound has to "
     "stay below it. Diamonds: measured speedups; a measured speedup above its physical bound is marked as a "
     "measurement error and not calibrated to."
@@ -327,7 +326,6 @@ CURVE_COLUMNS = [
     "mark",
     "tokens per call",
     "predicted speedup",
-    "reference: Thm 3.8 (one α)",
     "ops multiplier",
     "cost / token",
     "measured speedup",
@@ -338,8 +336,8 @@ CURVE_COLUMNS = [
 def curve_frame(
     curve: Sequence[GammaPoint], regime: str, recommended: int | None, batch_size: int = 1, knee: int | None = None
 ) -> pd.DataFrame:
-    """One row per γ: tokens per call, the one model's predicted speedup (Theorem 3.8's single-α figure beside it
-    as a labelled reference), ops, cost change in the regime, measured, marks.
+    """One row per γ: tokens per call, the one model's predicted speedup, ops, cost change in the regime,
+    measured, marks (Theorem 3.8's single-α figure is no column: reference_line says it once, labelled).
 
     The crossover is the first γ where the ops multiplier exceeds the predicted speedup. 'cost / token' is
     judged in the regime each γ's verify step runs in (the knee at width batch·(γ+1) when there is
@@ -369,7 +367,6 @@ def curve_frame(
                 "γ": int(p.gamma),
                 "tokens per call": p.expected_tokens,
                 "predicted speedup": p.speedup_predicted,
-                "reference: Thm 3.8 (one α)": p.speedup_one_alpha,
                 "ops multiplier": p.ops_multiplier,
                 "cost / token": pct(
                     cost_per_token_multiplier(p.speedup_predicted, p.ops_multiplier, regime_at(p.gamma)) - 1.0
@@ -499,7 +496,22 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
     return {
         "curve": curve, "highlight": highlight, "cross": cross, "table": table, "headline": headline,
         "warning": warning, "recommended": index == winner and highlight is not None,
+        "reference": reference_line(curve, m, highlight),
     }  # fmt: skip
+
+
+def reference_line(curve: Sequence[GammaPoint], m: DraftMeasurement, gamma: int | None) -> str:
+    """The seed's Theorem 3.8 at one γ (the highlighted one, else the curve's first), labelled as a reference:
+    one α, v = 1 and a full proposal at every call, so it is not a prediction and may exceed what was measured."""
+    point = next((p for p in curve if p.gamma == gamma), curve[0] if curve else None)
+    if point is None:
+        return ""
+    return (
+        f"Reference, not a prediction: the seed's Theorem 3.8 with one α = {m.alpha:.3f} and c = {m.c:.3f} "
+        f"(v = 1, γ tokens proposed at every call) gives {point.speedup_one_alpha:.2f}× at γ = {point.gamma}, "
+        f"from {point.expected_tokens_one_alpha:.2f} tokens per call where the model above expects "
+        f"{point.expected_tokens:.2f}."
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------

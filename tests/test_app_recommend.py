@@ -161,6 +161,12 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
     assert table.loc[table["γ"] == 7, "measured speedup"].iloc[0] == pytest.approx(3.4)
     styles = frame_with(at, "mark").proto.arrow_data.styler.styles
     assert f"_row{rec.gamma - 1}_col0" in styles and "background-color" in styles
+    # one predicted speedup per γ: the seed's single-α Theorem 3.8 is one labelled line below, not a column
+    assert [c for c in table.columns if "speedup" in c] == ["predicted speedup", "measured speedup"]
+    chosen = next(p for p in rec.curve if p.gamma == rec.gamma)
+    reference = [c for c in texts(at.caption).split("\n") if "Theorem 3.8" in c]
+    assert len(reference) == 1 and reference[0].startswith("Reference, not a prediction")
+    assert f"gives {chosen.speedup_one_alpha:.2f}× at γ = {rec.gamma}" in unescape_md(reference[0])
 
     # the draft comparison in the seed's T5 shape
     comparison = frame_with(at, "best γ").value.set_index("draft")

@@ -128,6 +128,8 @@ def show_crossover(rec: Any, ev: Any) -> None:
     table = view["table"]
     components.table(rv.styled_curve(table, view["highlight"], view["cross"]), height=36 + 35 * min(len(table), 16))
     st.caption(rv.CURVE_CAPTION)
+    if view["reference"]:
+        st.caption(md_escape(view["reference"]))
 
 
 def show_drafts(rec: Any, ev: Any) -> None:
