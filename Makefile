@@ -112,7 +112,7 @@ setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) $(VLLM_ARCTIC) browse
 
 dashboard: setup
 	@echo ">> spectune on http://$(ADDRESS):$(PORT)  (Ctrl-C to stop)"
-	$(BIN)/python -m streamlit run app/Home.py --server.address $(ADDRESS) --server.port $(PORT) \
+	$(BIN)/python -m app.serve --server.address $(ADDRESS) --server.port $(PORT) \
 	  --server.headless true --browser.gatherUsageStats false
 
 # Engine-config check environment for scripts/check_vllm_export.py and scripts/check_sglang_export.py:

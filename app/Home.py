@@ -1,7 +1,7 @@
 """spectune dashboard entry: what it is, the hardware, the worker, what is stored, and where to go next.
 
-Run with `python -m streamlit run app/Home.py`. The pages in app/pages/ only queue sessions and
-read the store; a separate worker process does all decoding.
+Run with `python -m app.serve` (streamlit run, the first visit's imports done before it listens). The pages in
+app/pages/ only queue sessions and read the store; a separate worker process does all decoding.
 """
 
 import streamlit as st

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         port = _free_port()
         log = open(scratch / "streamlit.log", "wb")  # noqa: SIM115 - closed in finally
         server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.port", str(port), "--server.headless",
+            [sys.executable, "-m", "app.serve", "--server.port", str(port), "--server.headless",
              "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"],
             cwd=ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

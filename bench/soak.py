@@ -272,7 +272,7 @@ class Dashboard:
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.server = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.port", str(self.port),
+                [sys.executable, "-m", "app.serve", "--server.port", str(self.port),
                  "--server.headless", "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )  # fmt: skip

@@ -80,7 +80,7 @@ def dashboard(tmp_path):
     port = _free_port()
     log = open(tmp_path / "streamlit.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.port", str(port), "--server.headless",
+        [sys.executable, "-m", "app.serve", "--server.port", str(port), "--server.headless",
          "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -566,7 +566,7 @@ def walk(tmp_path_factory):
     port = _free_port()
     log = open(tmp / "streamlit.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app/Home.py", "--server.port", str(port), "--server.headless",
+        [sys.executable, "-m", "app.serve", "--server.port", str(port), "--server.headless",
          "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
         cwd=ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT,
