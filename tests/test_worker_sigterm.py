@@ -20,8 +20,12 @@ def test_the_worker_exits_within_seconds_of_sigterm(home: Path, store: Store) ->
     worker = start_worker(home)
     try:
         wait_for(lambda: step_count(store, sid) >= 5, 180, "the session to log steps")
+        assert (home / "worker.pid").read_text().strip() == str(worker.pid)
         sent = time.monotonic()
         worker.send_signal(signal.SIGTERM)
+        # seen: a session queued while the worker finished its step was told "worker running" and then waited for
+        # a worker that never claimed it; a stopping worker is no longer the one the dashboard finds
+        wait_for(lambda: not (home / "worker.pid").exists(), 5, "the stopping worker to give up its pid file")
         worker.wait(timeout=120)
         took = time.monotonic() - sent
         print(f"worker exited {took:.2f} s after SIGTERM (code {worker.returncode})")
@@ -33,6 +37,17 @@ def test_the_worker_exits_within_seconds_of_sigterm(home: Path, store: Store) ->
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_a_stopping_worker_leaves_another_workers_pid_file(home: Path, monkeypatch) -> None:  # noqa: F811
+    from engine.service.worker_control import release_pid_file, worker_pid_path
+
+    monkeypatch.setenv("SPECTUNE_HOME", str(home))
+    worker_pid_path().write_text("4242")
+    release_pid_file(4243)
+    assert worker_pid_path().read_text() == "4242"
+    release_pid_file(4242)
+    assert not worker_pid_path().exists()
 
 
 # --- llama.cpp: a stop does not wait for what is running (a SIGTERM during v(k) took 74 s to exit) -------------

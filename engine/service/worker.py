@@ -21,7 +21,13 @@ from engine.errors import SpectuneError
 from engine.llamacpp.server import stop_all
 from engine.models.pool import ModelPool
 from engine.service.store_hooks import TERMINATING, StoreHooks
-from engine.service.worker_control import ensure_worker, worker_alive, worker_log_path, worker_pid_path
+from engine.service.worker_control import (
+    ensure_worker,
+    release_pid_file,
+    worker_alive,
+    worker_log_path,
+    worker_pid_path,
+)
 from engine.session.estimates import batch_sweep_eta_s
 from engine.session.regime_evidence import detect_regime
 from engine.session.runner import PromptText
@@ -207,6 +213,7 @@ def serve(
     def _stop(signum: int, frame: Any) -> None:
         log.info("signal %s: finishing the current step, then exiting", signum)
         TERMINATING.set()
+        release_pid_file(os.getpid())
 
     # signal handlers can only be installed on the main thread; the previous ones are put back on the way out
     on_main_thread = threading.current_thread() is threading.main_thread()
@@ -247,6 +254,7 @@ def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s
     if worker_alive() is None:
         worker_pid_path().write_text(str(os.getpid()))
     ran = serve(store, once=once, max_sessions=max_sessions, idle_exit_s=idle_exit_s)
+    release_pid_file(os.getpid())
     log.info("worker exiting after %d session(s)", ran)
     return 0
 

@@ -38,6 +38,17 @@ def worker_alive() -> int | None:
     return pid
 
 
+def release_pid_file(pid: int) -> None:
+    """Forget the worker `pid` as this data directory's worker (it is stopping): a session queued from now on gets a
+    new worker rather than waiting for one that will not claim it. Another worker's pid file stays."""
+    path = worker_pid_path()
+    try:
+        if int(path.read_text().strip()) == pid:
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
 def ensure_worker() -> str:
     """Start a background worker for this data directory unless one is alive; returns a status line."""
     pid = worker_alive()
