@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import SettingsError
-from engine.service.report_runs import baseline_tps, run_label, run_policy, run_speedups
+from engine.service.report_runs import baseline_tps, compared_baseline, run_label, run_policy, run_speedups
 from engine.service.report_runs import run_concurrency as run_concurrency
 from engine.service.surface import SurfaceCell
 from engine.session.summarise import BestSpeedup
@@ -299,16 +299,22 @@ def category_frame(
         prompt = prompt_for(o, by_id, ordered)
         return (prompt or {}).get("category")
 
-    baseline = next((r for r in runs if r.get("kind") == "baseline"), None)
-    base_tps: dict[str, float] = {}
-    if baseline is not None:
-        acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        for o in outputs_by_run.get(baseline["id"], []):
-            cat = cat_of(o)
-            if cat:
-                acc[cat][0] += len(o.get("token_ids") or [])
-                acc[cat][1] += float(o.get("wall_time_s") or 0.0)
-        base_tps = {c: t / s for c, (t, s) in acc.items() if s > 0}
+    by_baseline: dict[Any, dict[str, float]] = {}
+
+    def rates(baseline: Mapping[str, Any] | None) -> dict[str, float]:
+        """The baseline's tokens/s per category (each speculative run against the target alone it was compared
+        with: the one at its temperature and concurrency, a confirmation's own)."""
+        if baseline is None:
+            return {}
+        if baseline["id"] not in by_baseline:
+            acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+            for o in outputs_by_run.get(baseline["id"], []):
+                if cat := cat_of(o):
+                    acc[cat][0] += len(o.get("token_ids") or [])
+                    acc[cat][1] += float(o.get("wall_time_s") or 0.0)
+            by_baseline[baseline["id"]] = {c: t / s for c, (t, s) in acc.items() if s > 0}
+        return by_baseline[baseline["id"]]
+
     rows = []
     for r in runs:
         if r.get("kind") == "baseline":
@@ -327,6 +333,7 @@ def category_frame(
             g["drafted"] += sum(bool(x) for x in known)
             g["unknown"] += 0 if known or not o.get("token_ids") else 1
             g["n"] += 1
+        base_tps = rates(compared_baseline(runs, r))
         for cat, g in sorted(groups.items()):
             tps = g["tokens"] / g["seconds"] if g["seconds"] > 0 else None
             rows.append(

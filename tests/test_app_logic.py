@@ -165,6 +165,17 @@ def test_fidelity_and_categories_map_outputs_to_prompts():
     cats = data.category_frame(runs, out, prompts).set_index("category")
     assert cats.loc["code", "speedup"] == pytest.approx(2.0) and cats.loc["prose", "speedup"] == pytest.approx(1.0)
     assert cats.loc["code", "draft share"] == pytest.approx(0.5)
+    # each speculative run against the target alone it was compared with: at T=0.8 its own baseline, which took
+    # twice as long per token as T=0's (seen: every run divided by the session's first baseline)
+    hot = [{"id": 3, "kind": "baseline", "temperature": 0.8},
+           {"id": 4, "kind": "speculative", "draft": "d", "gamma": 2, "temperature": 0.8}]  # fmt: skip
+    out[3] = [dict(o, wall_time_s=o["wall_time_s"] * 2) for o in out[1]]
+    out[4] = out[2]
+    both = data.category_frame([{**runs[0], "temperature": 0}, runs[1], *hot], out, prompts)
+    hot_code = both[(both["run"] == data.run_label(hot[1])) & (both["category"] == "code")]
+    assert hot_code["speedup"].iloc[0] == pytest.approx(4.0)
+    cold_code = both[(both["run"] == data.run_label(runs[1])) & (both["category"] == "code")]
+    assert cold_code["speedup"].iloc[0] == pytest.approx(2.0)
 
 
 def test_prompt_upload_helpers():
