@@ -159,7 +159,7 @@ def session_progress(session: Mapping[str, Any]) -> None:
     st.progress(*run_view.progress_bar(session))
     if not (line := run_view.phase_text(phase, status)) or status == "queued":
         return
-    if run_view.is_decoding(phase):
+    if run_view.is_decoding(phase) or status != "running":  # an ended session's phase is where it stopped
         st.caption(md_escape(line))
     else:
         st.progress(run_view.phase_fraction(phase), text=md_escape(line))

@@ -473,10 +473,13 @@ def fmt_eta(seconds: float | None) -> str | None:
 
 
 def phase_text(phase: Mapping[str, Any] | None, status: str | None = None) -> str | None:
-    """'Phase: decoding prompt 3 of 8 — 17 / 40 (42%), about 1 min left', or None when there is no phase."""
+    """'Phase: decoding prompt 3 of 8 — 17 / 40 (42%), about 1 min left'; for a session that has ended, the phase it
+    stopped in ('Stopped during: …'), or None when it finished (its banner says so) or there is no phase."""
     if not phase or not phase.get("name"):
         return None
     name = str(phase["name"])
+    if status not in (None, "queued", "running"):
+        return None if name == "done" else f"Stopped during: {name}"
     done, total = int(phase.get("done") or 0), int(phase.get("total") or 0)
     parts = [f"Phase: {name}"]
     if total > 1 and name != "done" and not is_decoding(phase):  # decoding counts the progress bar's prompt decodes

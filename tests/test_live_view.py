@@ -38,7 +38,10 @@ def test_phase_text_and_poll_pace() -> None:
     assert rv.phase_text({"name": "agreement pass", "done": 1, "total": 2, "eta_s": 3}) == (
         "Phase: agreement pass — 1 / 2 (50%), a few seconds left"
     )
-    assert rv.phase_text({"name": "done", "done": 1, "total": 1, "eta_s": 0}, "done") == "Phase: done"
+    # an ended session: its banner says "Done."; one that stopped says where, with no count or time left
+    assert rv.phase_text({"name": "done", "done": 1, "total": 1, "eta_s": 0}, "done") is None
+    stopped = {"name": "starting llama-server 3 of 6", "done": 2, "total": 6, "eta_s": 50}
+    assert rv.phase_text(stopped, "cancelled") == "Stopped during: starting llama-server 3 of 6"
     # a decoding phase counts the session's prompt decodes, which the progress bar says: no second count
     assert rv.phase_text({"name": "decoding prompt 3 of 6", "done": 20, "total": 42, "eta_s": 120}) == (
         "Phase: decoding prompt 3 of 6, about 2 min left"
