@@ -50,16 +50,26 @@ def bundled_label(name: str) -> str:
 TARGET_PLACEHOLDER = "local path, .gguf, cached model id, or tiny:SEED:VOCAB:LAYERS:HIDDEN"
 DRAFTS_PLACEHOLDER = "path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)"
 ESTIMATE_HELP = ("The form's session, not queued: its live configurations, the time at the pace of the newest "
-                 "comparable session on this machine, and the memory its models' weights hold.")
+                 "comparable session on this machine (else of a probe: see the button below), and the memory its "
+                 "models' weights or servers hold.")
 
 
-def estimate_lines(store: Any, state: Mapping[str, Any]) -> list[str]:
-    """What the form's session would take (engine.service.estimate), one sentence each; SpectuneError when the
-    form is invalid (the same message Start would give)."""
+PROBE_HELP = ("Time the target alone in the chosen engine and dtype (its load, then a few tokens of the set's first "
+              "prompt, in a child process), so the estimate has a pace before any such session has run here.")
+
+
+def estimate_lines(store: Any, state: Mapping[str, Any], probe: bool = False) -> list[str]:
+    """What the form's session would take (engine.service.estimate), one sentence each, after timing the target
+    alone when `probe` (engine.service.pace_probe); SpectuneError when the form is invalid (the same message Start
+    would give) or the probe fails."""
     from engine.service.estimate import estimate_for
+    from engine.service.pace_probe import first_prompt, probe_for
 
-    spec, _, count = session_spec(RunForm.from_state(state))
-    return estimate_for(store, spec, count).sentences()
+    spec, set_id, count = session_spec(RunForm.from_state(state))
+    said = []
+    if probe:
+        said.append(f"Probed the target alone in {probe_for(store, spec, first_prompt(store, set_id))[1]:.0f} s.")
+    return said + estimate_for(store, spec, count).sentences()
 
 
 def default_dtype(hw: Mapping[str, Any]) -> str:

@@ -388,6 +388,13 @@ def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
     said = unescape_md(texts(at.info))
     assert "configuration(s) to run live" in said and "time unknown until a session" in said, said
     assert env.store.list_sessions() == [] and env.worker_calls == []
+    # on a machine where no such session has run, the probe times the target alone and the estimate has a pace
+    at.button(key="probe_pace").click()
+    at.run(timeout=300)
+    assert_clean(at)
+    said = unescape_md(texts(at.info))
+    assert "Probed the target alone in " in said and "on this machine (from a probe of the target alone: " in said, said
+    assert env.store.list_sessions() == [] and env.worker_calls == []
 
 
 def test_policies_typed_in_the_run_form_run_live_and_show_in_the_header(env):

@@ -94,9 +94,13 @@ with st.container(border=True):
                           **rv.CONCURRENCY_INPUT)  # fmt: skip
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
         estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
+        probe = st.form_submit_button("Probe the pace, then estimate", key="probe_pace", help=rv.PROBE_HELP)
 
-if estimate and (lines := common.attempt(rv.estimate_lines, store, st.session_state, action="estimate the session")):
-    st.info(md_escape(" ".join(lines)))
+if estimate or probe:
+    with st.spinner("Timing the target alone…" if probe else "Estimating…"):
+        lines = common.attempt(rv.estimate_lines, store, st.session_state, probe, action="estimate the session")
+    if lines:
+        st.info(md_escape(" ".join(lines)))
 
 if submitted:
     try:

@@ -18,6 +18,7 @@ from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
+from engine.service.pace_probe import PaceProbe, latest
 from engine.session.quick import probe_plan
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
@@ -36,17 +37,20 @@ class SessionEstimate:
     memory_what: str = ""  # a clause saying the bytes and what holds them
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
+    at_least: bool = False  # the time leaves phases out (a probe's pace: the target's load and its decoding only)
 
     def sentences(self) -> list[str]:
         work = f"{self.configurations} configuration(s) to run live"
         if self.optional:
             work += f" ({self.optional} of them only if the grid does not measure the recommendation)"
         if self.seconds is None:
-            lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here."]
+            lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here "
+                     "(or a probe of its pace)."]
         else:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
-            lines = [f"{work}: about {took} on this machine (at the pace of {self.source})."]
+            took = f"at least {_minutes(least)}" if self.at_least else f"about {took}"
+            lines = [f"{work}: {took} on this machine ({self.source})."]
         if self.memory_bytes is not None:
             lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
         if self.seconds is not None and self.seconds > LONG_S:
@@ -91,8 +95,8 @@ def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str
             continue
         wall = (s["finished_at"] - s["started_at"]).total_seconds()
         if wall > 0:
-            return wall / work, f"session #{s['id']}: {wall / 60:.1f} min for {runs} × {s['n_prompts']} × " \
-                                f"{s['max_new_tokens']} tokens"
+            return wall / work, f"at the pace of session #{s['id']}: {wall / 60:.1f} min for {runs} × " \
+                                f"{s['n_prompts']} × {s['max_new_tokens']} tokens"
     return None
 
 
@@ -133,24 +137,32 @@ def weights(spec: SessionSpec) -> tuple[int | None, str]:
 
 
 def estimate_session(
-    sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, n_prompts: int, hardware: str
+    sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, n_prompts: int, hardware: str,
+    probe: PaceProbe | None = None,
 ) -> SessionEstimate:
     """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line);
-    `sessions` newest first."""
+    `sessions` newest first. With no comparable session, `probe` (the target alone, timed) gives a time it says is
+    a floor: its setup once, then every configuration's tokens at the target's own pace (seen: 144 s said for a
+    session whose decoding took 144 s and whose other phases 66 s more)."""
     configurations = planned_configurations(spec)
+    tokens = configurations * n_prompts * spec.max_new_tokens
     rate = pace(sessions, spec, hardware)
-    seconds = rate[0] * configurations * n_prompts * spec.max_new_tokens if rate else None
+    probed = rate is None and probe is not None
+    if probe is not None and probed:
+        rate = ((probe.setup_s + probe.token_s * tokens) / tokens, f"from {probe.describe()}")
+    seconds = rate[0] * tokens if rate else None
     held, what = memory(spec)
     cheaper = (["a quick session"] if spec.mode != "quick" else []) + ["fewer γs, drafts, prompts or new tokens"]
     if not registry.get(spec.engine).fixed_weights:  # an engine running quantised weights is faster on a CPU
         quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
     return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
-                           optional_configurations(spec))  # fmt: skip
+                           optional_configurations(spec), probed)  # fmt: skip
 
 
 def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:
     """The estimate for a session about to be submitted, from the sessions this store holds."""
     from engine.measure.hardware import describe_hardware
 
-    return estimate_session(store.list_sessions(limit=100), spec, n_prompts, str(describe_hardware()["label"]))
+    hardware = str(describe_hardware()["label"])
+    return estimate_session(store.list_sessions(limit=100), spec, n_prompts, hardware, latest(spec, hardware))

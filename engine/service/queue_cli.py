@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.engines.registry import concurrency_for, engine_from_cli
-from engine.errors import SpectuneError
+from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import machine_dtype
+from engine.service.pace_probe import PROBE_TOKENS, probe_for
+from engine.session.runner import PromptText
 from engine.session.spec import MODES, SessionSpec
 
 
@@ -39,6 +41,10 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     )  # fmt: skip
     submit.add_argument("--estimate", action="store_true",
                         help="print the estimated time and memory (as the Run page's Estimate) and queue nothing")
+    submit.add_argument("--probe", action="store_true",
+                        help="with --estimate: first time the target alone on the first prompt (its load and "
+                        f"{PROBE_TOKENS} tokens, in a child process) and estimate from that when no comparable "
+                        "session has run here (as the Run page's Probe)")
     submit.add_argument(
         "--mode", choices=MODES, default="quick",
         help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
@@ -104,9 +110,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
     validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
+    if args.probe and not args.estimate:
+        raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     if args.estimate:
         from engine.service.estimate import estimate_for
 
+        if args.probe:
+            first = parsed.prompts[0]
+            seconds = probe_for(store, settings, PromptText("0", first.text, first.category))[1]
+            print(f"probed the target alone in {seconds:.0f} s")
         print("\n".join(estimate_for(store, settings, count).sentences()))
         return 0
     set_id, added, dupes = store.add_prompt_set(

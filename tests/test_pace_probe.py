@@ -1,0 +1,129 @@
+"""A quick probe of this machine's pace (issue #21, item 8: "the estimated time … from a quick probe or the last
+session on this machine"): the target alone, timed in a child process through the session's own engine, kept per
+machine, engine, target and dtype, and the estimate's pace until a comparable session has run here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+from processes import live_llama_servers, ours
+
+from engine.engines import registry
+from engine.errors import SettingsError, SpectuneError
+from engine.measure.hardware import describe_hardware
+from engine.service.estimate import _minutes, estimate_for, planned_configurations
+from engine.service.pace_probe import PROBE_TOKENS, kept, latest, probe_for, run_probe
+from engine.session.runner import PromptText
+from engine.session.spec import SessionSpec
+from store import Store, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = PromptText("0", "Say hello in French.")
+TINY = SessionSpec(target="tiny:1:48:2:64", drafts=["tiny:1:48:2:64~0.15", "ngram"], gammas=[1, 2],
+                   max_new_tokens=24, dtype="float32", mode="full", chat_template=False)  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def store(home: Path) -> Store:
+    return open_store(f"sqlite:///{home / 'spectune.db'}")
+
+
+def probe_children() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "engine.service.pace_probe" in (proc.info["cmdline"] or []) and ours(proc):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_the_probe_gives_a_fresh_machine_a_pace_and_a_session_replaces_it(store: Store, home: Path) -> None:
+    assert estimate_for(store, TINY, 5).seconds is None
+    probe, took = probe_for(store, TINY, PROMPT)
+    assert took > probe.setup_s
+    assert (probe.engine, probe.target, probe.dtype, probe.tokens) == ("spectune", TINY.target, "float32", PROBE_TOKENS)
+    assert probe.setup_s > 0 and 0 < probe.token_s < 5
+    hardware = str(describe_hardware()["label"])
+    assert probe.hardware == hardware and latest(TINY, hardware) == probe and (home / "pace_probes.json").exists()
+    got = estimate_for(store, TINY, 5)
+    tokens = planned_configurations(TINY) * 5 * TINY.max_new_tokens
+    assert got.seconds == pytest.approx(probe.setup_s + probe.token_s * tokens)
+    assert "at least" in got.sentences()[0] and "from a probe of the target alone" in got.sentences()[0]
+    # a pace is this machine's, for this engine, target and dtype only
+    assert estimate_for(store, replace(TINY, dtype="bfloat16"), 5).seconds is None
+    assert latest(TINY, "another machine") is None
+    # probing again replaces the kept probe rather than piling up
+    again = probe_for(store, TINY, PROMPT)[0]
+    assert [p.key() for p in kept()] == [again.key()] and latest(TINY, hardware) == again
+    # a finished comparable session, the whole pipeline timed, is preferred to the probe
+    sid = store.create_session(target=TINY.target, drafts=TINY.drafts, gammas=TINY.gammas,
+                               temperatures=TINY.temperatures, max_new_tokens=24, dtype="float32", n_prompts=4,
+                               options={"engine": "spectune"})  # fmt: skip
+    store.claim_next_session("test:1")
+    store.set_hardware(sid, hardware)
+    store.finish_session(sid, "done", summary={"runs": [{}] * 4, "baselines": [{}]})
+    assert f"about {_minutes(estimate_for(store, TINY, 5).seconds or 0)} on this machine (at the pace of session " \
+           f"#{sid}" in estimate_for(store, TINY, 5).sentences()[0]  # fmt: skip
+    assert probe_children() == []
+
+
+def test_a_probe_waits_for_a_running_session_and_a_bad_target_is_one_line(store: Store) -> None:
+    sid = store.create_session(target=TINY.target, drafts=TINY.drafts, gammas=TINY.gammas,
+                               temperatures=TINY.temperatures, max_new_tokens=24, dtype="float32", n_prompts=4,
+                               options={"engine": "spectune"})  # fmt: skip
+    store.claim_next_session("test:1")
+    with pytest.raises(SettingsError, match=f"session #{sid} is running"):
+        probe_for(store, TINY, PROMPT)
+    store.finish_session(sid, "done", summary={})
+    with pytest.raises(SpectuneError, match="^the probe failed: ") as failed:
+        probe_for(store, replace(TINY, target="/no/such/model"), PROMPT)
+    assert "\n" not in str(failed.value) and "Traceback" not in str(failed.value)
+    assert kept() == [] and probe_children() == []
+
+
+def test_a_llamacpp_probe_times_its_server_and_leaves_none_behind(store: Store) -> None:
+    spec = SessionSpec(target="qwen2.5-coder-0.5b", drafts=["ngram"], gammas=[2], max_new_tokens=32,
+                       engine="llama.cpp")  # fmt: skip
+    before = {p.pid for p in live_llama_servers()}
+    probe = probe_for(store, spec, PROMPT)[0]
+    assert (probe.engine, probe.dtype) == ("llama.cpp", registry.get("llama.cpp").fixed_weights)  # the GGUF as it is
+    assert probe.setup_s > 0 and probe.token_s > 0
+    assert latest(replace(spec, dtype="float32"), probe.hardware) == probe  # a dtype it does not run changes nothing
+    assert "from a probe" in estimate_for(store, spec, 3).sentences()[0]
+    # stopped early (here before or while its server starts): the child and its server end with it
+    with pytest.raises(SpectuneError, match="took over"):
+        run_probe(replace(spec, target="qwen2.5-coder-1.5b"), PROMPT, "test", timeout_s=2)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and ({p.pid for p in live_llama_servers()} - before or probe_children()):
+        time.sleep(0.2)
+    assert not {p.pid for p in live_llama_servers()} - before and probe_children() == []
+
+
+def test_submit_probe_estimates_from_it_and_probe_alone_is_refused(home: Path) -> None:
+    prompts = home / "p.txt"
+    prompts.write_text("Say hello.\nName a colour.\n")
+    args = [sys.executable, "-m", "engine", "submit", "--prompts", str(prompts), "--target", TINY.target,
+            "--draft", "ngram", "--gamma", "2", "--dtype", "float32", "--max-new-tokens", "8"]  # fmt: skip
+    env = {"SPECTUNE_HOME": str(home), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([*args, "--estimate", "--probe"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("probed the target alone in ")
+    assert "(from a probe of the target alone: " in done.stdout
+    alone = subprocess.run([*args, "--probe"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 2 and "--probe goes with --estimate" in alone.stderr and "Traceback" not in alone.stderr
+    assert open_store(f"sqlite:///{home / 'spectune.db'}").list_sessions() == []
