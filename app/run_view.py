@@ -63,13 +63,18 @@ def estimate_lines(store: Any, state: Mapping[str, Any], probe: bool = False) ->
     alone when `probe` (engine.service.pace_probe); SpectuneError when the form is invalid (the same message Start
     would give) or the probe fails."""
     from engine.service.estimate import estimate_for
+    from engine.service.jobs import validate_submission
     from engine.service.pace_probe import first_prompt, probe_for
 
     spec, set_id, count = session_spec(RunForm.from_state(state))
-    said = []
-    if probe:
-        said.append(f"Probed the target alone in {probe_for(store, spec, first_prompt(store, set_id))[1]:.0f} s.")
-    return said + estimate_for(store, spec, count).sentences()
+    before = estimate_for(store, spec, count)
+    if not probe:
+        return before.sentences()
+    if before.seconds is not None and not before.rough:
+        return ["Not probed: a finished session on this machine gives the pace.", *before.sentences()]
+    validate_submission(spec, count)  # what Start would refuse is refused before minutes of probing
+    took = probe_for(store, spec, first_prompt(store, set_id))[1]
+    return [f"Probed the target alone in {took:.0f} s.", *estimate_for(store, spec, count).sentences()]
 
 
 def default_dtype(hw: Mapping[str, Any]) -> str:

@@ -30,12 +30,16 @@ def warm() -> float:
     checks = logging.getLogger("streamlit.runtime.caching.cache_data_api")  # st.cache_data checks its arguments
     level = checks.level  # at import and says "No runtime found" outside the server; it caches inside it
     checks.setLevel(logging.ERROR)
-    for name in WARM:
-        importlib.import_module(name)
-    from app import common
+    try:
+        for name in WARM:
+            importlib.import_module(name)
+        from app import common
 
-    common.hardware()
-    checks.setLevel(level)
+        common.hardware()
+    except Exception as exc:  # noqa: BLE001 - the page that needs it shows the error; the dashboard still starts
+        print(f">> warming the dashboard failed ({type(exc).__name__}: {exc}); pages will import on first visit")
+    finally:
+        checks.setLevel(level)
     return time.perf_counter() - t0
 
 

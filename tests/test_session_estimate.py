@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))  # this machine's pace probes live there too
     return open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
 
 

@@ -37,7 +37,7 @@ class SessionEstimate:
     memory_what: str = ""  # a clause saying the bytes and what holds them
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
-    at_least: bool = False  # the time leaves phases out (a probe's pace: the target's load and its decoding only)
+    rough: bool = False  # a probe's pace: the target's load once and every token at the target-alone pace
 
     def sentences(self) -> list[str]:
         work = f"{self.configurations} configuration(s) to run live"
@@ -49,7 +49,7 @@ class SessionEstimate:
         else:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
-            took = f"at least {_minutes(least)}" if self.at_least else f"about {took}"
+            took = f"roughly {_minutes(least)}" if self.rough else f"about {took}"
             lines = [f"{work}: {took} on this machine ({self.source})."]
         if self.memory_bytes is not None:
             lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
@@ -141,14 +141,15 @@ def estimate_session(
     probe: PaceProbe | None = None,
 ) -> SessionEstimate:
     """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line);
-    `sessions` newest first. With no comparable session, `probe` (the target alone, timed) gives a time it says is
-    a floor: its setup once, then every configuration's tokens at the target's own pace (seen: 144 s said for a
-    session whose decoding took 144 s and whose other phases 66 s more)."""
+    `sessions` newest first. With no comparable session, `probe` (the target alone, timed) gives a rough time: its
+    setup once, then every configuration's tokens at the target's own pace (seen: 144 s said for a session whose
+    decoding took 144 s and whose other phases 66 s more; a faster draft, or requests batched at a concurrency
+    above 1, decode in less)."""
     configurations = planned_configurations(spec)
     tokens = configurations * n_prompts * spec.max_new_tokens
     rate = pace(sessions, spec, hardware)
     probed = rate is None and probe is not None
-    if probe is not None and probed:
+    if rate is None and probe is not None:
         rate = ((probe.setup_s + probe.token_s * tokens) / tokens, f"from {probe.describe()}")
     seconds = rate[0] * tokens if rate else None
     held, what = memory(spec)

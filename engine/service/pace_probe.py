@@ -11,18 +11,21 @@ up); ``token_s``, the seconds per new token of the target alone.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from engine.errors import SettingsError, SpectuneError
+from engine.llamacpp.server import die_with_parent
 from engine.session.runner import PromptText, RunKey
 from engine.session.spec import SessionSpec
 from foundation.paths import PROJECT_ROOT, spectune_home
@@ -82,37 +85,50 @@ def _dtype(spec: SessionSpec) -> str:
 
 
 def run_probe(spec: SessionSpec, prompt: PromptText, hardware: str, timeout_s: float = TIMEOUT_S) -> PaceProbe:
-    """The probe in a child process, kept for later estimates; SpectuneError with the child's last line when it
-    fails. A timeout or an interrupt ends the child (which stops what it started) before this returns."""
-    request = json.dumps({"spec": spec.to_row(), "prompt": asdict(prompt), "hardware": hardware})
-    child = subprocess.Popen([sys.executable, "-m", "engine.service.pace_probe"], cwd=PROJECT_ROOT,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
-    try:
-        out, err = child.communicate(request, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise SpectuneError(f"the probe took over {timeout_s / 60:.0f} min and was stopped") from exc
-    finally:
-        _end(child)
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if child.returncode != 0 or not lines:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        raise SpectuneError(f"the probe failed: {last}")
-    probe = PaceProbe(**json.loads(lines[-1]))
+    """The probe in a child process, kept for later estimates; SpectuneError with the child's one-line reason when
+    it fails, SettingsError while another probe runs here. A timeout or an interrupt ends the child before this
+    returns; the child dies with this process too (it asks the kernel for SIGKILL when its owner dies, and every
+    server it starts dies with it the same way)."""
+    request = json.dumps({"spec": spec.to_row(), "prompt": asdict(prompt), "hardware": hardware, "owner": os.getpid()})
+    with _one_probe_at_a_time():
+        child = subprocess.Popen([sys.executable, "-m", "engine.service.pace_probe"], cwd=PROJECT_ROOT,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+        try:
+            out, err = child.communicate(request, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise SpectuneError(f"the probe took over {timeout_s / 60:.0f} min and was stopped") from exc
+        finally:
+            _end(child)
+    answers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not answers or "error" in answers[-1]:
+        reason = answers[-1].get("error") if answers else None
+        raise SpectuneError(f"the probe failed: {reason or (err.strip().splitlines() or ['no output'])[-1]}")
+    probe = PaceProbe(**answers[-1])
     keep(probe)
     return probe
 
 
+@contextmanager
+def _one_probe_at_a_time() -> Iterator[None]:
+    with open(spectune_home() / "pace_probe.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise SettingsError("another probe is running on this machine: wait for it, then estimate") from exc
+        yield
+
+
 def _end(child: subprocess.Popen[str]) -> None:
-    """SIGTERM (the child's handler stops its runner), SIGKILL 30 s later."""
+    """SIGTERM (the child's handler stops its runner), SIGKILL 30 s later; its pipes read meanwhile."""
     if child.poll() is not None:
         return
     child.send_signal(signal.SIGTERM)
     try:
-        child.wait(timeout=30)
+        child.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         child.kill()
-        child.wait()
+        child.communicate()
 
 
 def probes_path() -> Any:
@@ -132,7 +148,7 @@ def keep(probe: PaceProbe) -> None:
     """Store `probe`, replacing an older one of the same machine, engine, target and dtype."""
     rows = [asdict(p) for p in reversed(kept()) if p.key() != probe.key()] + [asdict(probe)]
     path = probes_path()
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(rows, indent=1))
     temporary.replace(path)
 
@@ -153,7 +169,7 @@ def first_prompt(store: Any, prompt_set_id: int | None) -> PromptText:
 
 def busy(store: Any) -> str | None:
     """Why a probe should wait now (a session running on this store's worker), or None."""
-    running = [s for s in store.list_sessions(limit=20) if s.get("status") == "running"]
+    running = store.list_sessions(status="running", limit=1)
     if running:
         return (f"session #{running[0]['id']} is running: a probe now would slow it and be slowed by it; "
                 "probe once it has finished")  # fmt: skip
@@ -163,10 +179,10 @@ def busy(store: Any) -> str | None:
 def probe_for(store: Any, spec: SessionSpec, prompt: PromptText) -> tuple[PaceProbe, float]:
     """Probe `spec`'s pace on this machine now and keep it (SettingsError while a session is running); the probe
     and the seconds it took."""
-    from engine.engines import registry
     from engine.measure.hardware import describe_hardware
+    from engine.service.jobs import validate_submission
 
-    registry.validate(probe_spec(spec), 1)
+    validate_submission(probe_spec(spec), 1)
     if (why := busy(store)) is not None:
         raise SettingsError(why)
     started = time.perf_counter()
@@ -176,6 +192,9 @@ def probe_for(store: Any, spec: SessionSpec, prompt: PromptText) -> tuple[PacePr
 
 def _child(request: Mapping[str, Any]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit: the sweep's finally stops the runner
+    die_with_parent()
+    if os.getppid() != request["owner"]:  # the owner died before the kernel was asked
+        sys.exit(143)
     spec = SessionSpec.from_row(request["spec"])
     probe = measure(spec, PromptText(**request["prompt"]), str(request["hardware"]))
     print(json.dumps(asdict(probe)), flush=True)
@@ -184,6 +203,10 @@ def _child(request: Mapping[str, Any]) -> None:
 if __name__ == "__main__":
     try:
         _child(json.loads(sys.stdin.read()))
-    except SpectuneError as exc:
-        print(str(exc), file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the owner shows one line; the traceback goes to stderr
+        import traceback
+
+        traceback.print_exc()
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(json.dumps({"error": reason if isinstance(exc, SpectuneError) else f"{type(exc).__name__}: {reason}"}))
         sys.exit(2)

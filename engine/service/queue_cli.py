@@ -101,6 +101,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     settings.concurrency = concurrency_for(settings.engine, args.concurrency)
     settings.vllm.threads = args.vllm_threads
+    if args.probe and not args.estimate:
+        raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     parsed = load_prompt_file(Path(args.prompts))
     for issue in parsed.issues:
         print(f"warning: {args.prompts}: {issue}", file=sys.stderr)
@@ -110,8 +112,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
     validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
-    if args.probe and not args.estimate:
-        raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     if args.estimate:
         from engine.service.estimate import estimate_for
 
