@@ -393,7 +393,7 @@ def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
     at.run(timeout=300)
     assert_clean(at)
     said = unescape_md(texts(at.info))
-    assert "Probed the target alone in " in said and "on this machine (from a probe of the target alone: " in said, said
+    assert "Probed the target alone in " in said and "here (from a probe of the target alone: " in said, said
     assert env.store.list_sessions() == [] and env.worker_calls == []
 
 

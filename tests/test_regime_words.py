@@ -80,6 +80,12 @@ def test_the_unknown_note_names_the_measured_v_k() -> None:
     unknown = next(n for n in out if n.startswith("Regime unknown"))
     assert "no batch sweep, v(k) or roofline decided it" not in unknown and "assumed memory-bound" in unknown
     assert "taking no side: v(k) (partly billed" in unknown and "not measured: batch sweep, roofline" in unknown
+    # seen in a walk: "Regime unknown — … assumed memory-bound …" then "Memory-bound: the extra arithmetic runs in
+    # idle capacity …", a flat claim; under an assumed regime the note says it is one
+    assumed = [n for n in out if n.startswith("Memory-bound")]
+    assert len(assumed) == 1 and assumed[0].startswith("Memory-bound (assumed): "), out
+    decided = notes(None, None, MEMORY_BOUND, MEMORY_BOUND, 1, None, [])
+    assert [n for n in decided if n.startswith("Memory-bound")][0].startswith("Memory-bound: "), decided
 
 
 def test_memory_bound_off_never_says_cost_falls_beside_speedups_below_1() -> None:

@@ -148,8 +148,9 @@ def _regime_notes(
     notes: list[str] = []
     if given == UNKNOWN:
         notes.append(_unknown_note(votes))
-    if regime == MEMORY_BOUND:
-        notes.append(_memory_bound_note(row, objective, best))
+    if regime == MEMORY_BOUND:  # taken on assumption, it reads as one (the unknown note above says why)
+        note = _memory_bound_note(row, objective, best)
+        notes.append(note.replace("Memory-bound:", "Memory-bound (assumed):", 1) if given == UNKNOWN else note)
     else:
         notes.append(
             "Compute-bound: the extra arithmetic displaces real work, so cost per token rises by the ops "

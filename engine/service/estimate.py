@@ -49,8 +49,12 @@ class SessionEstimate:
         else:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
-            took = f"roughly {_minutes(least)}" if self.rough else f"about {took}"
-            lines = [f"{work}: {took} on this machine ({self.source})."]
+            lines = [f"{work}: about {took} on this machine ({self.source})."]
+            if self.rough:  # a probe's pace: what is known is the target alone decoding
+                lines = [f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
+                         f"({self.source}); the session takes longer: its drafts' loads, v(k), the drafts' recorded "
+                         "pass, the batch sweep and any draft slower than it pays come on top, and a session run "
+                         "once gives the whole time."]  # fmt: skip
         if self.memory_bytes is not None:
             lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
         if self.seconds is not None and self.seconds > LONG_S:

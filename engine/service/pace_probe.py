@@ -6,7 +6,7 @@ starts end with it. What it measured is kept per machine (its hardware line), en
 ``$SPECTUNE_HOME/pace_probes.json``: a pace belongs to the machine that measured it, whichever store it shares.
 
 Its figures: ``setup_s``, the seconds before the first decode (loading the target, starting its server, warming it
-up); ``token_s``, the seconds per new token of the target alone.
+up); ``token_s``, the wall seconds per new token of the target alone while it decoded (prefill included).
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ class PaceProbe:
 
     def describe(self) -> str:
         per_token = f"{self.token_s * 1000:.0f} ms" if self.token_s < 1 else f"{self.token_s:.1f} s"
-        return (f"a probe of the target alone: {self.setup_s:.0f} s to load, {per_token} per token; loading the "
-                "drafts, v(k), their recorded pass and the batch sweep come on top")  # fmt: skip
+        return f"a probe of the target alone: {self.setup_s:.0f} s to load, {per_token} per token"
 
 
 def probe_spec(spec: SessionSpec) -> SessionSpec:
@@ -69,13 +68,16 @@ def measure(spec: SessionSpec, prompt: PromptText, hardware: str) -> PaceProbe:
     alone = probe_spec(spec)
     plan = [RunKey("none", 0, alone.temperatures[0])]
     report = registry.sweep(alone, [prompt], plan=plan)
-    rate = report.baseline.get("tokens_per_s")
-    if not rate:
+    tokens = sum(len(o.get("token_ids") or []) for o in report.baseline.get("outputs") or [])
+    decoding = sum(s for phase, s in report.phase_times_s.items() if phase in DECODING)
+    if not tokens or decoding <= 0:
         raise SpectuneError(f"the probe decoded nothing: {'; '.join(report.notes) or 'no baseline measured'}")
     setup = sum(s for phase, s in report.phase_times_s.items() if phase not in DECODING)
     when = datetime.now(UTC).isoformat(timespec="seconds")
-    return PaceProbe(hardware, spec.engine, spec.target, _dtype(spec), round(setup, 2), round(1 / rate, 4),
-                     PROBE_TOKENS, when)  # fmt: skip
+    # the decoding phase's wall time, prefill and the engine's own overhead included, as a session's wall time has
+    # them (llama-server's own tokens/s leaves prefill out: a walk's decoding took twice what that rate said)
+    return PaceProbe(hardware, spec.engine, spec.target, _dtype(spec), round(setup, 2), round(decoding / tokens, 4),
+                     tokens, when)  # fmt: skip
 
 
 def _dtype(spec: SessionSpec) -> str:
