@@ -62,19 +62,16 @@ def estimate_lines(store: Any, state: Mapping[str, Any], probe: bool = False) ->
     """What the form's session would take (engine.service.estimate), one sentence each, after timing the target
     alone when `probe` (engine.service.pace_probe); SpectuneError when the form is invalid (the same message Start
     would give) or the probe fails."""
-    from engine.service.estimate import estimate_for
-    from engine.service.jobs import validate_submission
-    from engine.service.pace_probe import first_prompt, probe_for
+    from engine.service.estimate import estimate_for, estimate_with_probe
+    from engine.service.pace_probe import first_prompt
 
     spec, set_id, count = session_spec(RunForm.from_state(state))
-    before = estimate_for(store, spec, count)
     if not probe:
-        return before.sentences()
-    if before.seconds is not None and not before.rough:
-        return ["Not probed: a finished session on this machine gives the pace.", *before.sentences()]
-    validate_submission(spec, count)  # what Start would refuse is refused before minutes of probing
-    took = probe_for(store, spec, first_prompt(store, set_id))[1]
-    return [f"Probed the target alone in {took:.0f} s.", *estimate_for(store, spec, count).sentences()]
+        return estimate_for(store, spec, count).sentences()
+    done = estimate_with_probe(store, spec, count, first_prompt(store, set_id))
+    if done.probe_s is None:
+        return ["Not probed: a finished session on this machine gives the pace.", *done.estimate.sentences()]
+    return [f"Probed the target alone in {done.probe_s:.0f} s.", *done.estimate.sentences()]
 
 
 def default_dtype(hw: Mapping[str, Any]) -> str:

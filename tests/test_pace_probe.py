@@ -21,7 +21,7 @@ from processes import RUN_VARIABLE, live_llama_servers, ours
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import describe_hardware
-from engine.service.estimate import _minutes, estimate_for, planned_configurations
+from engine.service.estimate import _minutes, estimate_for, estimate_with_probe, planned_configurations
 from engine.service.pace_probe import PROBE_TOKENS, kept, latest, probe_for, run_probe
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
@@ -83,6 +83,9 @@ def test_the_probe_gives_a_fresh_machine_a_pace_and_a_session_replaces_it(store:
     store.finish_session(sid, "done", summary={"runs": [{}] * 4, "baselines": [{}]})
     assert f"about {_minutes(estimate_for(store, TINY, 5).seconds or 0)} on this machine (at the pace of session " \
            f"#{sid}" in estimate_for(store, TINY, 5).sentences()[0]  # fmt: skip
+    # and then the Probe button and --probe do not probe again: the session's whole wall time is the better pace
+    done = estimate_with_probe(store, TINY, 5, PROMPT)
+    assert done.probe_s is None and kept() == [again] and f"session #{sid}" in done.estimate.sentences()[0]
     assert probe_children() == []
 
 
@@ -173,6 +176,20 @@ def test_submit_probe_estimates_from_it_and_probe_alone_is_refused(home: Path) -
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("probed the target alone in ")
     assert "(from a probe of the target alone: " in done.stdout
+    # a finished comparable session here: the CLI, as the page, estimates from it and probes nothing
+    db = open_store(f"sqlite:///{home / 'spectune.db'}")
+    sid = db.create_session(target=TINY.target, drafts=["ngram"], gammas=[2], temperatures=[0.0], max_new_tokens=8,
+                            dtype="float32", n_prompts=2, options={"engine": "spectune"})  # fmt: skip
+    db.claim_next_session("test:1")
+    db.set_hardware(sid, str(describe_hardware()["label"]))
+    db.finish_session(sid, "done", summary={"runs": [{}], "baselines": [{}]})
+    measured = kept()
+    again = subprocess.run([*args, "--estimate", "--probe"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("not probed: a finished session") and f"session #{sid}" in again.stdout
+    assert kept() == measured
+    db.delete_session(sid)
     alone = subprocess.run([*args, "--probe"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert alone.returncode == 2 and "--probe goes with --estimate" in alone.stderr and "Traceback" not in alone.stderr
     assert open_store(f"sqlite:///{home / 'spectune.db'}").list_sessions() == []

@@ -18,9 +18,9 @@ from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
-from engine.service.pace_probe import PaceProbe, latest
+from engine.service.pace_probe import PaceProbe, latest, probe_for
 from engine.session.quick import probe_plan
-from engine.session.runner import RunKey
+from engine.session.runner import PromptText, RunKey
 from engine.session.spec import SessionSpec
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
@@ -46,15 +46,16 @@ class SessionEstimate:
         if self.seconds is None:
             lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here "
                      "(or a probe of its pace)."]
+        elif self.rough:  # a probe's pace: what is known is the target alone decoding
+            least = self.seconds * (self.configurations - self.optional) / self.configurations
+            lines = [f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
+                     f"({self.source}); the session takes longer: its drafts' loads, v(k), the drafts' recorded "
+                     "pass, the batch sweep and any draft slower than it pays come on top, and a session run "
+                     "once gives the whole time."]  # fmt: skip
         else:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
             lines = [f"{work}: about {took} on this machine ({self.source})."]
-            if self.rough:  # a probe's pace: what is known is the target alone decoding
-                lines = [f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
-                         f"({self.source}); the session takes longer: its drafts' loads, v(k), the drafts' recorded "
-                         "pass, the batch sweep and any draft slower than it pays come on top, and a session run "
-                         "once gives the whole time."]  # fmt: skip
         if self.memory_bytes is not None:
             lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
         if self.seconds is not None and self.seconds > LONG_S:
@@ -171,3 +172,19 @@ def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstima
 
     hardware = str(describe_hardware()["label"])
     return estimate_session(store.list_sessions(limit=100), spec, n_prompts, hardware, latest(spec, hardware))
+
+
+@dataclass(frozen=True)
+class ProbedEstimate:
+    estimate: SessionEstimate
+    probe_s: float | None  # how long the probe took; None: not probed, a finished session here gives the pace
+
+
+def estimate_with_probe(store: Any, spec: SessionSpec, n_prompts: int, prompt: PromptText) -> ProbedEstimate:
+    """The estimate after probing the target's pace on `prompt` (engine.service.pace_probe), unless a finished
+    comparable session already gives the pace: what the Run page's Probe and `submit --estimate --probe` show."""
+    before = estimate_for(store, spec, n_prompts)
+    if before.seconds is not None and not before.rough:
+        return ProbedEstimate(before, None)
+    took = probe_for(store, spec, prompt, n_prompts)[1]
+    return ProbedEstimate(estimate_for(store, spec, n_prompts), took)

@@ -178,13 +178,14 @@ def busy(store: Any) -> str | None:
     return None
 
 
-def probe_for(store: Any, spec: SessionSpec, prompt: PromptText) -> tuple[PaceProbe, float]:
-    """Probe `spec`'s pace on this machine now and keep it (SettingsError while a session is running); the probe
-    and the seconds it took."""
+def probe_for(store: Any, spec: SessionSpec, prompt: PromptText, n_prompts: int = 1) -> tuple[PaceProbe, float]:
+    """Probe `spec`'s pace on this machine now and keep it; the probe and the seconds it took. The session `spec`
+    over `n_prompts` is validated first, as Start would (what it would refuse is refused before minutes of
+    probing); SettingsError while a session is running."""
     from engine.measure.hardware import describe_hardware
     from engine.service.jobs import validate_submission
 
-    validate_submission(probe_spec(spec), 1)
+    validate_submission(spec, n_prompts)
     if (why := busy(store)) is not None:
         raise SettingsError(why)
     started = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Any
 from engine.engines.registry import concurrency_for, engine_from_cli
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import machine_dtype
-from engine.service.pace_probe import PROBE_TOKENS, probe_for
+from engine.service.pace_probe import PROBE_TOKENS
 from engine.session.runner import PromptText
 from engine.session.spec import MODES, SessionSpec
 
@@ -113,13 +113,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     validate_submission(settings, count)  # refuse before anything is stored
     store = open_app_store()
     if args.estimate:
-        from engine.service.estimate import estimate_for
+        from engine.service.estimate import estimate_for, estimate_with_probe
 
         if args.probe:
             first = parsed.prompts[0]
-            seconds = probe_for(store, settings, PromptText("0", first.text, first.category))[1]
-            print(f"probed the target alone in {seconds:.0f} s")
-        print("\n".join(estimate_for(store, settings, count).sentences()))
+            done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
+            print("not probed: a finished session on this machine gives the pace" if done.probe_s is None
+                  else f"probed the target alone in {done.probe_s:.0f} s")  # fmt: skip
+            estimate = done.estimate
+        else:
+            estimate = estimate_for(store, settings, count)
+        print("\n".join(estimate.sentences()))
         return 0
     set_id, added, dupes = store.add_prompt_set(
         Path(args.prompts).name, Path(args.prompts).name,
