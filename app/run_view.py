@@ -13,7 +13,7 @@ from engine.engines import registry
 from engine.errors import SettingsError
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.service.report_runs import compared_baseline
-from engine.session.spec import SessionSpec
+from engine.session.spec import LOOPS, LoopOptions, SessionSpec
 
 GAMMA_CHOICES = list(range(1, 17))
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -157,6 +157,8 @@ class RunForm:
     concurrency_text: str = ""  # requests in flight per measurement (an engine that batches); "" = its default
     mode: str = "quick"  # quick: probe, predict, confirm; full: every configuration (engine.session.quick)
     confirm: bool = True  # full mode: run the headline live when the grid did not measure it
+    loop: str = "auto"  # spectune's loop: auto, eager or compiled (engine.core.compiled)
+    threads: int = 0  # spectune's CPU threads; 0: the cores other processes leave free when the session starts
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> RunForm:
@@ -203,11 +205,24 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         policies=policy_specs(form.policies_text),
         mode=form.mode,
         confirm=form.mode == "full" and bool(form.confirm),
+        loop=LoopOptions(form.loop, int(form.threads) or None),
     )
     levels = (form.concurrency_text or "").strip()
     spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels
                                                 else None)  # fmt: skip
     return spec, int(form.prompt_set_id), int(form.n_prompts)
+
+
+LOOP_CHOICES = LOOPS
+LOOP_HELP = (
+    "spectune's engine only. Compiled: a static KV cache and compiled forwards (one CUDA graph per width on a GPU), "
+    "compiled once per worker before decoding; eager: plain PyTorch. Auto times both once per machine, target and "
+    "dtype and keeps the faster. On a GPU the eager loop measures Python's kernel launches, not the GPU."
+)
+THREADS_HELP = (
+    "spectune's engine on a CPU: the intra-op threads every configuration decodes with. 0 counts the cores other "
+    "processes leave free when the session starts, as llama-server's -t is chosen."
+)
 
 
 MODE_LABELS = {

@@ -12,6 +12,7 @@ import pandas as pd
 
 from app import data
 from engine.engines import registry
+from engine.service.measurement_notes import floor_note, loop_note
 from engine.service.report_runs import run_spread, run_verdict
 from engine.service.surface import stops_paying as surface_stops
 from engine.service.surface import surface_cells
@@ -136,6 +137,19 @@ def machine_note(session: Mapping[str, Any]) -> str | None:
     """The session-level warning when it was measured on a busy machine (from its summary), else None."""
     note = (session.get("summary") or {}).get("machine_note")
     return str(note) if note else None
+
+
+def floor_warning(session: Mapping[str, Any]) -> str | None:
+    """The measurement floor's sentence when it marks every speedup too noisy to tell, else None."""
+    found = floor_note(session.get("summary"))
+    return found.text if found is not None and found.off else None
+
+
+def measurement_captions(session: Mapping[str, Any]) -> list[str]:
+    """How the session measured, as captions: a floor that holds, the loop and its threads."""
+    found = floor_note(session.get("summary"))
+    lines = [found.text] if found is not None and not found.off else []
+    return lines + [text for text in (loop_note(session.get("summary")),) if text]
 
 
 def noisy_note(session: Mapping[str, Any]) -> str | None:

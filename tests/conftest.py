@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("SPECTUNE_TEST_RUN", uuid.uuid4().hex)  # tests/processes.py: what this run started
+# sessions asking for loop "auto" decode eagerly (a compile probe per test costs minutes); the loop tests set theirs
+os.environ.setdefault("SPECTUNE_LOOP", "eager")
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -18,6 +18,7 @@ from engine.core.policy import FixedGamma
 from engine.core.records import PromptOutput, StepRecord
 from engine.endpoint.metrics import ServerCounters
 from engine.engines import registry
+from engine.engines.spectune import LOOP_FIELDS
 from engine.errors import SettingsError
 from engine.session.hooks import Hooks
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey, plan_runs
@@ -39,6 +40,7 @@ class ScriptedRunner:
 
     def __init__(self, broken: RunKey | None = None, fail_at: int = 1) -> None:
         self.order: list[tuple[int, RunKey]] = []
+        self.primed: list[int] = []
         self.broken, self.fail_at = broken, fail_at
         self.stopped = 0
 
@@ -52,6 +54,9 @@ class ScriptedRunner:
 
     def warm_up(self, plan: list[RunKey]) -> None:
         pass
+
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        self.primed.append(index)
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         if key == self.broken and index >= self.fail_at:
@@ -123,8 +128,12 @@ def test_the_order_rotates_and_every_run_gets_a_noise_verdict() -> None:
     runner = ScriptedRunner()
     report = run_sweep(runner, spec(gammas=[1, 2, 3], temperatures=[0.0]), PROMPTS).to_dict()
     rounds = [[key for i, key in runner.order if i == index] for index in range(len(PROMPTS))]
+    assert runner.primed == list(range(len(PROMPTS))), "every prompt is primed, untimed, before its round"
     assert all(r[0] == RunKey("none", 0, 0.0) for r in rounds), "the baseline opens every prompt's round"
-    assert len({r[1] for r in rounds}) == 3, "a different configuration follows the baseline on each prompt"
+    # 3 configurations and the A/A measurement of the target alone rotate: each follows the baseline once
+    assert len({r[1] for r in rounds}) == 4, "a different configuration follows the baseline on each prompt"
+    assert all(r.count(RunKey("none", 0, 0.0)) == 2 for r in rounds) and len({r.index(r[0], 1) for r in rounds}) == 4
+    assert report["measurement_floor"]["spread"]["median"] == 1.0 and report["measurement_floor"]["holds"]
     for run in report["runs"]:
         assert run["speedup_spread"]["verdict"] == "faster" and run["speedup_noisy"] is False
         assert run["speedup_spread"]["n"] == len(PROMPTS)
@@ -197,7 +206,8 @@ def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_repor
         for engine in ("spectune", "llama.cpp")
     }
     a, b = reports["spectune"], reports["llama.cpp"]
-    assert set(a) - {"llama_cpp"} == set(b) - {"llama_cpp"} and "llama_cpp" in b
+    assert set(a) - {"llama_cpp", *LOOP_FIELDS} == set(b) - {"llama_cpp"} and "llama_cpp" in b
+    assert set(LOOP_FIELDS) <= set(a)  # spectune's own: the loop and threads it measured with
     for report in (a, b):
         assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0, 0.8]
         assert [(r["gamma"], r["temperature"]) for r in report["runs"]] == [(2, 0.0), (2, 0.8)]
@@ -223,7 +233,7 @@ def test_parity_a_running_deployment_reports_what_every_engine_reports() -> None
                     "request_timeout_s": 5.0}  # fmt: skip
         deployed = registry.sweep(endpoint_spec(endpoint, 6), prompts)
     a, b = loop.to_dict(), deployed.to_dict()
-    assert set(a) == set(b) - {"endpoint"} and "endpoint" in b
+    assert set(a) - set(LOOP_FIELDS) == set(b) - {"endpoint"} and "endpoint" in b
     assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]] and set(a["baseline"]) == set(b["baseline"])
     for report in (a, b):
         assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0]

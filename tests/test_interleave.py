@@ -94,8 +94,11 @@ def test_phases_are_named_with_their_own_progress(swept) -> None:
     names = [p[1] for p in phases]
     assert names[0] == "loading models" and "warming up" in names and names[-1] == "agreement pass"
     decoding = [p for p in phases if p[1].startswith("decoding prompt")]
-    assert [p[1] for p in decoding][:: len(hooks.runs)] == [f"decoding prompt {i} of 3" for i in (1, 2, 3)]
-    assert [p[2] for p in decoding] == list(range(len(decoding))) and {p[3] for p in decoding} == {15}
+    per_prompt = len(hooks.runs) + 1  # every run and the A/A measurement of the target alone
+    assert [p[1] for p in decoding][::per_prompt] == [f"decoding prompt {i} of 3" for i in (1, 2, 3)]
+    assert [p[2] for p in decoding] == list(range(len(decoding))) and {p[3] for p in decoding} == {3 * per_prompt}
+    priming = [p[1] for p in phases if p[1].startswith("priming prompt")]
+    assert priming == [f"priming prompt {i} of 3" for i in (1, 2, 3)]
     assert decoding[0][4] is None and all(p[4] is not None and p[4] >= 0 for p in decoding[1:])
     # each decode's phase comes right before its output
     for i, call in enumerate(hooks.calls):

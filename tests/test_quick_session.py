@@ -135,7 +135,8 @@ def test_a_full_session_runs_a_headline_its_grid_did_not_measure_live(store: Sto
                                                         ("speculative", fixed["gamma"])]  # fmt: skip
     assert fixed["measured_speedup"] > 0 and fixed["measured_over_predicted"] > 0
     assert 0 < done["grid_s"] and 0 < done["confirm_s"]
-    assert session["progress_done"] == session["progress_total"] == 4 * len(PROMPTS)  # both sweeps counted
+    # both sweeps counted, each with its A/A measurement of the target alone
+    assert session["progress_done"] == session["progress_total"] == 6 * len(PROMPTS)
     lines = confirmation_lines(session)
     assert lines[0].startswith(f"The grid's recommendation was not in the grid: ran ngram γ={fixed['gamma']}")
     assert any(f"ngram γ={fixed['gamma']} T=0 — predicted" in line for line in lines), lines

@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import common, components, data
 from app import run_view as rv
+from app import sessions_view as sv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
 from engine.service.jobs import submit_session
 
@@ -92,6 +93,10 @@ with st.container(border=True):
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
             st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
                           **rv.CONCURRENCY_INPUT)  # fmt: skip
+            c1, c2 = st.columns(2)
+            c1.selectbox("Loop (spectune's engine)", rv.LOOP_CHOICES, key="loop", help=rv.LOOP_HELP)
+            c2.number_input("Threads (0 = the cores free at the start)", min_value=0, max_value=1024, value=0,
+                            key="threads", help=rv.THREADS_HELP)  # fmt: skip
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
         estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
         probe = st.form_submit_button("Probe the pace, then estimate", key="probe_pace", help=rv.PROBE_HELP)
@@ -130,6 +135,10 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     components.status_banner(session, here="Run")
     if busy := rv.busy_note(session, frame.other_cpu_pct):
         st.warning(md_escape(busy), icon=common.ICONS["warning"])
+    if floor := sv.floor_warning(session):
+        st.warning(md_escape(floor), icon=common.ICONS["warning"])
+    for caption in sv.measurement_captions(session):
+        st.caption(md_escape(caption))
     if status in ACTIVE_STATUSES and st.button("Cancel session", key=f"cancel_{session_id}"):
         with common.guard("cancel the session"):
             if store.request_cancel(session_id):

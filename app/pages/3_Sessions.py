@@ -97,9 +97,11 @@ def show_session(session: dict[str, Any]) -> None:
     icon = common.STATUS_ICONS.get(status, "")
     st.markdown(f"### #{sid} {md_escape(common.one_line(session.get('name'), 100))} — {icon} {status}")
     components.status_banner(session, here="Sessions")
-    for note in (sv.machine_note(session), sv.noisy_note(session)):
+    for note in (sv.machine_note(session), sv.floor_warning(session), sv.noisy_note(session)):
         if note:
             st.warning(md_escape(note), icon=common.ICONS["warning"])
+    for caption in sv.measurement_captions(session):
+        st.caption(md_escape(caption))
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
     if suffix_note := sv.suffix_cache_note(session):
         st.caption(md_escape(suffix_note))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.kvcache import crop_to, forward_step, new_cache, sync
+from engine.core.kvcache import crop_to, forward_step, sequence_cache, sync
 from engine.core.model import LoadedModel
 from engine.core.policy import FixedGamma, PolicyRun, SpeculationPolicy
 from engine.core.proposal import DraftSource, NoDraft
@@ -80,7 +80,7 @@ def decode_prompt(
 
     tokens = list(prompt_ids)
     n_prompt = len(tokens)
-    cache = new_cache(target.model.config)
+    cache = sequence_cache(target)
     draft.start(tokens)
     start = time.perf_counter()
     if n_prompt > 1:  # prefill all but the last prompt token; the first step feeds the last one

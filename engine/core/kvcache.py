@@ -1,4 +1,8 @@
-"""The KV cache: one forward step over a cache, cropping it back, a new cache, and the device sync."""
+"""The KV cache: one forward step over a cache, cropping it back, a cache for a sequence, and the device sync.
+
+In the eager loop a sequence's cache is a DynamicCache that grows and is cropped by slicing. In the compiled loop
+(engine.core.compiled) it is the model's one static cache: a forward of a compiled width runs the compiled call,
+and a crop only moves the cache's position back."""
 
 from __future__ import annotations
 
@@ -10,22 +14,34 @@ from engine.core.model import LoadedModel
 def forward_step(model: LoadedModel, input_ids: list[int], cache: object, keep: int) -> torch.Tensor:
     """One forward over `input_ids` appended to `cache`; logits of the last `keep` positions, (keep, V)."""
     ids = torch.tensor([input_ids], dtype=torch.long, device=model.device)
+    compiled = model.compiled
+    if compiled is not None and compiled.owns(cache) and compiled.covers(len(input_ids)):
+        return compiled.forward(ids, cache, keep)
     out = model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:]
 
 
 def crop_to(cache: object, length: int) -> None:
-    """Roll a KV cache back to `length` positions (transformers 5 crops by a negative count)."""
-    current = cache.get_seq_length()
+    """Roll a KV cache back to `length` positions (transformers 5 crops by a negative count; a static cache moves
+    its position back and copies nothing)."""
+    current = int(cache.get_seq_length())
     if current > length:
         cache.crop(length - current)
 
 
 def new_cache(config: object) -> object:
-    """An empty KV cache for a model with this config."""
+    """An empty eager KV cache for a model with this config."""
     from transformers import DynamicCache
 
     return DynamicCache(config=config)
+
+
+def sequence_cache(model: LoadedModel, slot: str = "target") -> object:
+    """An empty KV cache for one sequence in the loop `model` decodes in: its static cache for `slot` ("target", or
+    "draft" where the model drafts), emptied, when it is compiled; else a new eager cache."""
+    if model.compiled is not None and model.compiled.active:
+        return model.compiled.empty_cache(slot)
+    return new_cache(model.model.config)
 
 
 def sync(device: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.core.kvcache import crop_to, forward_step, new_cache
+from engine.core.kvcache import crop_to, forward_step, sequence_cache
 from engine.core.model import LoadedModel
 from engine.core.policy import DROP, GO, KEEP, Stop
 from engine.core.proposal import Proposal
@@ -34,7 +34,7 @@ class ModelDraft:
         self.confidences: list[float] = []  # per token of the last proposal (only when a stop callback was given)
 
     def start(self, prompt_ids: list[int]) -> None:
-        self.cache = new_cache(self.draft.model.config)
+        self.cache = sequence_cache(self.draft, "draft")
         self.cached_len = 0
 
     def _fit_vocab(self, q: torch.Tensor) -> torch.Tensor:

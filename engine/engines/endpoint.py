@@ -116,9 +116,15 @@ class EndpointRunner:
             except EndpointError as exc:
                 client.stop(f"{client.label} endpoint: {exc}")
 
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        """Nothing more: the warm-up already sent every prompt once to every endpoint, untimed."""
+
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Prompt `index` with the next concurrency − 1 prompts in flight; a round with no successful request is
-        sent again until one succeeds or the error rules stop the endpoint."""
+        sent again until one succeeds or the error rules stop the endpoint. The A/A check (the target alone without
+        `reference`) is declined: a deployment's requests are capped, and the check would spend them."""
+        if key.kind == "baseline" and not reference:
+            raise Enough("a deployment's requests are capped: no A/A check")
         client = self._client(key)
         n = len(self.prompts)
         batch = [((index + j) % n, self.prompts[(index + j) % n].text) for j in range(key.concurrency)]
@@ -149,8 +155,14 @@ class EndpointRunner:
             text=mine.text, from_draft=[], wall_time_s=mine.duration_s, steps=int(counters.target_calls),
             prefill_time_s=mine.ttft_s or 0.0,
         )  # fmt: skip
-        return Decoded(output, counters, rnd.wall_s, tokens=int(counters.emitted),
-                       ttft_s=[r.ttft_s for r in ok if r.ttft_s is not None], itl_s=[g for r in ok for g in r.itl_s])
+        return Decoded(
+            output,
+            counters,
+            rnd.wall_s,
+            tokens=int(counters.emitted),
+            ttft_s=[r.ttft_s for r in ok if r.ttft_s is not None],
+            itl_s=[g for r in ok for g in r.itl_s],
+        )
 
     def side_measure(self, index: int) -> None:
         pass

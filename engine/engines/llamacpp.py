@@ -13,6 +13,7 @@ own target-alone outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,7 +49,15 @@ from engine.measure.agreement import draft_trace
 from engine.measure.verify_cost import llamacpp_verify_cost_curve
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
-from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
+from engine.session.runner import (
+    DecodeContext,
+    Decoded,
+    EngineOutputs,
+    PromptText,
+    RunFailed,
+    RunKey,
+    baseline_of,
+)
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
 
 TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
@@ -155,9 +164,9 @@ class LlamaCppRunner:
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per draft-model run: each request's split of its time
         self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
-    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
-        RunKey, str
-    ]:
+    def start(
+        self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
+    ) -> dict[RunKey, str]:
         self.spec, self.should_stop = spec, ctx.should_stop
         self.build = self.build or find_llama()
         self.target = gguf_for(spec.target, "target")
@@ -213,6 +222,13 @@ class LlamaCppRunner:
     def warm_up(self, plan: list[RunKey]) -> None:
         pass
 
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        """One untimed request of prompt `index` to the target-alone server, greedy, kept nowhere."""
+        key = baseline_of(list(self.configs))
+        if key is not None:
+            with contextlib.suppress(RunFailed):
+                self._request(self.configs[key], self.texts[index], 0.0, 0)
+
     def _resident(self, config: ServerConfig) -> ManagedServer:
         """The running server of `config`, started now if it is not resident: the server used last is stopped to
         make room while too many run or the memory it needs is not available (every configuration is visited once
@@ -257,16 +273,20 @@ class LlamaCppRunner:
             growth += max(0, self.memory[c].private - (held if held is not None else 0))
         return need(self.memory[config], resident, growth) - (available_bytes() - RESERVE_BYTES)
 
-    def _request(self, config: ServerConfig, text: str, temperature: float, n_probs: int) -> tuple[
-        client.Completion, Any
-    ]:
+    def _request(
+        self, config: ServerConfig, text: str, temperature: float, n_probs: int
+    ) -> tuple[client.Completion, Any]:
         assert self.spec is not None
         server = self._resident(config)
         s = self.spec
         try:
             before = client.metrics(server.url)
-            done = self._until_stopped(server, lambda: client.complete(
-                server.url, text, s.max_new_tokens, temperature, s.seed, s.top_k, s.top_p, n_probs=n_probs))
+            done = self._until_stopped(
+                server,
+                lambda: client.complete(
+                    server.url, text, s.max_new_tokens, temperature, s.seed, s.top_k, s.top_p, n_probs=n_probs
+                ),
+            )
             return done, client.metrics(server.url).minus(before)
         except ServerError as exc:
             if server.alive():

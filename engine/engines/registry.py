@@ -42,6 +42,8 @@ class EngineEntry:
     two_width_probe: bool = False
     # what a session's processes will hold at most, and one sentence saying how (None: its models' weights say it)
     memory: Callable[[SessionSpec, list[RunKey]], tuple[int, str]] | None = None
+    # a sentence the estimate adds about the session's setup on this machine (hardware line) before decoding (None)
+    setup_note: Callable[[SessionSpec, str], str | None] = lambda spec, hardware: None
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -203,6 +205,12 @@ def _plan_endpoint(spec: SessionSpec, levels: Sequence[int]) -> list[RunKey]:
 SPECTUNE_NOTE = "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
 
 
+def _spectune_setup(spec: SessionSpec, hardware: str) -> str | None:
+    from engine.engines.spectune_loop import setup_note
+
+    return setup_note(spec, hardware)
+
+
 def _llamacpp_availability() -> tuple[bool, str]:
     from engine.llamacpp.binaries import llama_status
 
@@ -215,7 +223,7 @@ def _llamacpp_availability() -> tuple[bool, str]:
 register(EngineEntry(
     "spectune", "spectune", "spectune (PyTorch loop)", validate_common, _spectune, in_process=True,
     runs_policies=True,
-    availability=lambda: (True, SPECTUNE_NOTE),
+    availability=lambda: (True, SPECTUNE_NOTE), setup_note=_spectune_setup,
 ))  # fmt: skip
 register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,

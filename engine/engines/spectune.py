@@ -5,15 +5,19 @@ c is a request's draft-forward time per forward; each run's verify in the loop (
 the draft's forwards: the target's forward, verification, the KV-cache crop, n-gram lookups) is a LoopPoint the
 step overhead is fitted to (engine.analysis.step_overhead). v(k) is measured with k-token forwards of the target;
 each draft's trace for the policy replay is recorded along the target-alone outputs (with β at every temperature
-above 0)."""
+above 0). The session decodes in one loop, eager or compiled (engine.engines.spectune_loop), on a CPU with the
+intra-op threads the free cores allow (engine.measure.threads); c, v(k) and every run are measured in that loop with
+that count, and the report says which (`loop`, `threads`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from statistics import median
 from typing import Any, ClassVar
 
 from engine.analysis.step_overhead import InLoop, loop_points
+from engine.core.compiled import use_compiled, use_eager
 from engine.core.counters import SpecCounters
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
@@ -23,14 +27,17 @@ from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
 from engine.drafts.suffix import suffix_state
+from engine.engines.spectune_loop import LoopChoice, choose_loop
 from engine.measure.agreement import draft_trace
+from engine.measure.threads import ThreadChoice, choose_threads
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunKey
-from engine.session.spec import SessionSpec, check_context
+from engine.session.spec import LoopOptions, SessionSpec, check_context, gammas_and_policies, widest_draft
 
 TOP_LOGITS_K = 16
+LOOP_FIELDS = ("loop", "loop_basis", "compile_s", "threads", "threads_basis")  # this engine's own report fields
 WARM_UP_TOKENS = 4
 
 
@@ -53,27 +60,75 @@ class SpectuneRunner:
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run: each prompt's split of its time
         self.call_ms: dict[float, dict[int, list[float]]] = {}  # per temperature, per prompt: a target-alone step
         self.spec: SessionSpec | None = None
+        self.models: list[LoadedModel] = []  # every model this session decodes with: the target, then draft models
+        self.threads: ThreadChoice | None = None
+        self.threads_before: int | None = None
+        self.loop = LoopChoice("eager", "not chosen yet")
+        self.compile_s = 0.0
 
     def _load(self, ref: str) -> LoadedModel:
         assert self.spec is not None
-        return self.pool.get(ref, self.spec.dtype, self.spec.device, self.spec.trust_remote_code)
+        model = self.pool.get(ref, self.spec.dtype, self.spec.device, self.spec.trust_remote_code)
+        if all(model is not m for m in self.models):
+            self.models.append(model)
+        return model
 
-    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
-        RunKey, str
-    ]:
+    def start(
+        self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
+    ) -> dict[RunKey, str]:
         self.spec, self.dtype = spec, spec.dtype
+        options = LoopOptions.from_dict(spec.loop)
         ctx.phase("loading models", 0, 1, None)
         self.target = target = self._load(spec.target)
         self.device = str(target.device)
-        for p in prompts:
+        self._set_threads(options.threads)
+        for number, p in enumerate(prompts, start=1):  # named by its place in the session, not a database id
             ids = encode_prompt(target.tokenizer, p.text, spec.chat_template)
-            check_context(len(ids), spec.max_new_tokens, target.max_context, f"prompt {p.prompt_id}")
+            check_context(len(ids), spec.max_new_tokens, target.max_context, f"prompt {number}")
             self.encoded.append((p, ids))
         for ref in dict.fromkeys(key.draft for key in plan if key.draft != "none"):
             self.drafts[ref] = make_draft(ref, target, self._load)
         self.policy_runs = {key: PolicyRun(key.policy) for key in plan if key.policy is not None}
         self.run_drafts = {key: for_one_run(self.drafts[key.draft]) for key in plan if key.draft in self.drafts}
+        self._choose_loop(options.kind, ctx)
         return {}
+
+    def _set_threads(self, requested: int | None) -> None:
+        """On a CPU: the intra-op threads every configuration decodes with, from the cores free now (or as set)."""
+        if self.device.startswith("cuda"):
+            return
+        import torch
+
+        self.threads = choose_threads(requested)
+        self.threads_before = torch.get_num_threads()
+        torch.set_num_threads(self.threads.threads)
+
+    def _choose_loop(self, asked: str, ctx: DecodeContext) -> None:
+        """The loop every model of the session decodes in; a compiled loop compiles every width it will run now, as
+        a phase of its own (a model compiled by an earlier session in this worker compiles nothing)."""
+        assert self.target is not None and self.spec is not None
+        from engine.measure.hardware import describe_hardware
+
+        widest = widest_draft(*gammas_and_policies(self.spec)) + 1
+        need = max(len(ids) for _, ids in self.encoded) + self.spec.max_new_tokens + widest + 1
+        hardware = str(describe_hardware()["label"])
+        self.loop = choose_loop(asked, self.target, self.encoded[0][1], need, widest, hardware,
+                                phase=lambda text: ctx.phase(text, 0, 1, None))  # fmt: skip
+        if self.loop.loop != "compiled":
+            for model in self.models:
+                use_eager(model)
+            return
+        started = time.perf_counter()
+        try:
+            for done, model in enumerate(self.models):
+                ctx.phase(f"compiling {model.ref}", done, len(self.models), None)
+                use_compiled(model, need, widest).compile(range(1, widest + 1))
+        except Exception as exc:  # noqa: BLE001 - a model or backend that does not compile decodes eagerly, said so
+            for model in self.models:
+                use_eager(model)
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            self.loop = LoopChoice("eager", f"the compiled loop failed to compile ({type(exc).__name__}: {reason})")
+        self.compile_s = time.perf_counter() - started
 
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
         assert self.target is not None
@@ -88,6 +143,13 @@ class SpectuneRunner:
             cfg = DecodeConfig(0 if source.method == "none" else gamma, SamplingConfig(0.0), WARM_UP_TOKENS,
                                self.spec.seed)  # fmt: skip
             decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
+
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        """The target alone decodes prompt `index` once, untimed and unrecorded, before any configuration does."""
+        assert self.target is not None and self.spec is not None
+        cfg = DecodeConfig(0, SamplingConfig(0.0), self.spec.max_new_tokens, self.spec.seed)
+        decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
+                      should_stop=ctx.should_stop)  # fmt: skip
 
     def _config(self, key: RunKey, reference: bool) -> DecodeConfig:
         assert self.spec is not None
@@ -113,7 +175,8 @@ class SpectuneRunner:
             on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
         )  # fmt: skip
         decode_s = out.wall_time_s - out.prefill_time_s
-        self._time_split(key, index, records, decode_s)
+        if key.kind != "baseline" or reference:  # the A/A decode (no reference) is the floor's alone
+            self._time_split(key, index, records, decode_s)
         return Decoded(out, counters, decode_s)
 
     def _time_split(self, key: RunKey, index: int, records: list[StepRecord], decode_s: float) -> None:
@@ -123,7 +186,8 @@ class SpectuneRunner:
         if key.kind == "baseline":
             if records:
                 self.call_ms.setdefault(key.temperature, {}).setdefault(index, []).append(
-                    decode_s * 1000.0 / len(records))
+                    decode_s * 1000.0 / len(records)
+                )
             return
         forward = [r for r in records if r.draft_forwards > 0]
         draft_ms = 1000.0 * sum(r.draft_time_s for r in forward)
@@ -159,7 +223,18 @@ class SpectuneRunner:
         return EngineOutputs(traces=traces, draft_costs=costs, loop_points=points, notes=notes if traces else [])
 
     def describe(self) -> dict[str, Any]:
-        return suffix_state({k.label(): s for k, s in self.run_drafts.items()}, [p.prompt_id for p, _ in self.encoded])
+        """The loop and threads every figure was measured with, and the suffix drafts' cache state."""
+        threads = self.threads
+        values = (self.loop.loop, self.loop.basis, round(self.compile_s, 1), threads.threads if threads else None,
+                  threads.basis if threads else None)  # fmt: skip
+        loop = dict(zip(LOOP_FIELDS, values, strict=True))
+        prompt_ids = [p.prompt_id for p, _ in self.encoded]
+        return loop | suffix_state({k.label(): s for k, s in self.run_drafts.items()}, prompt_ids)
 
     def stop(self) -> None:
         self.drafts.clear()
+        if self.threads_before is not None:
+            import torch
+
+            torch.set_num_threads(self.threads_before)
+            self.threads_before = None

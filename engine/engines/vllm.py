@@ -14,6 +14,7 @@ AMX), float32 otherwise; a CUDA build takes the session's."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,15 @@ from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.pool import ModelPool
-from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey
+from engine.session.runner import (
+    DecodeContext,
+    Decoded,
+    EngineOutputs,
+    PromptText,
+    RunFailed,
+    RunKey,
+    baseline_of,
+)
 from engine.session.spec import SessionSpec, VllmOptions, gammas_and_policies, validate
 from engine.vllm import client
 from engine.vllm.binaries import VllmInstall, find_vllm
@@ -172,6 +181,14 @@ class VllmRunner:
             except EndpointError:
                 pass
 
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        """One untimed request of prompt `index` to the target-alone server, greedy, kept nowhere (prefix caching is
+        off, so it leaves the timed requests nothing to reuse)."""
+        key = baseline_of(list(self.configs))
+        if key is not None:
+            with contextlib.suppress(RunFailed):
+                self._batch(key, index, False, ctx)
+
     def _sampling(self, temperature: float) -> dict[str, Any]:
         assert self.spec is not None
         s = self.spec
@@ -234,7 +251,8 @@ class VllmRunner:
             return
         drafts = int(counters.drafts)
         self.in_loop.setdefault(key, []).append(
-            InLoop(index, 1000.0 * wall_s, 0.0, drafts, calls - drafts, float(counters.draft_tokens), 0))
+            InLoop(index, 1000.0 * wall_s, 0.0, drafts, calls - drafts, float(counters.draft_tokens), 0)
+        )
 
     def side_measure(self, index: int) -> None:
         pass

@@ -47,6 +47,8 @@ def spread_of(values: Sequence[float]) -> Spread | None:
     lo, mid, hi = min(values), median(values), max(values)
     if len(values) == 1:
         verdict = "single measurement"
+    elif hi / lo > WIDE_SPREAD:  # one prompt's ratio says little about another's: no direction to claim
+        verdict = "too noisy to tell"
     elif lo > 1.0:
         verdict = "faster"
     elif hi < 1.0:
@@ -74,6 +76,65 @@ def stored_noisy(spread: Mapping[str, object] | None) -> bool | None:
         return int(judged.n) < 2 or is_noisy(judged)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
+
+
+FLOOR_TOLERANCE = 0.05  # an A/A median this far from 1.00 and outside its own spread is a biased measurement
+
+
+@dataclass(frozen=True)
+class MeasurementFloor:
+    """The target alone measured twice in one session (an A/A check): per prompt, the second measurement's tokens/s
+    ÷ the first's, side by side as every speedup is. Its median should be 1.00; its spread is how far apart two
+    measurements of one configuration land on this machine, the floor under which no speedup can be told."""
+
+    ratios: tuple[float, ...]
+
+    @property
+    def spread(self) -> Spread | None:
+        return spread_of(self.ratios)
+
+    @property
+    def holds(self) -> bool:
+        """Whether the session measured what it measured without a bias: the A/A median within FLOOR_TOLERANCE of
+        1.00, or 1.00 inside the A/A's own spread (its noise band). True when nothing was measured."""
+        spread = self.spread
+        if spread is None:
+            return True
+        inside_band = spread.n >= 2 and spread.min <= 1.0 <= spread.max
+        return abs(spread.median - 1.0) <= FLOOR_TOLERANCE or inside_band
+
+    def sentence(self) -> str:
+        """The floor as every page, the CLI and the report say it."""
+        spread = self.spread
+        if spread is None:
+            return "Measurement floor: not measured (no prompt decoded twice by the target alone)."
+        band = f"{spread.min:.2f}–{spread.max:.2f}× over {spread.n} prompts" if spread.n > 1 else "one prompt"
+        head = f"Measurement floor (target ÷ target, A/A): {spread.median:.2f}× ({band})"
+        if self.holds:
+            return f"{head}: the measurements hold; a speedup inside {spread.min:.2f}–{spread.max:.2f}× is noise."
+        return (f"{head}: outside its own noise band — the same configuration measured {spread.median:.2f}× itself, "
+                "so every speedup of this session is marked too noisy to tell. Repeat on a quiet machine.")  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        spread = self.spread
+        return {"ratios": [round(r, 4) for r in self.ratios], "spread": spread.to_dict() if spread else None,
+                "holds": self.holds, "sentence": self.sentence()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementFloor | None:
+        """A stored floor (to_dict), or None when none was stored or it cannot be read."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return cls(tuple(float(r) for r in data.get("ratios") or ()))  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            return None
+
+
+def floor_off(floor: Mapping[str, object] | None) -> bool:
+    """Whether a stored measurement floor says the session's speedups are biased (False when none was stored)."""
+    judged = MeasurementFloor.from_dict(floor)
+    return judged is not None and not judged.holds
 
 
 # The machine counts as busy when other processes took this share of all its cores (median over the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from engine.core.kvcache import crop_to, forward_step, new_cache, sync
+from engine.core.kvcache import crop_to, forward_step, sequence_cache, sync
 from engine.core.model import LoadedModel
 from engine.llamacpp.bench import batch_times
 from engine.llamacpp.binaries import LlamaBuild
@@ -62,7 +62,7 @@ def from_rounds(times: Mapping[int, Sequence[float]]) -> VerifyCost:
 def forward_times(model: LoadedModel, context_ids: list[int], ks: list[int], rounds: int = 5) -> dict[int, list[float]]:
     """Seconds of a k-token forward appended to a cache holding `context_ids`, one per round for each k, the
     rounds in alternating order (1, 2, 4, … then … 4, 2, 1) after a warm-up of every shape."""
-    cache = new_cache(model.model.config)
+    cache = sequence_cache(model)
     forward_step(model, context_ids, cache, 1)
     base = len(context_ids)
     filler = (context_ids * (max(ks) // max(1, len(context_ids)) + 2))[: max(ks)]

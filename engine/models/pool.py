@@ -54,6 +54,11 @@ class ModelPool:
                 self._models[key] = load_model(ref, dtype=dtype, device=device, trust_remote_code=trust_remote_code)
         return self._models[key]
 
+    def adopt(self, model: LoadedModel) -> None:
+        """Keep a model built elsewhere (a randomly initialised one, say) under its own reference, dtype and device:
+        a session naming that reference, dtype and device decodes with it."""
+        self._models[(model.ref, model.dtype, model.device)] = model
+
     def keys(self) -> list[PoolKey]:
         """What the pool holds: (reference, dtype, device) per loaded model."""
         return list(self._models)

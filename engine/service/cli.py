@@ -17,6 +17,9 @@ from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.measure.hardware import machine_dtype
 from engine.service import endpoint_cli, export_check_cli, policy_cli, recommend_cli, report_cli
+from engine.service.outputs import os_error_reason, output_file
+from engine.service.run_options import apply_engine_options
+from engine.session.spec import LOOPS
 
 EXIT_USAGE = 2
 
@@ -44,9 +47,13 @@ def _levels(value: str) -> list[int]:
 
 def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--target", default="qwen2.5-coder-1.5b", help="bundled name, .gguf path, model dir or id")
-    p.add_argument("--draft", default=None if multi else "qwen2.5-coder-0.5b", action="append" if multi else "store",
-                   help="draft model reference, 'ngram', 'suffix[:DEPTH[:SPEC_FACTOR[:MIN_PROB[:CACHED]]]]', or 'none' "
-                        "(target alone)" + (" (repeatable)" if multi else ""))
+    p.add_argument(
+        "--draft",
+        default=None if multi else "qwen2.5-coder-0.5b",
+        action="append" if multi else "store",
+        help="draft model reference, 'ngram', 'suffix[:DEPTH[:SPEC_FACTOR[:MIN_PROB[:CACHED]]]]', or 'none' "
+        "(target alone)" + (" (repeatable)" if multi else ""),
+    )
     p.add_argument("--prompts", required=True, help="plain text (one prompt a line) or JSONL with prompt/turns")
     p.add_argument("--gamma", type=int, default=None if multi else 4, action="append" if multi else "store")
     p.add_argument("--temperature", type=float, default=None if multi else 0.0, action="append" if multi else "store")
@@ -55,17 +62,46 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", type=_dtype, default=None,
-                   help="default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32 (as the Run page)")
+    p.add_argument(
+        "--dtype",
+        type=_dtype,
+        default=None,
+        help="default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32 (as the Run page)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--no-chat-template", action="store_true", help="feed prompts raw, without the chat template")
     p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the checkpoint (off)")
-    p.add_argument("--concurrency", type=_levels, default=None,
-                   help="requests in flight, e.g. 1,2,4,8 (the default for vLLM, which batches; 1 elsewhere)")
-    p.add_argument("--vllm-threads", type=int, default=None,
-                   help="vLLM: compute cores (default every core, as llama-server's -t); see README")
-    p.add_argument("--engine", choices=registry.sweep_cli_choices(), default="spectune",
-                   help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration")
+    p.add_argument(
+        "--concurrency",
+        type=_levels,
+        default=None,
+        help="requests in flight, e.g. 1,2,4,8 (the default for vLLM, which batches; 1 elsewhere)",
+    )
+    p.add_argument(
+        "--vllm-threads",
+        type=int,
+        default=None,
+        help="vLLM: compute cores (default every core, as llama-server's -t); see README",
+    )
+    p.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="spectune's loop: eager, compiled (a static KV cache, compiled forwards; CUDA graphs on a GPU) "
+        "or auto (a measured probe per machine, target and dtype decides; SPECTUNE_LOOP overrides it)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="spectune's CPU threads (default: the cores other processes leave free at the start)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=registry.sweep_cli_choices(),
+        default="spectune",
+        help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="decode prompts with a target and a draft; write a JSON report")
     _add_run_options(run, multi=False)
-    run.add_argument("--json", dest="json_out", required=True, help="where to write the report")
+    run.add_argument("--json", dest="json_out", required=True, type=output_file,
+                     help="where to write the report")  # fmt: skip
     policy_cli.add_run_option(run)  # --policy fixed:G | confidence:P[:NMAX[:NMIN]] | heuristic:START | adaptive
 
     theory = sub.add_parser("theory", help="Theorem 3.8 speedup and Theorem 3.11 operations multiplier")
@@ -120,6 +157,7 @@ def _load_prompts(path: str, limit: int | None) -> list[Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from engine.service.outputs import write_output
     from engine.session.spec import SessionSpec
 
     draft = args.draft
@@ -141,25 +179,48 @@ def cmd_run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         engine=registry.engine_from_cli(args.engine),
     )
-    settings.concurrency = registry.concurrency_for(settings.engine, args.concurrency)
-    settings.vllm.threads = args.vllm_threads
+    apply_engine_options(settings, args)
     registry.validate(settings)
     out_path = Path(args.json_out)
-    if out_path.parent and not out_path.parent.exists():
-        raise SpectuneError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
     prompts = _load_prompts(args.prompts, args.max_prompts)
     report = registry.sweep(settings, prompts).to_dict()
     if report["failed"]:
         raise SpectuneError(report["failed"][0]["error"])
     flat = policy_cli.flatten_policy(flatten_report(report, gammas[0] if gammas else 0), report, policy)
-    out_path.write_text(json.dumps(flat, indent=2))
+    write_output(out_path, json.dumps(flat, indent=2), "--json")
     print(
         f"{flat['draft']} {policy or 'γ=' + str(flat['gamma'])} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
         f"tokens per call={_fmt(flat['tokens_per_call'])} c={_fmt(flat['c'])} "
         f"{flat['tokens_per_s']:.2f} tok/s vs {flat['baseline_tokens_per_s']:.2f} baseline "
-        f"(speedup {_fmt(flat['speedup_measured'])}× measured, {_fmt(flat['speedup_predicted'])}× predicted)"
+        f"(speedup {_fmt(flat['speedup_measured'])}× measured{_verdict(flat)}, "
+        f"{_fmt(flat['speedup_predicted'])}× predicted)"
     )
+    for line in run_judgement(flat):
+        print(line)
     return 0
+
+
+def _verdict(flat: dict[str, Any]) -> str:
+    """', too noisy to tell' (or the spread's verdict) after a measured speedup, as the pages say it."""
+    spread = flat.get("speedup_measured_spread") or {}
+    if flat.get("speedup_noisy"):
+        return ", too noisy to tell"
+    return f", {spread['verdict']}" if spread.get("verdict") in ("faster", "slower") else ""
+
+
+def run_judgement(flat: dict[str, Any]) -> list[str]:
+    """What a session would say of this run beside its speedup: its bound check, the measurement floor, the loop
+    and threads it was measured with."""
+    lines = []
+    if flat.get("speedup_flag"):
+        lines.append(f"flag: {flat['speedup_flag']}")
+    floor = flat.get("measurement_floor") or {}
+    if floor.get("sentence"):
+        lines.append(str(floor["sentence"]))
+    if flat.get("loop"):
+        threads = f"; threads {flat['threads_basis']}" if flat.get("threads_basis") else ""
+        lines.append(f"loop: {flat['loop_basis'] and flat['loop'] + ' (' + flat['loop_basis'] + ')'}{threads}")
+    return lines
 
 
 def _fmt(x: float | None) -> str:
@@ -172,9 +233,11 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
     run = report["runs"][0] if report["runs"] else None
     src = run or base
     outputs = src["outputs"]
-    divergences = run["divergences"] if run else [
-        {"prompt_id": o["prompt_id"], "identical": True, "verdict": "identical"} for o in outputs
-    ]
+    divergences = (
+        run["divergences"]
+        if run
+        else [{"prompt_id": o["prompt_id"], "identical": True, "verdict": "identical"} for o in outputs]
+    )
     return {
         "target": report["target"],
         "draft": run["draft"] if run else "none",
@@ -195,7 +258,16 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         # per-prompt speedups measured side by side: median (= speedup_measured), min, max, n and a verdict
         "speedup_measured_spread": run.get("speedup_spread") if run else None,
         "speedup_noisy": run.get("speedup_noisy") if run else None,
+        # the bound check a session applies (engine.session.summarise.speedup_flag): None when the speedup stands
+        "speedup_flag": run.get("speedup_flag") if run else None,
+        "speedup_whole_run": run.get("speedup_whole_run") if run else None,
         "speedup_predicted": src.get("speedup_predicted"),
+        "measurement_floor": report.get("measurement_floor"),  # the A/A check: target ÷ target, side by side
+        "loop": report.get("loop"),  # spectune's loop: eager or compiled, and why
+        "loop_basis": report.get("loop_basis"),
+        "compile_s": report.get("compile_s"),
+        "threads": report.get("threads"),  # the CPU intra-op threads every configuration decoded with
+        "threads_basis": report.get("threads_basis"),
         "machine_load": report.get("machine_load"),
         "machine_note": report.get("machine_note"),
         "agreement_runs": src.get("agreement_runs", []),
@@ -306,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not a user error: one line, the traceback only on request
         if os.environ.get("SPECTUNE_DEBUG"):
             raise
+        if isinstance(exc, OSError) and (reason := os_error_reason(exc)):  # a full disk, no permission
+            print(f"error: {str(exc.filename) + ': ' if exc.filename else ''}{reason}", file=sys.stderr)
+            return EXIT_USAGE
         first = str(exc).splitlines()[0] if str(exc) else ""
         hint = "(set SPECTUNE_DEBUG=1 for the traceback)"
         print(f"internal error: {type(exc).__name__}: {first} {hint}", file=sys.stderr)

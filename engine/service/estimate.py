@@ -38,6 +38,7 @@ class SessionEstimate:
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
     rough: bool = False  # a probe's pace: the target's load once and every token at the target-alone pace
+    setup: str | None = None  # the engine's sentence on its setup before decoding (a compile), if any
 
     def sentences(self) -> list[str]:
         work = f"{self.configurations} configuration(s) to run live"
@@ -56,6 +57,8 @@ class SessionEstimate:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
             lines = [f"{work}: about {took} on this machine ({self.source})."]
+        if self.setup:
+            lines.append(self.setup)
         if self.memory_bytes is not None:
             lines.append(f"Memory: {self.memory_what.rstrip('.')}.")
         if self.seconds is not None and self.seconds > LONG_S:
@@ -163,7 +166,8 @@ def estimate_session(
         quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
     return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
-                           optional_configurations(spec), probed)  # fmt: skip
+                           optional_configurations(spec), probed,
+                           registry.get(spec.engine).setup_note(spec, hardware))  # fmt: skip
 
 
 def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.engines.registry import concurrency_for, engine_from_cli
+from engine.engines.registry import engine_from_cli
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import machine_dtype
 from engine.service.pace_probe import PROBE_TOKENS
+from engine.service.run_options import apply_engine_options
 from engine.session.runner import PromptText
 from engine.session.spec import MODES, SessionSpec
 
@@ -39,12 +40,18 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         help="which --max-prompts prompts: the first in file order, or stratified by category "
         "(default: stratified when the file names two or more categories)",
     )  # fmt: skip
-    submit.add_argument("--estimate", action="store_true",
-                        help="print the estimated time and memory (as the Run page's Estimate) and queue nothing")
-    submit.add_argument("--probe", action="store_true",
-                        help="with --estimate: first time the target alone on the first prompt (its load and "
-                        f"{PROBE_TOKENS} tokens, in a child process) and estimate from that when no comparable "
-                        "session has run here (as the Run page's Probe)")
+    submit.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the estimated time and memory (as the Run page's Estimate) and queue nothing",
+    )
+    submit.add_argument(
+        "--probe",
+        action="store_true",
+        help="with --estimate: first time the target alone on the first prompt (its load and "
+        f"{PROBE_TOKENS} tokens, in a child process) and estimate from that when no comparable "
+        "session has run here (as the Run page's Probe)",
+    )
     submit.add_argument(
         "--mode", choices=MODES, default="quick",
         help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
@@ -61,12 +68,23 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         "[:NMIN]] | heuristic:START | adaptive[:C1,C2,..] (repeatable)",
     )  # fmt: skip
 
-    requeue = sub.add_parser("requeue", help="queue an interrupted session again (its runs so far are kept)")
+    requeue = sub.add_parser(
+        "requeue", help="continue an interrupted session (or one whose worker died): every configuration × prompt "
+        "it measured is reused, only the missing ones run",
+    )  # fmt: skip
     requeue.add_argument("--session", type=int, required=True)
 
-    cancel = sub.add_parser("cancel", help="cancel a session (as the Run page's Cancel): a queued one at once, a "
-                                           "running one at its worker's next step, what it measured kept")
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a session (as the Run page's Cancel): a queued one at once, a "
+        "running one at its worker's next step, what it measured kept",
+    )
     cancel.add_argument("--session", type=int, required=True)
+
+    backup = sub.add_parser(
+        "backup", help="copy the database while in use (SQLite's online backup API; PostgreSQL: pg_dump)"
+    )
+    backup.add_argument("--out", required=True, help="the backup file (replaced atomically if it exists)")
 
     sessions = sub.add_parser("sessions", help="list sessions")
     sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -85,22 +103,33 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from engine.prompts import load_prompt_file
-    from engine.service.jobs import open_app_store, submit_session, validate_submission
-    from engine.session.sampling import has_categories
+    from engine.service.jobs import check_prompts_fit, open_app_store, submit_session, validate_submission
+    from engine.session.sampling import has_categories, sample_indices
 
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
     temps = _defaults(args.temperature, 0.0)
     settings = SessionSpec(
-        target=args.target, drafts=drafts, gammas=gammas, temperatures=temps, max_new_tokens=args.max_new_tokens,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, dtype=args.dtype or machine_dtype(), device=args.device,
-        chat_template=not args.no_chat_template, trust_remote_code=args.trust_remote_code,
+        target=args.target,
+        drafts=drafts,
+        gammas=gammas,
+        temperatures=temps,
+        max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        dtype=args.dtype or machine_dtype(),
+        device=args.device,
+        chat_template=not args.no_chat_template,
+        trust_remote_code=args.trust_remote_code,
         engine=engine_from_cli(args.engine),
-        serving_batch=args.serving_batch, detect_regime=not args.no_regime, mode=args.mode,
-        confirm=args.mode == "full" and not args.no_confirm, policies=list(args.policy or []),
+        serving_batch=args.serving_batch,
+        detect_regime=not args.no_regime,
+        mode=args.mode,
+        confirm=args.mode == "full" and not args.no_confirm,
+        policies=list(args.policy or []),
     )
-    settings.concurrency = concurrency_for(settings.engine, args.concurrency)
-    settings.vllm.threads = args.vllm_threads
+    apply_engine_options(settings, args)
     if args.probe and not args.estimate:
         raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     parsed = load_prompt_file(Path(args.prompts))
@@ -109,14 +138,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
     settings.prompt_sample = args.sample or (
         "stratified" if has_categories([p.category for p in parsed.prompts]) else "first"
     )
-    count = min(args.max_prompts or len(parsed.prompts), len(parsed.prompts))
+    if args.max_prompts is not None and args.max_prompts < 1:
+        raise SettingsError(f"--max-prompts {args.max_prompts}: must be at least 1")
+    # the prompts the session decodes, each with its number in the file: only these are stored
+    picked = sample_indices([p.category for p in parsed.prompts], args.max_prompts, settings.prompt_sample)
+    chosen = [parsed.prompts[i] for i in picked]
+    count = len(chosen)
     validate_submission(settings, count)  # refuse before anything is stored
+    check_prompts_fit(settings, [(f"prompt {i + 1} (line {parsed.prompts[i].source_line})", parsed.prompts[i].text)
+                                 for i in picked])  # fmt: skip
     store = open_app_store()
     if args.estimate:
         from engine.service.estimate import estimate_for, estimate_with_probe
 
         if args.probe:
-            first = parsed.prompts[0]
+            first = chosen[0]
             done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
             print("not probed: a finished session on this machine gives the pace" if done.probe_s is None
                   else f"probed the target alone in {done.probe_s:.0f} s")  # fmt: skip
@@ -126,10 +162,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print("\n".join(estimate.sentences()))
         return 0
     set_id, added, dupes = store.add_prompt_set(
-        Path(args.prompts).name, Path(args.prompts).name,
-        [{"text": p.text, "category": p.category} for p in parsed.prompts],
+        Path(args.prompts).name,
+        Path(args.prompts).name,
+        [{"text": p.text, "category": p.category} for p in chosen],
     )
-    session_id = submit_session(store, settings, set_id, args.max_prompts, args.name)
+    session_id = submit_session(store, settings, set_id, count, args.name)
     print(f"queued session {session_id} (prompt set {set_id}: {added} new prompts, {dupes} already stored)")
     return 0
 
@@ -138,7 +175,8 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
 
     if not open_app_store().requeue_session(args.session):
-        raise SpectuneError(f"session {args.session} is not interrupted: only an interrupted session can be re-queued")
+        raise SpectuneError(f"session {args.session} is not interrupted: only an interrupted session (or one whose "
+                            "worker died) can be re-queued")  # fmt: skip
     print(f"session {args.session} queued again")
     return 0
 
@@ -186,6 +224,20 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Copy the database to --out, consistent even while a worker writes."""
+    from engine.service.jobs import open_app_store
+    from store.health import backup_to
+
+    store = open_app_store()
+    try:
+        written = backup_to(store.engine, Path(args.out))
+    finally:
+        store.close()
+    print(f"backed up {store.where} to {written}")
+    return 0
+
+
 def _run_name(run: dict[str, Any]) -> str:
     how = f"policy {run['policy']}" if run.get("policy") else f"γ={run.get('gamma')}"
     return f"{run.get('draft')} {how} T={float(run.get('temperature') or 0.0):g}"
@@ -197,4 +249,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sessions": cmd_sessions,
     "requeue": cmd_requeue,
     "cancel": cmd_cancel,
+    "backup": cmd_backup,
 }

@@ -31,6 +31,7 @@ table.facts th { width: 180px; }
 .on { background: #e7f6ea; border: 1px solid #9fd8ab; } .off { background: #fdf1e1; border: 1px solid #f0c27a; }
 .warn { background: #fff6e0; border-left: 4px solid #e0a800; padding: 6px 10px; margin: 6px 0; }
 .error { background: #fdecec; border-left: 4px solid #d62728; padding: 6px 10px; margin: 6px 0; }
+.info { background: #eef4fb; border-left: 4px solid #4a78b5; padding: 6px 10px; margin: 6px 0; }
 .flag { color: #b71c1c; } .muted { color: #666; font-size: 0.9em; }
 pre { background: #f4f5f7; border: 1px solid #dde0e4; padding: 10px; overflow-x: auto; font-size: 0.82em;
       white-space: pre-wrap; word-break: break-word; }

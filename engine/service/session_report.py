@@ -17,6 +17,7 @@ from typing import Any
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.service.evidence import measured_temperatures
+from engine.service.measurement_notes import floor_note, loop_note
 from engine.service.policies import PolicyReport, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 from engine.service.report_html import Html, bullets, document, facts, note, number, section, table, tag
@@ -200,6 +201,10 @@ def session_notes(session: Mapping[str, Any]) -> list[Html]:
         out.append(note(f"The session ended with an error: {session['error']}", "error"))
     if summary.get("machine_note"):
         out.append(note(summary["machine_note"]))
+    if (floor := floor_note(summary)) is not None:
+        out.append(note(floor.text) if floor.off else note(floor.text, "info"))
+    if (loop := loop_note(summary)) is not None:
+        out.append(note(loop, "info"))
     if summary.get("noisy_runs"):
         out.append(note(f"Too noisy to calibrate to: {', '.join(map(str, summary['noisy_runs']))} — the per-prompt "
                         "speedups straddle 1× or spread wider than 1.5× between prompts; the recommender does not fit "

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.core.policy import SpeculationPolicy
 from engine.drafts.refs import draft_method
+from engine.measure.noise import MeasurementFloor
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies
 from engine.session.sweep import SweepReport
@@ -106,4 +107,11 @@ def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
         notes=list(dict.fromkeys(probe.notes + confirm.notes)), noisy_runs=probe.noisy_runs + confirm.noisy_runs,
         impossible_runs=probe.impossible_runs + confirm.impossible_runs,
         phase_times_s=times, engine_info=probe.engine_info | confirm.engine_info,
+        measurement_floor=merged_floor(probe.measurement_floor, confirm.measurement_floor),
     )  # fmt: skip
+
+
+def merged_floor(*floors: dict | None) -> dict | None:
+    """One measurement floor over the A/A ratios of every sweep of a session."""
+    ratios = [r for stored in floors if (f := MeasurementFloor.from_dict(stored)) is not None for r in f.ratios]
+    return MeasurementFloor(tuple(ratios)).to_dict() if any(f is not None for f in floors) else None

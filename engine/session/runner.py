@@ -131,7 +131,8 @@ class EngineOutputs:
 
 
 class Runner(Protocol):
-    """An engine a session measures in. Lifecycle: start → verify_cost → warm_up → decode… → finish → stop."""
+    """An engine a session measures in. Lifecycle: start → verify_cost → warm_up → (prime, decode…) per prompt →
+    finish → stop."""
 
     name: ClassVar[str]
     dtype: str  # what the report says the numbers were computed in ("float32", "gguf", …)
@@ -153,9 +154,15 @@ class Runner(Protocol):
         """A few untimed tokens through each configuration: first-call initialisation lands nowhere."""
         ...
 
+    def prime(self, index: int, ctx: DecodeContext) -> None:
+        """Decode prompt `index` once, untimed and unrecorded, through whatever every configuration shares (the target
+        alone), before any configuration decodes it: a first pass over a prompt's shapes lands on no measurement."""
+        ...
+
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Decode prompt `index` in configuration `key`; `reference`: record what the fidelity verdicts need (the
-        baseline's top logits). Raises RunFailed when the configuration breaks, Enough when it has measured all it
+        logged baseline's top logits; the target alone without it is the sweep's A/A check, which an engine may
+        decline by raising Enough). Raises RunFailed when the configuration breaks, Enough when it has measured all it
         may (it keeps its measurements), Cancelled when told to stop."""
         ...
 
@@ -174,3 +181,11 @@ class Runner(Protocol):
     def stop(self) -> None:
         """Release every process and model this runner started; safe to call twice."""
         ...
+
+
+
+def baseline_of(plan: Sequence[RunKey]) -> RunKey | None:
+    """The configuration an engine primes a prompt with: the plan's target alone, greedy where it runs greedy, at
+    the lowest concurrency."""
+    bases = [key for key in plan if key.kind == "baseline"]
+    return min(bases, key=lambda k: (k.concurrency, k.temperature != 0.0), default=None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -14,13 +16,15 @@ MAX_GAMMA = 64
 
 
 MAX_TEMPERATURE = 10.0
+MAX_SEED = 2**63 - 1  # the store keeps a seed as a signed 64-bit integer
+DEVICE_HELP = "auto, cpu or cuda[:N]"
 
 
 # the spec fields kept in the sessions table's own columns; everything else travels in its options JSON
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm",
+    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm", "loop",
 )  # fmt: skip
 MODES = ("quick", "full")  # engine.session.quick: probe, predict, confirm; or every configuration of the grid
 MAX_CONCURRENCY = 64
@@ -54,12 +58,41 @@ class VllmOptions:
         return self
 
 
+LOOPS = ("auto", "eager", "compiled")  # engine.core.compiled
+
+
+@dataclass
+class LoopOptions:
+    """spectune's own loop: `kind` eager, compiled (a static KV cache, compiled forwards; CUDA graphs on a GPU) or
+    auto (a measured probe per machine, target and dtype decides, engine.engines.spectune_loop); `threads` the CPU
+    intra-op threads (None: the cores free when the session starts, engine.measure.threads)."""
+
+    kind: str = "auto"
+    threads: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | LoopOptions | None) -> LoopOptions:
+        """From the stored options (unknown keys ignored; an older row without them: the defaults)."""
+        if isinstance(data, LoopOptions):
+            return data
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def validate(self) -> LoopOptions:
+        if self.kind not in LOOPS:
+            raise SettingsError(f"loop '{self.kind}': choose {', '.join(LOOPS)}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= int(self.threads) <= 1024):
+            raise SettingsError(f"threads = {self.threads}: 1 to 1024, or none for the cores free at the start")
+        return self
+
+
 def _endpoint_options(data: Mapping[str, Any] | EndpointSessionSettings | None) -> EndpointSessionSettings | None:
     return EndpointSessionSettings.from_dict(data) if data else None
 
 
 # options stored as dicts, read back typed
-_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _endpoint_options}
+_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _endpoint_options,
+                                   "loop": LoopOptions.from_dict}  # fmt: skip
 
 
 @dataclass
@@ -95,6 +128,7 @@ class SessionSpec:
     vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
     mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
     confirm: bool = False  # full mode: the headline run live when the grid did not measure it (service.confirm)
+    loop: LoopOptions = field(default_factory=LoopOptions)  # engine "spectune" only
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -152,6 +186,9 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         if g > MAX_GAMMA:
             raise SettingsError(f"γ = {g} is out of range: at most {MAX_GAMMA} draft tokens per step")
     for t in s.temperatures:
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise SettingsError(f"temperature {t!r} is not a finite number: use 0 for greedy decoding, up to "
+                                f"{MAX_TEMPERATURE}")  # fmt: skip
         if t < 0:
             raise SettingsError(f"temperature {t} is negative; use 0 for greedy decoding")
         if t > MAX_TEMPERATURE:
@@ -162,6 +199,9 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError(f"top-k = {s.top_k}: must be 0 (off) or positive")
     if not 0 < s.top_p <= 1:
         raise SettingsError(f"top-p = {s.top_p}: must be in (0, 1]")
+    if isinstance(s.seed, bool) or not isinstance(s.seed, int) or not 0 <= s.seed <= MAX_SEED:
+        raise SettingsError(f"seed {s.seed}: a whole number from 0 to {MAX_SEED} (2^63 - 1)")
+    check_device(s.device)
     if s.dtype not in ("float32", "bfloat16", "float16"):
         raise SettingsError(f"dtype '{s.dtype}': choose float32, bfloat16 or float16")
     if not 1 <= s.serving_batch <= 4096:
@@ -173,7 +213,27 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     validate_concurrency(s.concurrency)
+    LoopOptions.from_dict(s.loop).validate()
+    VllmOptions.from_dict(s.vllm).validate()  # its threads too, whichever engine: a bad value is refused, not ignored
     return s
+
+
+def check_device(device: str) -> None:
+    """auto, cpu or cuda[:N], and a CUDA device only where torch sees it: SettingsError saying which exist."""
+    if device in ("auto", "cpu"):
+        return
+    match = re.fullmatch(r"cuda(?::(\d+))?", str(device))
+    if match is None:
+        raise SettingsError(f"device '{device}': choose {DEVICE_HELP}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SettingsError(f"device '{device}': no CUDA GPU is available here (torch {torch.__version__}); "
+                            "choose auto or cpu")  # fmt: skip
+    index, count = int(match.group(1) or 0), torch.cuda.device_count()
+    if index >= count:
+        raise SettingsError(f"device '{device}': this machine has {count} CUDA GPU{'s' if count != 1 else ''} "
+                            f"(cuda:0 to cuda:{count - 1})")  # fmt: skip
 
 
 def validate_concurrency(levels: list[int]) -> None:

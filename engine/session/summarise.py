@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.analysis.bounds import check_measured_speedup
@@ -86,12 +86,19 @@ class RunTally:
 
 
 def summarise(
-    tally: RunTally, baseline: RunTally | None, c: float, verify_cost: dict[int, float], engine: str,
-    overhead: StepOverhead | None = None, loop_point: LoopPoint | None = None,
+    tally: RunTally,
+    baseline: RunTally | None,
+    c: float,
+    verify_cost: dict[int, float],
+    engine: str,
+    overhead: StepOverhead | None = None,
+    loop_point: LoopPoint | None = None,
+    floor: noise.MeasurementFloor | None = None,
 ) -> RunSummary:
     """α (mean β where the engine reports β, and from the mean acceptance length), acceptance, c, v(k), the
     measured speedup (the median of per-prompt ratios, with its spread; and over the whole run, the statistic the
-    prediction is) and the predicted one."""
+    prediction is) and the predicted one. A measurement `floor` that does not hold marks the speedup too noisy to
+    tell, whatever its own spread."""
     counters = tally.counters
     tokens = tally.tokens
     common: dict[str, Any] = {
@@ -106,6 +113,8 @@ def summarise(
     per_pos = counters.per_position_acceptance()
     drafting = counters.drafting_fraction()
     spread = tally.spread(baseline)
+    if spread is not None and floor is not None and not floor.holds:
+        spread = replace(spread, verdict="too noisy to tell")
     whole = tally.whole_run(baseline)
     steps = int(counters.target_calls)
     measured = spread.median if spread else None
@@ -128,8 +137,14 @@ def summarise(
         speedup_whole_run=whole,
         speedup_spread=spread.to_dict() if spread else None,
         speedup_flag=speedup_flag(
-            measured, gamma, counters.tokens_per_call(), c, tally.draft_calls / steps if steps else None, verify_cost,
-            whole, loop_point.v if loop_point is not None else None,
+            measured,
+            gamma,
+            counters.tokens_per_call(),
+            c,
+            tally.draft_calls / steps if steps else None,
+            verify_cost,
+            whole,
+            loop_point.v if loop_point is not None else None,
         ),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),

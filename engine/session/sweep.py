@@ -1,11 +1,17 @@
 """The one sweep driver: a session's plan measured in any engine (a Runner), interleaved prompt by prompt.
 
-For each prompt the baseline at each temperature decodes it first, then every other configuration, in an order
-that rotates from prompt to prompt (so no configuration is always the baseline's neighbour); each speedup is a
-median of per-prompt ratios of neighbouring measurements, with its spread and a noise verdict, and a change in the
-machine's load between minutes does not show up as a speedup. The machine's load is read around every decode;
+For each prompt the runner first primes it, untimed (a decode's first pass over a prompt's shapes runs slower than
+every later one: on a GPU 1.5–4.5×, which a baseline that always decodes first would pay alone); then the baseline
+at each temperature decodes it, then every other configuration and a second measurement of the target alone (the
+A/A check), in an order that rotates from prompt to prompt (so no configuration is always the baseline's neighbour).
+Each speedup is a median of per-prompt ratios of neighbouring measurements, with its spread and a noise verdict,
+and a change in the machine's load between minutes does not show up as a speedup. The A/A ratios are the session's
+measurement floor (engine.measure.noise.MeasurementFloor): when target ÷ target lands outside its own noise band,
+every speedup of the sweep is marked too noisy to tell. The machine's load is read around every decode;
 every output is judged against the baseline at its temperature. The CLI's `run` and the worker's sessions both
-go through `run_sweep`; hooks let the worker log every step to the store and honour cancellation."""
+go through `run_sweep`; hooks let the worker log every step to the store and honour cancellation, and, for a
+re-queued session, hand back what an earlier attempt measured (`measured`): those configuration × prompt pairs are
+counted as they were, not decoded again (engine.service.resume)."""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from engine.core.records import Cancelled, PromptOutput
 from engine.drafts.refs import draft_method
 from engine.measure import noise
 from engine.measure.fidelity import classify
+from engine.measure.noise import MeasurementFloor
 from engine.measure.telemetry import LoadMeter
 from engine.session.hooks import Hooks, PhaseClock
 from engine.session.runner import (
@@ -64,6 +71,7 @@ class SweepReport:
     quick: dict[str, Any] | None = None  # a quick session: what the probe led to and its confirmation
     confirmation: dict[str, Any] | None = None  # a full session's headline confirmed (engine.service.confirm)
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
+    measurement_floor: dict[str, Any] | None = None  # the A/A check (noise.MeasurementFloor.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "engine_info"}
@@ -93,15 +101,16 @@ def run_sweep(
         for key, message in failures.items():
             _fail(tallies[key], hooks, f"{key.label()}: {message}")
         _require_a_baseline(tallies)
+        restored = _restore(tallies, hooks)
         verify_cost, notes = (verify_cost, []) if verify_cost is not None else _verify_cost(runner, spec, clock)
         clock.start("warming up", 0, 1)
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
-        _decode_all(runner, prompts, tallies, hooks, clock)
+        floor = _decode_all(runner, prompts, tallies, hooks, clock, restored)
         baselines = _baselines(tallies)
         lowest = min(key.concurrency for key in plan) if plan else 1
         alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == lowest}
         extra = runner.finish(alone, ctx)
-        return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock)
+        return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock, floor)
     finally:
         runner.stop()
 
@@ -113,32 +122,98 @@ def _verify_cost(runner: Runner, spec: SessionSpec, clock: PhaseClock) -> tuple[
     return runner.verify_cost(widest_draft(*gammas_and_policies(spec)) + 1)
 
 
+def _restore(tallies: dict[RunKey, RunTally], hooks: Hooks) -> dict[RunKey, set[int]]:
+    """What an earlier attempt of a resumed session measured (hooks with `measured`: the worker's), counted in each
+    configuration's tally as if decoded now; per configuration, the prompt indices not to decode again."""
+    measured = getattr(hooks, "measured", None)
+    restored: dict[RunKey, set[int]] = {}
+    if measured is None:
+        return restored
+    for key, tally in tallies.items():
+        earlier = measured(tally.handle) if tally.failed is None else {}
+        for index in sorted(earlier):
+            for record in earlier[index].records:
+                tally.step(record)
+            tally.add(index, earlier[index].decoded, earlier[index].wall_s)
+            tally.divergences.append(earlier[index].divergence)
+        restored[key] = set(earlier)
+    return restored
+
+
 def _decode_all(
-    runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock
-) -> None:
-    """Every configuration on prompt 1, then on prompt 2, …: the baselines first, the others rotated per prompt."""
+    runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock,
+    restored: dict[RunKey, set[int]] | None = None,
+) -> MeasurementFloor | None:  # fmt: skip
+    """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed, the baselines first, the
+    others and the A/A measurement rotated per prompt. A configuration × prompt in `restored` (measured by an
+    earlier attempt) is not decoded again; a prompt all of whose configurations are restored is skipped whole,
+    the others get a fresh A/A measurement of the target alone beside what they decode. Returns the measurement
+    floor (None without a baseline)."""
+    restored = restored or {}
     plan = list(tallies)
     bases = [key for key in plan if key.kind == "baseline"]
-    others = [key for key in plan if key.kind != "baseline"]
-    total = len(prompts) * len(plan)
+    reference = _floor_key(bases)
+    floor = RunTally(reference, None) if reference is not None else None
+    others: list[RunKey | None] = [key for key in plan if key.kind != "baseline"] + ([None] if floor else [])
+    total = len(prompts) * (len(plan) + (1 if floor else 0))
     meter = LoadMeter(gpu=str(runner.device).startswith("cuda"))
     done = 0
     started = time.perf_counter()
     hooks.progress(0, total)
     for index in range(len(prompts)):
+        if restored and all(index in restored.get(key, ()) for key in plan):  # measured whole by an earlier attempt
+            done += len(plan) + (1 if floor else 0)
+            hooks.progress(done, total)
+            continue
+        clock.start(f"priming prompt {index + 1} of {len(prompts)}", done, total, None)
+        runner.prime(index, _quiet(hooks))
         shift = index % len(others) if others else 0
         for key in [*bases, *others[shift:], *others[:shift]]:
             if hooks.should_stop():
                 raise Cancelled()
-            if tallies[key].failed is None and tallies[key].enough is None:
-                eta = (time.perf_counter() - started) / done * (total - done) if done else None
-                clock.start(f"decoding prompt {index + 1} of {len(prompts)}", done, total, eta)
+            if key is not None and index in restored.get(key, ()):
+                done += 1
+                continue
+            eta = (time.perf_counter() - started) / done * (total - done) if done else None
+            clock.start(f"decoding prompt {index + 1} of {len(prompts)}", done, total, eta)
+            if key is None:
+                assert floor is not None
+                _decode_floor(runner, floor, tallies[floor.key], index, hooks)
+            elif tallies[key].failed is None and tallies[key].enough is None:
                 meter.mark()
                 _decode_one(runner, tallies, key, index, hooks)
                 tallies[key].loads.append(meter.read())
             done += 1
             hooks.progress(done, total)
         runner.side_measure(index)
+    if floor is None:
+        return None
+    return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])))
+
+
+def _floor_key(bases: list[RunKey]) -> RunKey | None:
+    """The baseline measured twice: greedy (else the first temperature), at the lowest concurrency."""
+    if not bases:
+        return None
+    return min(bases, key=lambda key: (key.concurrency, key.temperature != 0.0, bases.index(key)))
+
+
+def _quiet(hooks: Hooks) -> DecodeContext:
+    """A context that logs nothing and keeps nothing: a priming decode or the A/A measurement."""
+    return DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=lambda *a: None,
+                         record_traces=False)  # fmt: skip
+
+
+def _decode_floor(runner: Runner, floor: RunTally, baseline: RunTally, index: int, hooks: Hooks) -> None:
+    """The target alone on prompt `index` a second time, for the A/A check: timed as every run is, never stored."""
+    if baseline.failed is not None or index not in baseline.decoded:
+        return
+    t0 = time.perf_counter()
+    try:
+        decoded = runner.decode(floor.key, index, _quiet(hooks), reference=False)
+    except (RunFailed, Enough):
+        return
+    floor.add(index, decoded, time.perf_counter() - t0)
 
 
 def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, index: int, hooks: Hooks) -> None:
@@ -205,8 +280,10 @@ def step_overheads(points: dict[RunKey, LoopPoint], verify_cost: dict[int, float
 def _report(
     runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], baselines: dict[RunKey, RunTally],
     verify_cost: dict[int, float], notes: list[str], extra: EngineOutputs, hooks: Hooks, clock: PhaseClock,
+    floor: MeasurementFloor | None = None,
 ) -> SweepReport:  # fmt: skip
-    """Every run summarised the same way (noise verdict included), handed to the hooks, and the report."""
+    """Every run summarised the same way (noise verdict and measurement floor included), handed to the hooks, and
+    the report."""
     planned = any(key.kind == "baseline" for key in tallies)
     if planned and not baselines:
         raise RunFailed(next((t.failed for t in tallies.values() if t.failed), "the baseline was not measured"))
@@ -216,8 +293,10 @@ def _report(
         target=spec.target, engine=runner.name, dtype=runner.dtype, device=str(runner.device),
         settings=spec.to_dict(), verify_cost=verify_cost, baseline={}, baselines=public_bases, notes=notes,
         unavailable=list(runner.unavailable), engine_info=runner.describe(), stopped=extra.stopped,
-        hardware=extra.hardware,
+        hardware=extra.hardware, measurement_floor=floor.to_dict() if floor is not None else None,
     )  # fmt: skip
+    if floor is not None and not floor.holds:
+        report.notes.append(floor.sentence())
     traced: set[str] = set()
     overheads = step_overheads(extra.loop_points, verify_cost)
     for key, tally in tallies.items():
@@ -226,7 +305,7 @@ def _report(
             continue
         baseline = baselines.get(key.baseline())
         summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name,
-                            overheads.get(key.draft), extra.loop_points.get(key))  # fmt: skip
+                            overheads.get(key.draft), extra.loop_points.get(key), floor)  # fmt: skip
         traces = extra.traces.get(key.draft)
         if key.kind != "baseline":
             summary.method = _method(key)
@@ -245,7 +324,7 @@ def _report(
             if tally is first:
                 report.baseline = public
             continue
-        public["speedup_noisy"] = noise.is_noisy(tally.spread(baseline)) if baseline is not None else None
+        public["speedup_noisy"] = noise.stored_noisy(summary.speedup_spread) if baseline is not None else None
         if public["speedup_noisy"]:
             report.noisy_runs.append(key.label())
         if summary.speedup_flag:

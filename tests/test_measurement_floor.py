@@ -1,0 +1,131 @@
+"""The measurement floor: a first pass over a prompt's shapes lands on no configuration, every session measures the
+target against itself (A/A), and `engine run` judges its speedup as a session does.
+
+The target is wrapped so that its first forward at each new sequence length sleeps, as a GPU's first decode of a
+prompt runs 1.5–4.5× slower than every later one. Without the untimed prime the baseline, decoded first on every
+prompt, paid that cost alone and n-gram "measured" far above what its tokens per call allow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.engines import registry
+from engine.measure.noise import MeasurementFloor, floor_off, spread_of
+from engine.models.pool import ModelPool
+from engine.models.tiny import load_tiny
+from engine.prompts import load_prompt_file
+from engine.session.runner import PromptText
+from engine.session.spec import LoopOptions, SessionSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+FIRST_PASS_S = 0.02
+TARGET = "tiny:1:48:4:256"
+
+
+def slow_first_pass(model, sleep_s: float = FIRST_PASS_S):
+    """`model` whose forward sleeps the first time it reaches each sequence length (a shape's first-run cost)."""
+    seen: set[int] = set()
+    original = model.model.forward
+
+    def forward(*args, **kwargs):
+        cache = kwargs.get("cache")
+        total = (int(cache.get_seq_length()) if cache is not None else 0) + kwargs["input_ids"].shape[1]
+        if total not in seen:
+            seen.add(total)
+            time.sleep(sleep_s)
+        return original(*args, **kwargs)
+
+    model.model.forward = forward
+    return model
+
+
+def prompts(n: int) -> list[PromptText]:
+    parsed = load_prompt_file(ROOT / "samples" / "prose.txt").prompts[:n]
+    return [PromptText(p.prompt_id, p.text, p.category) for p in parsed]
+
+
+@pytest.fixture(scope="module")
+def slow_sweep():
+    """One n-gram session on the slow-first-pass target, as `registry.sweep` runs it."""
+    pool = ModelPool()
+    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0)))
+    spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=48, dtype="float32",
+                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+    return registry.sweep(spec, prompts(6), pool=pool).to_dict()
+
+
+def test_the_first_pass_lands_on_no_configuration_and_the_floor_is_one(slow_sweep):
+    floor = slow_sweep["measurement_floor"]
+    assert floor["spread"]["n"] == 6
+    assert abs(floor["spread"]["median"] - 1.0) <= 0.10, floor["sentence"]
+    assert floor["holds"] is True
+    run = slow_sweep["runs"][0]
+    # the whole run's speedup at most its tokens per call (and 10% of noise): before the prime it read 5.9× at 1.58
+    assert run["speedup_whole_run"] <= run["tokens_per_call"] * 1.10, run
+    assert run["speedup_measured"] <= run["tokens_per_call"] * 1.10, run
+
+
+def test_a_floor_outside_its_noise_band_marks_every_speedup_too_noisy(monkeypatch):
+    """Without the prime the baseline pays the first pass alone: target ÷ target reads far above 1, and the
+    session says so instead of offering a speedup."""
+    from engine.engines.spectune import SpectuneRunner
+
+    monkeypatch.setattr(SpectuneRunner, "prime", lambda self, index, ctx: None)
+    pool = ModelPool()
+    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), sleep_s=0.05))
+    spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
+                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+    report = registry.sweep(spec, prompts(3), pool=pool).to_dict()
+    assert report["measurement_floor"]["holds"] is False
+    assert floor_off(report["measurement_floor"])
+    assert "outside its own noise band" in report["measurement_floor"]["sentence"]
+    assert report["measurement_floor"]["sentence"] in report["notes"]
+    run = report["runs"][0]
+    assert run["speedup_noisy"] is True
+    assert run["speedup_spread"]["verdict"] == "too noisy to tell"
+
+
+def test_the_floor_holds_within_its_band_and_reads_back():
+    assert MeasurementFloor((0.97, 1.02, 1.01)).holds
+    assert MeasurementFloor((1.03, 1.05)).holds  # within 5% of 1
+    assert not MeasurementFloor((1.2, 1.3, 1.25)).holds
+    assert MeasurementFloor((0.9, 1.2)).holds  # 1 inside its own spread
+    stored = MeasurementFloor((1.2, 1.3)).to_dict()
+    assert MeasurementFloor.from_dict(stored) == MeasurementFloor((1.2, 1.3))
+    assert not floor_off(None)
+
+
+def test_a_wide_spread_is_never_called_faster():
+    spread = spread_of([1.1, 1.9, 1.3])
+    assert spread is not None and spread.verdict == "too noisy to tell"
+    assert spread_of([1.1, 1.2]).verdict == "faster"
+
+
+def test_engine_run_judges_its_speedup_as_a_session_does(tmp_path):
+    """`run` prints the verdict word beside the speedup, the bound check and the floor; its JSON carries them."""
+    out = tmp_path / "run.json"
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "--target", "tiny:1", "--draft", "ngram", "--prompts",
+         str(ROOT / "samples" / "prose.txt"), "--max-prompts", "3", "--gamma", "3", "--max-new-tokens", "16",
+         "--dtype", "float32", "--loop", "eager", "--threads", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "SPECTUNE_HOME": str(env_home)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    flat = json.loads(out.read_text())
+    assert flat["measurement_floor"]["spread"]["n"] == 3
+    assert flat["loop"] == "eager" and flat["threads"] == 1
+    assert "speedup_flag" in flat
+    words = "too noisy to tell" if flat["speedup_noisy"] else flat["speedup_measured_spread"]["verdict"]
+    assert words in done.stdout
+    assert "Measurement floor (target ÷ target, A/A)" in done.stdout
+    if flat["speedup_noisy"]:
+        assert "faster" not in done.stdout.split("measured")[1].split(")")[0]
