@@ -132,9 +132,8 @@ def _open_store(url: str) -> Any:
 
 def get_store() -> Any:
     """The dashboard's Store; a database that cannot be opened stops the page with one clear line."""
-    url = default_database_url()
     try:
-        return _open_store(url)
+        return _open_store(default_database_url())  # SPECTUNE_HOME that cannot be a folder is refused here too
     except Exception as exc:  # noqa: BLE001
         show_error(exc, "open the database")
         st.info("Set SPECTUNE_HOME or SPECTUNE_DB_URL to use another database, then reload the page.")

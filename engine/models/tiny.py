@@ -13,6 +13,7 @@ from engine.core.model import LoadedModel
 from engine.errors import ModelError
 from engine.models.loading import warm_up
 
+TINY_CONTEXT = 4096  # every tiny model's context in tokens (max_position_embeddings)
 ALPHABET = list("abcdefghijklmnopqrstuvwxyz .,!?'\n0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -66,7 +67,7 @@ def load_tiny(ref: str, dtype: str = "float32", device: str = "cpu", logit_scale
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,
+        max_position_embeddings=TINY_CONTEXT,
         tie_word_embeddings=False,
         eos_token_id=1,
         bos_token_id=None,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SettingsError
+from engine.service.outputs import check_output, output_file, write_output
 
 
 def add_commands(sub: Any) -> None:
@@ -46,14 +47,18 @@ def add_commands(sub: Any) -> None:
     probe.add_argument("--temperature", type=float, default=0.0)
     probe.add_argument("--timeout-s", type=float, default=60.0, help="per request")
     probe.add_argument("--api", choices=("completions", "chat"), default="completions")
-    probe.add_argument("--kind", choices=("auto", "vllm", "sglang", "llama.cpp", "openai"), default="auto",
-                       help="engine behind the URL (default: detected)")
+    probe.add_argument(
+        "--kind",
+        choices=("auto", "vllm", "sglang", "llama.cpp", "openai"),
+        default="auto",
+        help="engine behind the URL (default: detected)",
+    )
     probe.add_argument("--baseline-url", default="", help="the same model served without speculation (optional)")
     probe.add_argument("--ignore-eos", action="store_true", help="ask for exactly --max-new-tokens tokens")
     probe.add_argument("--warmup", type=int, default=1, help="unmeasured requests before the first level")
     probe.add_argument("--ttft-slo", type=float, default=0.0, help="latency target: time to first token (s)")
     probe.add_argument("--tpot-slo", type=float, default=0.0, help="latency target: time per output token (s)")
-    probe.add_argument("--json", dest="json_out", required=True, help="where to write the results")
+    probe.add_argument("--json", dest="json_out", required=True, type=output_file, help="where to write the results")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -78,6 +83,8 @@ def server_config(args: argparse.Namespace) -> Any:
         raise SettingsError(f"--port {args.port}: 0 to 65535")
     if not 256 <= args.ctx_size <= 131072:
         raise SettingsError(f"--ctx-size {args.ctx_size}: 256 to 131072")
+    if args.threads is not None and not 1 <= args.threads <= 1024:
+        raise SettingsError(f"--threads {args.threads}: 1 to 1024, or leave it out for llama-server's default")
     target = gguf_for(args.target, "target")
     common = {"ctx_size": args.ctx_size * args.parallel, "parallel": args.parallel, "threads": args.threads}
     draft = (args.draft or "none").strip()
@@ -142,8 +149,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from engine.service.endpoint_sessions import probe_endpoint
 
     out_path = Path(args.json_out)
-    if not out_path.parent.exists():
-        raise SettingsError(f"--json {args.json_out}: directory {out_path.parent} does not exist")
+    check_output(out_path, "--json")
     settings = {
         "url": args.url, "model": args.model, "api_key_env": args.api_key_env, "kind": args.kind, "api": args.api,
         "baseline_url": args.baseline_url, "concurrency": args.concurrency, "max_requests": args.max_requests,
@@ -163,7 +169,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         doc["baseline"] = probe_entry(endpoints["baseline"])
         doc["comparison"] = report["comparison"]
     doc["latency_target"] = report["latency_target"]
-    out_path.write_text(json.dumps(doc, indent=2))
+    write_output(out_path, json.dumps(doc, indent=2), "--json")
     for level in doc["levels"]:
         print(_level_line(level))
     if report.get("comparison"):

@@ -7,14 +7,18 @@ script run: a bad γ or a missing model path is refused before a session ever ex
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.drafts.refs import is_ngram, is_suffix, parse_suffix_spec
+from engine.engines.registry import get as get_engine
 from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
-from engine.session.spec import SessionSpec
+from engine.session.sampling import session_prompts
+from engine.session.spec import SessionSpec, check_context
 from foundation.paths import default_database_url
 
 
@@ -82,10 +86,8 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
     except Exception:  # an id huggingface_hub rejects as malformed
         pass
     return (
-        f"'{ref}' is not a bundled model, a local path, or a model id in the local cache; "
-        "it cannot be fetched offline"
+        f"'{ref}' is not a bundled model, a local path, or a model id in the local cache; it cannot be fetched offline"
     )
-
 
 
 def validate_submission(settings: SessionSpec, n_prompts: int) -> None:
@@ -121,9 +123,70 @@ def submit_session(
     """Validate and queue a session; raises SettingsError/ModelError with one clear line."""
     count = prompt_count(store, prompt_set_id, n_prompts)
     validate_submission(settings, count)
+    if get_engine(settings.engine).in_process:  # the prompts the worker will decode, numbered as in the set
+        stored = {
+            "prompt_set_id": prompt_set_id,
+            "n_prompts": count,
+            "options": {"prompt_sample": settings.prompt_sample},
+        }
+        chosen = session_prompts(store.get_prompts, stored)
+        check_prompts_fit(settings, [(f"prompt {int(p['position']) + 1}", str(p["text"])) for p in chosen])
     named = {"name": name.strip()} if name and name.strip() else {}
     return store.create_session(**named, **settings.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
 
+
+def context_limit(ref: str) -> int | None:
+    """The model's context in tokens as its loaded config will say it (LoadedModel.max_context), read from its
+    config.json without the weights; None where no config is at hand (a .gguf, a bundled model not prepared yet)."""
+    if ref.startswith("tiny:"):
+        from engine.models.tiny import TINY_CONTEXT
+
+        return TINY_CONTEXT
+    config: Any = None
+    if ref in BUNDLED:
+        from engine.models.loading import converted_dir
+
+        config = converted_dir(ref) / "config.json"
+    elif ref.endswith(".gguf"):
+        return None
+    elif Path(ref).expanduser().is_dir():
+        config = Path(ref).expanduser() / "config.json"
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(ref, "config.json")
+            config = Path(found) if isinstance(found, str) else None
+        except Exception:  # noqa: BLE001 - an id huggingface_hub rejects: check_model_ref has said so
+            return None
+    try:
+        data = json.loads(Path(config).read_text(encoding="utf-8")) if config is not None else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return int(data.get("max_position_embeddings") or 32768)
+
+
+def check_prompts_fit(settings: SessionSpec, prompts: Sequence[tuple[str, str]]) -> None:
+    """Each (label, text) prompt and its max new tokens within the target's context, as the loop checks once the
+    target is loaded (engine.session.spec.check_context), but before anything is queued: with the tokenizer and
+    config alone. `label` names the prompt as the user numbers it ("prompt 3"). Skipped for an engine that does not
+    decode in this process, and where no tokenizer or config is at hand (the loop then checks as it loads)."""
+    if not get_engine(settings.engine).in_process:
+        return
+    limit = context_limit(settings.target)
+    if limit is None:
+        return
+    try:
+        tokenizer = _tokenizer(settings.target)
+    except Exception:  # noqa: BLE001 - not prepared, not cached, or remote code: the loop checks as it loads
+        return
+    from engine.models.chat import encode_prompt
+
+    for label, text in prompts:
+        ids = encode_prompt(tokenizer, text, settings.chat_template)
+        check_context(len(ids), settings.max_new_tokens, limit, label)
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,6 +17,7 @@ from typing import Any
 from engine.analysis.recommend import OBJECTIVES
 from engine.core.policy import FixedGamma, parse_policy
 from engine.errors import SpectuneError
+from engine.service.outputs import check_output, output_file, write_output
 from engine.service.policies import PolicyReport, prove, session_policies
 
 
@@ -24,7 +25,8 @@ def add_commands(sub: Any) -> None:
     """Register `policies` on the main parser."""
     pol = sub.add_parser("policies", help="replay every speculation policy from a session; live figures beside")
     pol.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
-    pol.add_argument("--json", dest="json_out", default=None, help="also write the whole table as JSON here")
+    pol.add_argument("--json", dest="json_out", default=None, type=output_file,
+                     help="also write the whole table as JSON here")  # fmt: skip
     pol.add_argument("--objective", default="latency", choices=OBJECTIVES)
     pol.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     pol.add_argument("--batch-size", type=int, default=1)
@@ -80,6 +82,8 @@ def print_table(report: PolicyReport, top: int = 15, out: Any = None) -> None:
 def cmd_policies(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
 
+    if args.json_out:
+        check_output(args.json_out, "--json")
     store = open_app_store()
     report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
                               temperature=args.temperature)  # fmt: skip
@@ -88,9 +92,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     print_table(report, args.top)
     if args.json_out:
         path = Path(args.json_out)
-        if path.parent and not path.parent.exists():
-            raise SpectuneError(f"--json {args.json_out}: directory {path.parent} does not exist")
-        path.write_text(json.dumps(_jsonable(report.to_dict()), indent=2))
+        write_output(path, json.dumps(_jsonable(report.to_dict()), indent=2), "--json")
         print(f"wrote {path}")
     if args.prove:
         new_id, specs = prove(store, report, args.prove)

@@ -21,6 +21,7 @@ from engine.analysis.export import FORMATS, VLLM_VERSION, check_vllm_version
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
+from engine.service.outputs import check_output_folder, output_file, output_folder, write_output
 from engine.service.policies import PolicyReport, export_best, policy_verdict, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 
@@ -36,7 +37,7 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
-    rec.add_argument("--out", default=None, help="write the export to this file instead of stdout")
+    rec.add_argument("--out", default=None, type=output_file, help="write the export to this file instead of stdout")
     rec.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
                      help=f"the vLLM you deploy, for the vLLM export (default: {VLLM_VERSION}, the one spectune "
                           "checks against); its keys follow that version")  # fmt: skip
@@ -45,7 +46,8 @@ def add_commands(sub: Any) -> None:
                           "include any, else spectune's loop)")  # fmt: skip
     rec.add_argument("--policy-export", choices=[*FORMATS, "all"], default=None,
                      help="write the best speculation policy for this engine (all: every engine)")  # fmt: skip
-    rec.add_argument("--policy-out", default=".", help="folder for --policy-export files (default: here)")
+    rec.add_argument("--policy-out", default=".", type=output_folder,
+                     help="folder for --policy-export files (default: here)")  # fmt: skip
 
 
 TEMPERATURE_HELP = "the temperature you deploy at (default: the sessions' only one; needed when several were measured)"
@@ -77,7 +79,7 @@ def write_export(result: Recommended, fmt: str, out: str | None) -> None:
         raise result.failed[fmt]
     _, text = result.files[fmt]
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        write_output(out, text, "--out")
         print(f"wrote {out} ({fmt})")
     else:
         sys.stdout.write(text)  # byte for byte what the page shows and stores
@@ -131,12 +133,11 @@ def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> N
 
 def write_policy_exports(report: PolicyReport, fmt: str, folder_arg: str, vllm_version: str | None = None) -> None:
     folder = Path(folder_arg)
-    if not folder.is_dir():
-        raise SpectuneError(f"--policy-out {folder_arg}: not a folder")
+    check_output_folder(folder, "--policy-out")
     for one in FORMATS if fmt == "all" else (fmt,):
         exported = export_best(report, one, vllm_version)
         path = folder / ("policy-" + exported.filename)
-        path.write_text(exported.text, encoding="utf-8")
+        write_output(path, exported.text, "--policy-out")
         status = "exact" if exported.exact else f"closest: {exported.runs}; lost: {'; '.join(exported.lost)}"
         print(f"wrote {path} ({one}: {status})")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
-from engine.errors import SettingsError
+from engine.service.outputs import check_output, output_file, write_output
 from engine.service.session_report import session_report_html
 
 
@@ -20,7 +20,7 @@ def add_commands(sub: Any) -> None:
     """Register `report` on the main parser."""
     rep = sub.add_parser("report", help="one self-contained HTML report of a session: runs, charts, exports")
     rep.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
-    rep.add_argument("--html", required=True, help="where to write the report")
+    rep.add_argument("--html", required=True, type=output_file, help="where to write the report")
     rep.add_argument("--objective", default="latency", choices=OBJECTIVES)
     rep.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     rep.add_argument("--batch-size", type=int, default=1)
@@ -34,14 +34,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
 
     out = Path(args.html)
-    if not out.parent.is_dir():
-        raise SettingsError(f"--html {args.html}: folder {out.parent} does not exist")
+    check_output(out, "--html")
     store = open_app_store()
     html = session_report_html(
         store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
         engine_from_cli(args.engine) if args.engine else None, args.temperature,
     )  # fmt: skip
-    out.write_text(html, encoding="utf-8")
+    write_output(out, html, "--html")
     print(f"wrote {out} ({len(html.encode('utf-8')) // 1024} KiB)")
     return 0
 
