@@ -31,6 +31,7 @@ class StoreBase:
         self.sessions: sessionmaker[Session] = session_factory(engine)
         self.where = engine_where(engine)
         self.read_only = engine_read_only(engine)
+        self.damage: str | None = None  # what quick_check found wrong on open (store.health), None when sound
 
     @contextmanager
     def _write(self) -> Iterator[Session]:

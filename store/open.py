@@ -8,12 +8,14 @@ from sqlalchemy.engine import URL
 
 from store.db import DEFAULT_BUSY_TIMEOUT_S, engine_where, make_engine
 from store.errors import StoreError, translated
+from store.health import check_on_open
 from store.migrate import upgrade_to_head
 from store.repo import Store
 
 
 def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:
-    """Open (creating if needed) the database, migrate it to the newest schema and return its Store."""
+    """Open (creating if needed) the database, migrate it to the newest schema and return its Store; its `damage`
+    says what SQLite's quick_check found wrong (None when sound; see store.health)."""
     engine = make_engine(url, busy_timeout_s=busy_timeout_s)
     deadline = time.monotonic() + busy_timeout_s
     attempt = 0
@@ -21,7 +23,9 @@ def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_
         try:
             with translated(engine_where(engine)):
                 upgrade_to_head(engine)
-            return Store(engine)
+            opened = Store(engine)
+            opened.damage = check_on_open(engine)  # warned about on every open while it lasts
+            return opened
         except StoreError as exc:
             # Two first opens of a new file can trip SQLite's deadlock guard, which answers "locked" at
             # once instead of waiting out busy_timeout; retry until that timeout has really passed.

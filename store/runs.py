@@ -6,11 +6,11 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from store.base import StoreBase, row_dict
 from store.errors import StoreError
-from store.models import RUN_KINDS, RUN_STATUSES, SAMPLE_SOURCES, Output, Run, UtilisationSample
+from store.models import RUN_KINDS, RUN_STATUSES, SAMPLE_SOURCES, Output, Run, Step, UtilisationSample
 from store.records import OutputLike
 from store.writer import DEFAULT_BATCH_SIZE, DEFAULT_FLUSH_INTERVAL_S, StepWriter
 
@@ -101,6 +101,20 @@ class RunsMixin(StoreBase):
         query = select(Output).where(Output.run_id == run_id).order_by(Output.prompt_index, Output.id)
         with self._read() as session:
             return [row_dict(row) for row in session.scalars(query)]
+
+    def run_steps(self, run_id: int) -> list[dict[str, Any]]:
+        """A run's stored steps, in prompt then step order (to resume a session: reused, never decoded again)."""
+        query = select(Step).where(Step.run_id == run_id).order_by(Step.prompt_index, Step.step_index, Step.id)
+        with self._read() as session:
+            return [row_dict(row) for row in session.scalars(query)]
+
+    def drop_unfinished_prompts(self, run_id: int) -> int:
+        """Delete the steps of the run's prompts that have no output (cut off mid-decode: they are decoded again
+        when the session resumes); returns how many."""
+        finished = select(Output.prompt_index).where(Output.run_id == run_id)
+        with self._core() as conn:
+            stmt = delete(Step).where(Step.run_id == run_id, Step.prompt_index.not_in(finished))
+            return conn.execute(stmt).rowcount
 
     def step_writer(
         self,

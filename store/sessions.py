@@ -2,22 +2,22 @@
 
 Claiming is one conditional UPDATE (compare-and-set on status='queued'), so two workers racing for
 the same session cannot both win, on SQLite or PostgreSQL. A worker that dies leaves its session
-'running'; fail_orphaned_sessions() finds those by a stale heartbeat or a vanished pid.
+'running'; store.orphans finds those by a stale heartbeat or a vanished pid (listing or reading a running
+session looks), and marks them 'interrupted'.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from store.base import StoreBase, row_dict
 from store.coltypes import utcnow
 from store.errors import StoreError
 from store.models import FINAL_SESSION_STATUSES, TuningSession
-from store.workers import parse_worker_id, worker_is_dead
+from store.orphans import WORKER_DIED, OrphansMixin
 
 _SETTINGS = frozenset(
     c.key
@@ -32,11 +32,7 @@ _REQUIRED = frozenset({"target", "drafts", "gammas", "temperatures", "max_new_to
 _CLAIM_ATTEMPTS = 5
 
 
-def _stamp(moment: datetime | None) -> str:
-    return "it started" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-class SessionsMixin(StoreBase):
+class SessionsMixin(OrphansMixin, StoreBase):
     def create_session(self, **settings: Any) -> int:
         """Queue a session; ``settings`` are sessions columns (target, drafts, gammas, temperatures, ...)."""
         unknown = set(settings) - _SETTINGS
@@ -74,7 +70,7 @@ class SessionsMixin(StoreBase):
             with self._core() as conn:
                 claimed = conn.execute(claim).scalar()
             if claimed is not None:
-                return self.get_session(claimed)
+                return self._get_session(claimed)
             # Lost a race on a server database (the row changed under us): retry only if work remains.
             with self._read() as session:
                 if session.scalar(select(func.count()).where(TuningSession.status == "queued")) == 0:
@@ -122,24 +118,32 @@ class SessionsMixin(StoreBase):
         self._update(session_id, status=status, error=error, summary=summary, finished_at=utcnow())
 
     def requeue_session(self, session_id: int) -> bool:
-        """Queue an interrupted session again (its runs so far are kept); False if it is not interrupted."""
+        """Queue an interrupted session again, or one failed because its worker died (its runs so far are kept);
+        False if it is neither. A running session whose worker is gone is found first."""
+        self.look_for_orphans(only=session_id)
+        resumable = or_(
+            TuningSession.status == "interrupted",
+            (TuningSession.status == "failed") & TuningSession.error.startswith(WORKER_DIED, autoescape=True),
+        )
         with self._core() as conn:
             return bool(
                 conn.execute(
                     update(TuningSession)
-                    .where(TuningSession.id == session_id, TuningSession.status == "interrupted")
+                    .where(TuningSession.id == session_id, resumable)
                     .values(status="queued", worker_id=None, error=None, finished_at=None, cancel_requested=False,
                             phase=None, progress_done=0)
                 ).rowcount
             )
 
     def request_cancel(self, session_id: int) -> bool:
-        """Cancel: a queued session is cancelled at once; a running one is flagged for its worker to stop."""
+        """Cancel: a queued session is cancelled at once; a running one is flagged for its worker to stop; one whose
+        worker is gone (interrupted) is cancelled at once."""
+        self.look_for_orphans(only=session_id)
         now = utcnow()
         with self._core() as conn:
             queued = conn.execute(
                 update(TuningSession)
-                .where(TuningSession.id == session_id, TuningSession.status == "queued")
+                .where(TuningSession.id == session_id, TuningSession.status.in_(("queued", "interrupted")))
                 .values(status="cancelled", cancel_requested=True, finished_at=now)
             ).rowcount
             running = conn.execute(
@@ -157,47 +161,10 @@ class SessionsMixin(StoreBase):
             ).first()
         return row is None or bool(row.cancel_requested) or row.status == "cancelled"
 
-    def fail_orphaned_sessions(self, stale_after_s: float, *, now: datetime | None = None) -> list[int]:
-        """Fail 'running' sessions whose worker is gone (stale heartbeat, or dead pid on this host).
-
-        Their steps and outputs are kept. Each update re-checks the heartbeat it judged, so a worker
-        that heartbeats in between is left alone. Returns the ids marked failed.
-        """
-        now = now or utcnow()
-        cutoff = now - timedelta(seconds=stale_after_s)
-        with self._read() as session:
-            running = session.execute(
-                select(
-                    TuningSession.id, TuningSession.worker_id, TuningSession.heartbeat_at, TuningSession.started_at
-                ).where(TuningSession.status == "running")
-            ).all()
-        failed: list[int] = []
-        for row in running:
-            last = row.heartbeat_at or row.started_at
-            stale = last is None or last < cutoff
-            dead = worker_is_dead(row.worker_id)
-            if not (stale or dead):
-                continue
-            reason = f"worker died (no heartbeat since {_stamp(last)}"
-            if dead:
-                host, pid = parse_worker_id(row.worker_id) or ("?", 0)
-                reason += f"; process {pid} on {host} is gone"
-            stmt = (
-                update(TuningSession)
-                .where(
-                    TuningSession.id == row.id,
-                    TuningSession.status == "running",
-                    TuningSession.heartbeat_at.is_not_distinct_from(row.heartbeat_at),
-                )
-                .values(status="failed", error=reason + ")", finished_at=now)
-            )
-            with self._core() as conn:
-                if conn.execute(stmt).rowcount:
-                    failed.append(row.id)
-        return failed
-
     def list_sessions(self, status: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        """Sessions newest first, optionally only those with ``status``."""
+        """Sessions newest first, optionally only those with ``status``; a running one whose worker is gone is
+        marked interrupted first."""
+        self.look_for_orphans()
         query = select(TuningSession).order_by(TuningSession.created_at.desc(), TuningSession.id.desc()).limit(limit)
         if status is not None:
             query = query.where(TuningSession.status == status)
@@ -205,6 +172,14 @@ class SessionsMixin(StoreBase):
             return [row_dict(row) for row in session.scalars(query)]
 
     def get_session(self, session_id: int) -> dict[str, Any] | None:
+        """One session as a dict (None if it does not exist); a running one whose worker is gone is marked
+        interrupted first."""
+        found = self._get_session(session_id)
+        if found is not None and found["status"] == "running" and self.look_for_orphans(only=session_id):
+            found = self._get_session(session_id)
+        return found
+
+    def _get_session(self, session_id: int) -> dict[str, Any] | None:
         with self._read() as session:
             row = session.get(TuningSession, session_id)
             return row_dict(row) if row is not None else None

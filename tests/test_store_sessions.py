@@ -160,7 +160,7 @@ def test_claim_race_between_processes_gives_each_session_once(store: Store, stor
     assert sorted(claimed) == ids and len(set(claimed)) == len(ids)
 
 
-def test_fail_orphaned_sessions(store: Store) -> None:
+def test_interrupt_orphaned_sessions(store: Store) -> None:
     host = socket.gethostname()
     dead = subprocess.Popen(["true"])
     dead.wait()  # reaped: its pid no longer exists
@@ -175,18 +175,19 @@ def test_fail_orphaned_sessions(store: Store) -> None:
         for i in range(10):
             writer.add(step(i))
 
-    assert store.fail_orphaned_sessions(stale_after_s=60) == [dead_pid]  # heartbeats fresh; one pid gone
+    assert store.interrupt_orphaned_sessions(stale_after_s=60) == [dead_pid]  # heartbeats fresh; one pid gone
     failed = store.get_session(dead_pid) or {}
-    assert failed["status"] == "failed" and failed["error"].startswith("worker died (no heartbeat since ")
+    assert failed["status"] == "interrupted" and failed["error"].startswith("worker died (no heartbeat since ")
     assert f"process {dead.pid} on {host} is gone" in failed["error"]
 
     store.heartbeat(remote, "otherhost:12")
     later = utcnow() + timedelta(seconds=90)  # 90 s pass with no heartbeat from anyone
-    assert sorted(store.fail_orphaned_sessions(stale_after_s=60, now=later)) == sorted([stale, alive, remote])
+    assert sorted(store.interrupt_orphaned_sessions(stale_after_s=60, now=later)) == sorted([stale, alive, remote])
     orphan = store.get_session(stale) or {}
-    assert orphan["status"] == "failed" and orphan["error"].startswith("worker died (no heartbeat since 20")
+    assert orphan["status"] == "interrupted" and orphan["error"].startswith("worker died (no heartbeat since 20")
     assert store.run_progress(run)["steps"] == 10  # the steps it logged are kept
-    assert store.fail_orphaned_sessions(stale_after_s=60, now=later) == []
+    assert store.get_run(run)["status"] == "cancelled"  # the run it left running is closed with it
+    assert store.interrupt_orphaned_sessions(stale_after_s=60, now=later) == []
 
 
 def test_delete_session_cascades(store: Store) -> None:

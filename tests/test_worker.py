@@ -179,7 +179,7 @@ def test_queued_session_runs_to_done(store: Store) -> None:
     session = store.get_session(sid)
     assert session["status"] == "done", session["error"]
     assert session["error"] is None and session["finished_at"] is not None
-    assert session["progress_total"] == 4 * (1 + 2 * 2)
+    assert session["progress_total"] == 4 * (1 + 2 * 2 + 1)  # the baseline, 2 drafts × 2 γ and the A/A
     assert session["progress_done"] == session["progress_total"]
 
     runs = store.list_runs(sid)
@@ -328,7 +328,10 @@ def test_sigkill_mid_session_is_recovered_by_the_next_worker(home: Path, store: 
         try:
             with check.engine.connect() as conn:
                 assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
-            assert check.get_session(sid)["status"] == "running"
+            # whoever looks first finds the dead pid: the session is interrupted at once, its runs closed
+            looked = check.get_session(sid)
+            assert looked["status"] == "interrupted" and f"process {proc.pid}" in looked["error"], looked
+            assert "running" not in [r["status"] for r in check.list_runs(sid)]
             kept = step_count(check, sid)
             assert kept > 0
             fresh = queue(check, prompts=1, drafts=("ngram",), gammas=(1,), max_new_tokens=8, name="after the crash")
@@ -343,7 +346,7 @@ def test_sigkill_mid_session_is_recovered_by_the_next_worker(home: Path, store: 
         proc.wait(10)
 
     crashed = store.get_session(sid)
-    assert crashed["status"] == "failed"
+    assert crashed["status"] == "interrupted"
     assert "worker died" in crashed["error"] and f"process {proc.pid}" in crashed["error"], crashed["error"]
     assert step_count(store, sid) == kept  # the dead worker's steps are kept, untouched
     assert store.get_session(fresh)["status"] == "done", store.get_session(fresh)["error"]
@@ -441,8 +444,9 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     row = next(line for line in listing.stdout.splitlines() if line.split()[:1] == ["1"])
     stored = json.loads(engine_cli(home, "sessions", "--json").stdout)[0]
     ran = stored["summary"]["confirmation"]["ran"]  # the CLI's full mode confirms an unmeasured headline
-    # 2 prompts × (baseline + 2 drafts × 2 γ), and a confirmation's baseline and runs where the grid lacked one
-    runs = 10 + (2 * (1 + len(ran)) if ran else 0)
+    # 2 prompts × (baseline + 2 drafts × 2 γ + the A/A), and a confirmation's baseline, runs and A/A where the grid
+    # lacked one
+    runs = 12 + (2 * (1 + len(ran) + 1) if ran else 0)
     assert row.split()[1:3] == ["done", f"{runs}/{runs}"], listing.stdout
 
     rec = engine_cli(home, "recommend", "--session", "1", "--export", "vllm")

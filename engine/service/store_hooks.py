@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from engine.service.resume import EarlierRuns, Measured, measured_prompts
 from engine.session.hooks import Hooks
 from engine.session.summary import RunSummary
 
@@ -22,7 +23,9 @@ CANCEL_POLL_S = 0.0  # every step: a cancel lands within one verification step
 class StoreHooks(Hooks):
     """Connects a sweep to the store: runs, batched step logs, outputs, progress, heartbeat, cancel."""
 
-    def __init__(self, store: Any, session_id: int, worker_id: str) -> None:
+    def __init__(self, store: Any, session_id: int, worker_id: str, resume: bool = False) -> None:
+        """`resume`: the session ran before (re-queued); its earlier runs are reopened and what they measured
+        reused (engine.service.resume)."""
         self.store = store
         self.session_id = session_id
         self.worker_id = worker_id
@@ -40,14 +43,28 @@ class StoreHooks(Hooks):
         self._beat_thread: threading.Thread | None = None
         self._progress = (0, 0)  # the last (done, total) reported
         self._before = (0, 0)  # what earlier sweeps of the session did: a later sweep's progress counts on
+        self._resume = resume
+        self._earlier: EarlierRuns | None = None  # a resumed session's runs from earlier attempts (read once)
+        self._reopened: set[int] = set()
 
     def run_started(self, key: dict[str, Any]) -> int:
-        run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
-        self.store.update_run(run_id, status="running")
+        """The run for this configuration: an earlier attempt's, reopened (a resumed session), else a new one."""
+        if self._earlier is None and self._resume:
+            self._earlier = EarlierRuns(self.store, self.session_id)
+        run_id = self._earlier.take(key) if self._earlier is not None else None
+        if run_id is None:
+            run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
+            self.store.update_run(run_id, status="running")
+        else:
+            self._reopened.add(run_id)
         self.run_id = run_id
         self._unfinished.append(run_id)
         self.writers[run_id] = self.store.step_writer(run_id)
         return run_id
+
+    def measured(self, run: Any) -> dict[int, Measured]:
+        """Per prompt index, what an earlier attempt measured in this run (empty for a new run)."""
+        return measured_prompts(self.store, run) if run in self._reopened else {}
 
     @property
     def open_runs(self) -> list[int]:

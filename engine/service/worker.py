@@ -3,7 +3,10 @@
 It keeps loaded models in memory between sessions, logs every verification step through the
 store's batched writer, samples utilisation alongside, beats a heartbeat, and honours a cancel
 request within one verification step. A worker that dies mid-session leaves the session
-'running'; the next worker to start marks it failed (its steps are kept)."""
+'running'; whoever looks next (a worker, `sessions`, the dashboard) marks it interrupted (its steps are kept) and it
+can be re-queued, and the worker that runs it again resumes it (engine.service.resume: what was measured is
+reused, only the missing configuration × prompt pairs run). An end the worker cannot write (the disk is full) is
+kept pending and written, with its true cause, once writes are possible again (store.orphans)."""
 
 from __future__ import annotations
 
@@ -35,11 +38,11 @@ from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
 from engine.vllm.server import stop_all as stop_all_vllm
 from foundation.jsonable import jsonable
+from store.errors import StoreError
+from store.orphans import STALE_AFTER_S
 
 log = logging.getLogger("spectune.worker")
 
-
-STALE_AFTER_S = 30.0
 
 
 def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
@@ -69,7 +72,7 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
     from engine.measure.telemetry import UtilisationSampler
 
     session_id = session["id"]
-    hooks = StoreHooks(store, session_id, worker_id)
+    hooks = StoreHooks(store, session_id, worker_id, resume=_ran_before(store, session_id))
     hooks.start_heartbeat()
     sampler = None
     try:
@@ -105,26 +108,20 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
             store.set_hardware(session_id, report["hardware"])
         hooks.phase("done", 1, 1, 0.0)
         if report.get("stopped"):  # the engine stopped early: what it measured is kept, the session failed
-            store.finish_session(session_id, "failed", error=report["stopped"], summary=jsonable(summary))
-            return "failed"
-        store.finish_session(session_id, "done", summary=jsonable(summary))
-        return "done"
+            return _end(store, session_id, hooks, "failed", report["stopped"], summary=jsonable(summary))
+        return _end(store, session_id, hooks, "done", None, summary=jsonable(summary))
     except Cancelled:
         return _stopped(store, session_id, hooks)
     except SpectuneError as exc:
         hooks.discard_writer()
-        _mark_open_run(store, hooks, "failed")
-        store.finish_session(session_id, "failed", error=str(exc))
-        return "failed"
+        return _end(store, session_id, hooks, "failed", _error_text(exc), runs="failed")
     except MemoryError:
         hooks.discard_writer()
-        _mark_open_run(store, hooks, "failed")
         pool.clear()
-        store.finish_session(session_id, "failed", error="out of memory: the models do not fit on this machine")
-        return "failed"
+        error = "out of memory: the models do not fit on this machine"
+        return _end(store, session_id, hooks, "failed", error, runs="failed")
     except Exception as exc:
         hooks.discard_writer()
-        _mark_open_run(store, hooks, "failed")
         message = str(exc).splitlines()[0] if str(exc) else ""
         if "out of memory" in message.lower():
             pool.clear()
@@ -132,12 +129,45 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         else:
             error = f"internal error ({type(exc).__name__}: {message}); see {worker_log_path()}"
         log.error("session %s failed:\n%s", session_id, traceback.format_exc())
-        store.finish_session(session_id, "failed", error=error)
-        return "failed"
+        return _end(store, session_id, hooks, "failed", error, runs="failed")
     finally:
         hooks.stop_heartbeat()
         if sampler is not None and sampler.running:
             sampler.stop()
+
+
+def _ran_before(store: Any, session_id: int) -> bool:
+    """Whether the session has runs from an earlier attempt (re-queued after its worker died or was stopped): it
+    resumes. A store that cannot be read answers False; the session's first write reports it."""
+    try:
+        return bool(store.list_runs(session_id))
+    except StoreError:
+        return False
+
+
+def _error_text(exc: SpectuneError) -> str:
+    """A session's error line for a refused or failed step; a full disk says so first (its true cause)."""
+    text = str(exc)
+    return f"disk full: {text}" if isinstance(exc, StoreError) and "disk is full" in text else text
+
+
+def _end(
+    store: Any, session_id: int, hooks: StoreHooks, status: str, error: str | None,
+    summary: dict[str, Any] | None = None, runs: str | None = None,
+) -> str:  # fmt: skip
+    """Close the open runs (with ``runs``) and end the session; returns ``status``. When the store cannot be
+    written (the disk is full) the end is recorded as pending, with its cause, for when writes work again."""
+    try:
+        if runs is not None:
+            _mark_open_run(store, hooks, runs)
+        store.finish_session(session_id, status, error=error, summary=summary)
+        return status
+    except StoreError as exc:
+        if status == "done":
+            status, error = "failed", _error_text(exc)
+        log.error("session %s: its end (%s: %s) could not be written: %s", session_id, status, error, exc)
+        store.record_ending(session_id, status, error or status)
+        return status
 
 
 def _regime_evidence(
@@ -168,19 +198,14 @@ def _session_summary(report: dict[str, Any], hardware: dict[str, Any], telemetry
 def _stopped(store: Any, session_id: int, hooks: StoreHooks) -> str:
     """A sweep that stopped early: lost to another worker, interrupted by the worker's SIGTERM, or cancelled."""
     hooks.discard_writer()
-    if hooks.lost:  # failed as orphaned by another worker: that status stands
+    if hooks.lost:  # ended as orphaned by another process: that status stands
         _mark_open_run(store, hooks, "failed")
         return "failed"
-    _mark_open_run(store, hooks, "cancelled")
     if TERMINATING.is_set():
-        store.finish_session(
-            session_id, "interrupted",
-            error=f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
-            f"{session_id})",
-        )  # fmt: skip
-        return "interrupted"
-    store.finish_session(session_id, "cancelled", error="cancelled by the user")
-    return "cancelled"
+        error = (f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
+                 f"{session_id})")  # fmt: skip
+        return _end(store, session_id, hooks, "interrupted", error, runs="cancelled")
+    return _end(store, session_id, hooks, "cancelled", "cancelled by the user", runs="cancelled")
 
 
 def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
@@ -202,9 +227,7 @@ def serve(
     from store.workers import make_worker_id
 
     worker_id = make_worker_id()
-    orphaned = store.fail_orphaned_sessions(STALE_AFTER_S)
-    if orphaned:
-        log.warning("marked orphaned sessions failed: %s", orphaned)
+    _tidy(store)
     pool = ModelPool()
     ran = 0
     idle_since = time.monotonic()
@@ -225,7 +248,7 @@ def serve(
                 if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
                     break
                 TERMINATING.wait(poll_s)
-                store.fail_orphaned_sessions(STALE_AFTER_S)
+                _tidy(store)
                 continue
             state = run_session(store, session, pool, worker_id)
             log.info("session %s: %s", session["id"], state)
@@ -243,6 +266,20 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return ran
+
+
+def _tidy(store: Any) -> None:
+    """Write the session ends left pending by a full disk, then mark sessions whose worker died interrupted."""
+    try:
+        settled = store.settle_endings()
+    except StoreError as exc:
+        log.warning("session ends still pending (%s)", exc)
+        return
+    if settled:
+        log.warning("wrote the pending ends of sessions %s", settled)
+    orphaned = store.interrupt_orphaned_sessions(STALE_AFTER_S)
+    if orphaned:
+        log.warning("sessions whose worker died, marked interrupted: %s", orphaned)
 
 
 def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s: float | None = None) -> int:
