@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--floor-sessions", type=int, default=3)
+    parser.add_argument("--floor-target", default=None, help="the floor sessions' target (default: --target)")
     parser.add_argument("--out", default="bench/results/loops.json")
     args = parser.parse_args(argv)
     from engine.measure.hardware import describe_hardware
@@ -91,16 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
     report: dict[str, Any] = {"hardware": describe_hardware()["label"], "python": platform.python_version(),
                               "target": args.target, "tokens": args.tokens, "loops": []}  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
         row = loops_row(args.target, dtype, args.tokens, prompt)
         report["loops"].append(row)
         print(json.dumps(row), flush=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")  # each row kept as soon as it is measured
     if args.floor_sessions:
-        report["floor"] = floor_sessions(args.target, "float32", args.floor_sessions, 32)
+        report["floor"] = floor_sessions(args.floor_target or args.target, "float32", args.floor_sessions, 32)
         for row in report["floor"]:
             print(json.dumps(row), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"written {args.out}")
     return 0
 
