@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import subprocess
 import sys
 import threading
 import time
@@ -413,3 +414,30 @@ def test_real_nvml_sampling() -> None:
                 assert 0.0 <= m[key] <= 100.0
     info = describe_hardware()
     assert info["driver_version"] and info["gpu_name"]
+
+
+def test_the_sessions_own_share_counts_the_processes_it_started() -> None:
+    """A llama-server the worker starts decodes in a child process: "this session" counts it (it once showed
+    0–2% while its server used 60–69% of a core), and its memory too."""
+    from engine.measure.telemetry_cpu import CpuBackend
+
+    backend = CpuBackend("test")
+    burn = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        server = psutil.Process(child.pid)
+        time.sleep(1.2)  # the child list is refreshed each second
+        backend.read()
+        before = server.cpu_times()
+        wall, ncpu = time.monotonic(), psutil.cpu_count() or 1
+        time.sleep(2.0)
+        sample = backend.read()
+        after = server.cpu_times()
+        wall = time.monotonic() - wall
+        child_pct = 100.0 * (after.user + after.system - before.user - before.system) / wall / ncpu
+        assert child_pct > 5.0, f"the child barely ran ({child_pct:.1f}% of all cores): the machine is too busy"
+        assert sample["process_cpu_pct"] >= 0.8 * child_pct, (sample, child_pct)  # ours includes what the child used
+        assert sample["process_rss_gb"] * 1024**3 > psutil.Process().memory_info().rss  # and the child's memory
+    finally:
+        child.kill()
+        child.wait()

@@ -56,6 +56,14 @@ class OtherCpu:
                 own += c.user + c.system
         return own
 
+    def rss_bytes(self) -> int:
+        """The resident memory of this process and its live children (as last listed)."""
+        total = self._proc.memory_info().rss
+        for child in self._children:
+            with contextlib.suppress(*CPU_ERRORS):
+                total += child.memory_info().rss
+        return total
+
     def _totals(self) -> tuple[float, float, float]:
         busy, total = _busy_total()
         return busy, total, self._own_seconds()
@@ -90,12 +98,9 @@ class CpuBackend:
         self.reason = reason
         self.device_name = "CPU"
         self._proc = psutil.Process()
-        self._ncpu = psutil.cpu_count() or 1
         self._warned: set[str] = set()
         self._last_times = _busy_total()
-        self._other = OtherCpu()
-        with contextlib.suppress(psutil.Error):
-            self._proc.cpu_percent(None)  # primes the per-process counter
+        self._shares = OtherCpu(children_every_s=1.0)  # a server started for a configuration counts within a second
 
     def _metric(self, name: str, read: Callable[[], float], out: dict[str, float]) -> None:
         if name in self._warned:
@@ -106,6 +111,17 @@ class CpuBackend:
             self._warned.add(name)
             log.warning("telemetry: disabling %s after error: %s", name, exc)
 
+    def _read_shares(self) -> dict[str, float]:
+        """The session's and other processes' CPU shares since the last sample; {} once they failed to read."""
+        if "shares" in self._warned:
+            return {}
+        try:
+            return self._shares.read()
+        except CPU_ERRORS as exc:
+            self._warned.add("shares")
+            log.warning("telemetry: disabling the CPU shares after error: %s", exc)
+            return {}
+
     def _cpu_util(self) -> float:
         busy, total = _busy_total()
         last_busy, last_total = self._last_times
@@ -114,12 +130,13 @@ class CpuBackend:
         return 0.0 if d_total <= 0 else max(0.0, min(100.0, 100.0 * (busy - last_busy) / d_total))
 
     def read(self) -> dict[str, float]:
+        """One sample. The session's own figures count the processes it started (llama-servers, vLLM's workers)
+        with it; all CPU shares are of all cores, on the 0-100 scale of cpu_util_pct."""
         out: dict[str, float] = {}
         self._metric("cpu_util_pct", self._cpu_util, out)
-        # Normalised to all cores so it sits on the same 0-100 scale as cpu_util_pct.
-        self._metric("process_cpu_pct", lambda: min(100.0, self._proc.cpu_percent(None) / self._ncpu), out)
-        self._metric("other_cpu_pct", lambda: self._other.read()["other_cpu_pct"], out)
-        self._metric("process_rss_gb", lambda: self._proc.memory_info().rss / GIB, out)
+        if shares := self._read_shares():
+            out["process_cpu_pct"], out["other_cpu_pct"] = shares["own_cpu_pct"], shares["other_cpu_pct"]
+        self._metric("process_rss_gb", lambda: self._shares.rss_bytes() / GIB, out)
         self._metric("sys_mem_used_pct", lambda: psutil.virtual_memory().percent, out)
         return out
 
