@@ -200,3 +200,28 @@ def test_mixed_temperatures_ask_for_the_deployment_temperature(store, tmp_path):
                             timeout=120)  # fmt: skip
     assert chosen.returncode == 0, chosen.stderr
     assert "temperature: 0" in chosen.stdout
+
+
+def test_a_flagged_verify_cost_is_never_predicted_from(store):
+    """A v(5) = 5.52 (above its bound 5: a measurement error) once priced γ=4 at 0.51× beside a measured 1.54×:
+    it is dropped from the prediction, which extrapolates the points that hold, and the notes say so."""
+    set_id, _, _ = store.add_prompt_set("vk", "vk.txt", [{"text": "a"}, {"text": "b"}])
+    sid = store.create_session(name="vk", target="t5-xxl", drafts=["ngram"], gammas=[4], temperatures=[0.0],
+                               max_new_tokens=32, prompt_set_id=set_id, n_prompts=2)  # fmt: skip
+    store.claim_next_session("test:1")
+    verify = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 5.52}
+    base = store.create_run(sid, "none", 0, 0.0, "baseline")
+    store.finish_run(base, {}, tokens_per_s=10.0, speedup_measured=1.0)
+    run = store.create_run(sid, "ngram", 4, 0.0, "speculative")
+    result = {"alpha": 0.5, "c": 0.0, "per_position_acceptance": [0.5] * 4, "verify_cost": verify,
+              "tokens_per_s": 15.0, "speedup_measured": 1.5}  # fmt: skip
+    store.finish_run(run, result, **result)
+    store.finish_session(sid, "done", summary={"verify_cost": verify})
+    ev = gather(store, [sid])
+    assert ev.measurements[0].verify_cost == {2: 1.05, 3: 1.1, 4: 1.15} and 5 not in ev.verify_cost
+    assert any("v(5) = 5.52" in note and "not used for any prediction" in note for note in ev.notes), ev.notes
+    from engine.analysis.predictor import cost_of, predict
+    from engine.core.policy import FixedGamma
+
+    four = predict(ev.measurements[0], FixedGamma(4), cost_of(ev.measurements[0]))
+    assert four.speedup > 1.2, four  # priced from v(5) ≈ 1.2 (the points that hold), not from 5

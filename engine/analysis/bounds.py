@@ -23,9 +23,10 @@ Measured figures get MEASURED_SLACK of relative slack (timing noise); prediction
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine.analysis.theory import VERIFY_FLOOR
+from engine.analysis.theory import VERIFY_FLOOR, measured_verify_points
 
 MEASURED_SLACK = 0.05  # measured figures may exceed a bound by 5% before they are called impossible
 _EXACT = 1e-9
@@ -126,6 +127,20 @@ def check_fraction_of_peak(achieved: float, peak: float, what: str) -> BoundFlag
         f"measurement error: achieved {what} is {fraction:.0%} of the measured peak — impossible; likely cause: "
         f"{PEAK_CAUSE}. Not used as evidence.",
     )
+
+
+def usable_verify_points(verify_cost: Mapping[int, float] | None) -> tuple[dict[int, float], list[BoundFlag]]:
+    """The measured v(k) points (k ≥ 2) a prediction may use, and the flags of those it may not: a v(k) outside
+    its bound is a measurement error, never evidence (the fit would clamp it to k and predict from that)."""
+    usable: dict[int, float] = {}
+    flags: list[BoundFlag] = []
+    for k, v in sorted(measured_verify_points(verify_cost).items()):
+        flag = check_verify_cost(v, k)
+        if flag is None:
+            usable[k] = v
+        else:
+            flags.append(flag)
+    return usable, flags
 
 
 def check_verify_cost(v_k: float, k: int) -> BoundFlag | None:

@@ -12,20 +12,21 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from engine.analysis.bounds import usable_verify_points
 from engine.analysis.policy_replay import trace_usable
 from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.step_overhead import StepOverhead
-from engine.analysis.theory import REGIMES, measured_verify_points
+from engine.analysis.theory import REGIMES
 from engine.drafts.refs import draft_method, parse_ngram_spec
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
-from engine.service.report_runs import run_concurrency
+from engine.service.report_runs import run_concurrency, run_spread, spread_text
 from engine.service.surface import with_measured_schedule
-from engine.session.summarise import stored_speedup_flag
+from engine.session.summarise import run_speedup, stored_speedup_flag
 
 # the engines whose sessions measure α, c and v(k) (an endpoint session measures serving, not drafts)
 RECOMMEND_ENGINES = sweep_engines()
@@ -80,6 +81,7 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
                 continue
             summary = run.get("summary") or {}
             spread = summary.get("speedup_spread") or {}
+            verdict = f" ({spread['verdict']})" if spread else ""
             rows.append({
                 "engine": session_engine(session), "session": sid, "draft": run["draft"], "γ": run["gamma"],
                 "T": run["temperature"],
@@ -87,8 +89,8 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
                 "α measured as": "mean β" if run.get("alpha") is not None else "from acceptance length",
                 "tokens per call": run.get("tokens_per_call"),
                 "draft acceptance rate": summary.get("draft_acceptance_rate"), "c": run.get("c"),
-                "tokens/s": run.get("tokens_per_s"), "speedup measured": run.get("speedup_measured"),
-                "spread": f"{spread['min']:.2f}–{spread['max']:.2f} ({spread['verdict']})" if spread else None,
+                "tokens/s": run.get("tokens_per_s"), "speedup measured": run_speedup(run),
+                "spread": f"{spread_text(run)}{verdict}" if spread else None,
                 "speedup predicted": run.get("speedup_predicted"),
                 "bound": "⚠ impossible" if stored_speedup_flag(run) else None,
             })  # fmt: skip
@@ -113,6 +115,7 @@ def gather(
     baseline_tps: list[Any] = []
     regime: dict[str, Any] | None = None
     verify_cost: dict[int, float] = {}
+    unusable: dict[str, None] = {}  # the flagged v(k) points, as notes
     targets: set[str] = set()
     levels: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for sid in session_ids:
@@ -123,8 +126,9 @@ def gather(
             raise SpectuneError(f"session {sid} is {session['status']}, not done: only finished sessions can be used")
         regime = regime or session.get("regime")
         targets.add(str(session.get("target")))
-        session_verify = measured_verify_points((session.get("summary") or {}).get("verify_cost"))
+        session_verify, flags = usable_verify_points((session.get("summary") or {}).get("verify_cost"))
         verify_cost |= session_verify
+        unusable |= dict.fromkeys(f"session {sid}: {flag} — not used for any prediction" for flag in flags)
         for run in store.list_runs(sid):
             if run.get("status") != "done":
                 continue
@@ -136,7 +140,7 @@ def gather(
                 if run.get("tokens_per_s"):
                     baseline_tps.append((float(run["temperature"]), run["tokens_per_s"]))
                 continue
-            verify_cost |= measured_verify_points(run.get("verify_cost"))
+            verify_cost |= usable_verify_points(run.get("verify_cost"))[0]
             run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"),
                        llamacpp_loop=replays_like_llamacpp(session_engine(session)))  # fmt: skip
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
@@ -155,7 +159,8 @@ def gather(
         knee_batch=judged.knee_batch,
         baseline_tokens_per_s=median(baseline_tps) if baseline_tps else None,
         session_ids=list(session_ids),
-        notes=[f"measured with {engine}: sessions {', '.join(map(str, session_ids))}"] if engine else [],
+        notes=([f"measured with {engine}: sessions {', '.join(map(str, session_ids))}"] if engine else [])
+        + list(unusable),
         verify_cost=verify_cost,
         target=next(iter(targets)) if len(targets) == 1 else None,
     )
@@ -215,6 +220,14 @@ def _noise_why(run: dict[str, Any]) -> str:
     return f"per-prompt ratios {spread['min']:.2f}–{spread['max']:.2f}×: too noisy to calibrate to"
 
 
+def fixed_speedup(run: dict[str, Any]) -> float | None:
+    """A fixed-γ run's one speedup (engine.session.summarise.run_speedup: over the whole run, what its bound check
+    judges); None for a policy run, whose γ varies step by step (the fixed-γ recommender never reads it)."""
+    if run.get("policy") or (run.get("summary") or {}).get("policy"):
+        return None
+    return run_speedup(run)
+
+
 def traces_from_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The draft's recorded pass, one trace per prompt, from the first run of each session that kept one."""
     traces: list[dict[str, Any]] = []
@@ -233,9 +246,10 @@ def level_speedups(runs: list[dict[str, Any]]) -> dict[int, dict[int, tuple[floa
     out: dict[int, dict[int, tuple[float, bool]]] = {}
     for run in runs:
         summary = run.get("summary") or {}
-        if run.get("policy") or summary.get("policy") or not run.get("speedup_measured") or stored_speedup_flag(run):
+        speedup = run_speedup(run)
+        if run.get("policy") or summary.get("policy") or not speedup or stored_speedup_flag(run):
             continue
-        out.setdefault(run_concurrency(run), {})[int(run["gamma"])] = (float(run["speedup_measured"]), _noisy(run))
+        out.setdefault(run_concurrency(run), {})[int(run["gamma"])] = (speedup, _noisy(run))
     return out
 
 
@@ -254,7 +268,7 @@ def _measurement(
     cs = [r["c"] for r in runs if r.get("c") is not None]
     verify: dict[int, float] = {}
     for r in runs:
-        verify |= measured_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))
+        verify |= usable_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))[0]
     method = draft_method(draft)  # "ngram" and "suffix" need no second model: c = 0
     window = {}
     if method == "ngram":
@@ -272,9 +286,9 @@ def _measurement(
         verify_cost=verify,  # empty when v(k) was not measured: the recommender says so
         agreement_runs=[list(x) for x in summary.get("agreement_runs") or []],
         temperature=temperature,
-        measured_speedup={int(r["gamma"]): float(r["speedup_measured"]) for r in runs if r.get("speedup_measured")},
-        run_flags={int(r["gamma"]): stored_speedup_flag(r) for r in runs if r.get("speedup_measured")},
-        noisy_speedup={int(r["gamma"]): _noise_why(r) for r in runs if r.get("speedup_measured") and _noisy(r)},
+        measured_speedup={int(r["gamma"]): s for r in runs if (s := fixed_speedup(r))},
+        run_flags={int(r["gamma"]): stored_speedup_flag(r) for r in runs if fixed_speedup(r)},
+        noisy_speedup={int(r["gamma"]): _noise_why(r) for r in runs if fixed_speedup(r) and _noisy(r)},
         session_ids=sorted({int(r["session_id"]) for r in runs}),
         c_hat=c_hat,
         c_hat_source=c_hat_source,
@@ -285,11 +299,18 @@ def _measurement(
         step_overhead=_step_overhead(runs),
         c_in_loop=any((r.get("summary") or {}).get("verify_in_loop") for r in runs),
         level_speedups=level_speedups(list(other_levels)),
+        measured_band={int(r["gamma"]): band for r in runs if fixed_speedup(r) and (band := _band(r))},
         measured_tokens_per_call={
             int(r["gamma"]): float(r["tokens_per_call"]) for r in runs if r.get("tokens_per_call")
         },
         **window,
     )
+
+
+def _band(run: dict[str, Any]) -> tuple[float, float] | None:
+    """The run's lowest and highest per-prompt speedup (its noise band), or None without a spread."""
+    spread = run_spread(run)
+    return None if spread is None else (float(spread["min"]), float(spread["max"]))
 
 
 def _step_overhead(runs: list[dict[str, Any]]) -> StepOverhead:
