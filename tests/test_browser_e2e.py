@@ -183,7 +183,7 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
             expect(page.get_by_text("Done.", exact=True)).to_be_visible()
             final = _progress_text(page)
             done, total = map(int, re.search(r"Progress: (\d+) / (\d+)", final).groups())
-            assert done == total == 2 * (1 + 2), final  # baseline + 2 γ values, 2 prompts each
+            assert done == total == 2 * (1 + 2 + 1), final  # baseline, 2 γ values and the A/A decode, 2 prompts each
 
             # A refresh keeps watching the same session (its id is in the address)
             page.reload()

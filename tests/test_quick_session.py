@@ -231,3 +231,28 @@ def test_submit_defaults_to_quick_and_takes_policies(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "engine", "submit", "--mode", "fast", "--prompts", str(prompts)],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "invalid choice: 'fast'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_progress_bar_starts_at_the_planned_total_and_never_goes_back(store: Store) -> None:
+    """Queued, the session shows the decodes it plans (its confirmation at its most); running, the total never
+    grows, so the bar never falls back (it once went from 100% to 60% when the confirmation began)."""
+    from engine.service.estimate import planned_decodes
+
+    writes: list[tuple[int, int]] = []
+    recorded = store.set_progress
+
+    def set_progress(session_id: int, done: int, total: int) -> None:
+        writes.append((done, total))
+        recorded(session_id, done, total)
+
+    store.set_progress = set_progress  # type: ignore[method-assign]
+    settings = spec()
+    sid = run(store, settings)
+    planned = planned_decodes(settings, len(PROMPTS))
+    assert writes[0] == (0, planned) and planned > len(PROMPTS) * len(probe_plan(settings))
+    totals = [total for _, total in writes]
+    assert all(later <= earlier for earlier, later in zip(totals, totals[1:], strict=False)), str(writes)
+    fractions = [done / total for done, total in writes if total]
+    assert all(later >= earlier for earlier, later in zip(fractions, fractions[1:], strict=False)), writes
+    session = store.get_session(sid)
+    assert session["progress_done"] == session["progress_total"] > 0

@@ -72,7 +72,7 @@ def test_worker_runs_a_session_end_to_end(store: Store) -> None:
 
     session = store.get_session(sid) or {}
     assert session["status"] == "done", session["error"]
-    assert session["progress_total"] == 3 * (1 + 2 * 2) == session["progress_done"]
+    assert session["progress_total"] == 3 * (1 + 2 * 2 + 1) == session["progress_done"]  # and the A/A decode
     runs = store.list_runs(sid)
     assert [(r["kind"], r["draft"], r["gamma"]) for r in runs] == [
         ("baseline", "none", 0),

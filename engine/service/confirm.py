@@ -17,6 +17,7 @@ from engine.engines import registry
 from engine.models.pool import ModelPool
 from engine.service.quick import confirm_after, decision_record
 from engine.session.hooks import Hooks
+from engine.session.quick import confirm_reserve
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
 from engine.session.sweep import SweepReport
@@ -28,6 +29,8 @@ def run_full(
     """The grid, then (with `spec.confirm`) the headline confirmed where the grid did not measure it; the report's
     `confirmation` says what was chosen, whether it ran, and how it measured."""
     started = time.perf_counter()
+    if spec.confirm:
+        hooks.reserve(len(prompts) * confirm_reserve(spec, registry.levels_of(spec)))
     grid = registry.sweep(spec, prompts, hooks, pool)
     if not spec.confirm or grid.stopped:
         return grid

@@ -19,13 +19,12 @@ from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
 from engine.service.pace_probe import PaceProbe, latest, probe_for
-from engine.session.quick import probe_plan
-from engine.session.runner import PromptText, RunKey
+from engine.session.quick import confirm_reserve, confirm_runs, probe_plan
+from engine.session.runner import PromptText, RunKey, decodes_per_prompt
 from engine.session.spec import SessionSpec
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
 BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
-CONFIRMATIONS = 3  # a confirmation (quick, or a full one's headline): a fresh baseline and at most two choices
 
 
 @dataclass(frozen=True)
@@ -39,11 +38,14 @@ class SessionEstimate:
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
     rough: bool = False  # a probe's pace: the target's load once and every token at the target-alone pace
     setup: str | None = None  # the engine's sentence on its setup before decoding (a compile), if any
+    decodes: int = 0  # the prompt decodes the progress bar will count (planned_decodes)
 
     def sentences(self) -> list[str]:
         work = f"{self.configurations} configuration(s) to run live"
         if self.optional:
             work += f" ({self.optional} of them only if the grid does not measure the recommendation)"
+        if self.decodes:
+            work += f", {self.decodes} prompt decodes on the progress bar (each prompt's A/A check included)"
         if self.seconds is None:
             lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here "
                      "(or a probe of its pace)."]
@@ -86,7 +88,16 @@ def optional_configurations(spec: SessionSpec) -> int:
 
 
 def _confirmations(spec: SessionSpec) -> int:
-    return CONFIRMATIONS * len(spec.temperatures) * len(registry.levels_of(spec))
+    return confirm_runs(spec, registry.levels_of(spec))
+
+
+def planned_decodes(spec: SessionSpec, n_prompts: int) -> int:
+    """The prompt decodes a session plans, as its progress bar counts them: each planned run's and each prompt's A/A
+    decode of the target alone, a confirmation at its most; 0 for a deployment, whose requests are capped by time."""
+    if registry.get(spec.engine).deployment:
+        return 0
+    later = confirm_reserve(spec, registry.levels_of(spec)) if spec.mode == "quick" or spec.confirm else 0
+    return n_prompts * (decodes_per_prompt(planned_runs(spec)) + later)
 
 
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
@@ -166,8 +177,8 @@ def estimate_session(
         quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
     return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
-                           optional_configurations(spec), probed,
-                           registry.get(spec.engine).setup_note(spec, hardware))  # fmt: skip
+                           optional_configurations(spec), probed, registry.get(spec.engine).setup_note(spec, hardware),
+                           planned_decodes(spec, n_prompts))  # fmt: skip
 
 
 def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:

@@ -17,6 +17,7 @@ from engine.engines.registry import get as get_engine
 from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
+from engine.service.estimate import planned_decodes
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec, check_context
 from foundation.paths import default_database_url
@@ -132,7 +133,9 @@ def submit_session(
         chosen = session_prompts(store.get_prompts, stored)
         check_prompts_fit(settings, [(f"prompt {int(p['position']) + 1}", str(p["text"])) for p in chosen])
     named = {"name": name.strip()} if name and name.strip() else {}
-    return store.create_session(**named, **settings.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
+    session_id = store.create_session(**named, **settings.to_row(), prompt_set_id=prompt_set_id, n_prompts=count)
+    store.set_progress(session_id, 0, planned_decodes(settings, count))
+    return session_id
 
 
 def context_limit(ref: str) -> int | None:

@@ -12,7 +12,7 @@ from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
-from engine.session.quick import Choice, Decision, confirm_plan, merged, probe_plan
+from engine.session.quick import Choice, Decision, confirm_plan, confirm_reserve, merged, probe_plan
 from engine.session.runner import PromptText, RunKey
 from engine.session.spec import SessionSpec
 from engine.session.sweep import SweepReport
@@ -95,6 +95,7 @@ def run_quick(
     started = time.perf_counter()
     levels = registry.levels_of(spec)
     plan = probe_plan(spec, levels, registry.get(spec.engine).two_width_probe)
+    hooks.reserve(len(prompts) * confirm_reserve(spec, levels))
     probe = registry.sweep(spec, prompts, hooks, pool, plan=plan)
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
@@ -118,6 +119,8 @@ def confirm_after(
     decision = decide(store, session_id, spec)
     plan = confirm_plan(spec, decision, measured_keys(first), registry.levels_of(spec))
     hooks.next_sweep()
+    if not plan:
+        hooks.progress(0, 0)  # nothing to confirm: the decodes reserved for it go, and the bar is full
     confirm = (registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False)
                if plan else None)  # fmt: skip
     return merged(first, confirm), decision, plan

@@ -43,6 +43,7 @@ class StoreHooks(Hooks):
         self._beat_thread: threading.Thread | None = None
         self._progress = (0, 0)  # the last (done, total) reported
         self._before = (0, 0)  # what earlier sweeps of the session did: a later sweep's progress counts on
+        self._reserved = 0  # decodes a later sweep may add (a confirmation not yet decided)
         self._resume = resume
         self._earlier: EarlierRuns | None = None  # a resumed session's runs from earlier attempts (read once)
         self._reopened: set[int] = set()
@@ -139,11 +140,15 @@ class StoreHooks(Hooks):
 
     def progress(self, done: int, total: int) -> None:
         self._progress = (done, total)
-        self.store.set_progress(self.session_id, self._before[0] + done, self._before[1] + total)
+        self.store.set_progress(self.session_id, self._before[0] + done, self._before[1] + total + self._reserved)
 
     def next_sweep(self) -> None:
         self._before = (self._before[0] + self._progress[0], self._before[1] + self._progress[1])
         self._progress = (0, 0)
+        self._reserved = 0
+
+    def reserve(self, decodes: int) -> None:
+        self._reserved = decodes
 
     def should_stop(self) -> bool:
         if TERMINATING.is_set():  # the worker was told to exit: stop within this step

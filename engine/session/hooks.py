@@ -30,6 +30,10 @@ class Hooks:
     def next_sweep(self) -> None:
         """A second sweep of the same session follows (a confirmation): its progress counts on from this one's."""
 
+    def reserve(self, decodes: int) -> None:
+        """At most `decodes` more prompt decodes may follow this sweep (a confirmation not yet decided): the
+        progress total counts them until the next sweep starts, so it never grows mid-run."""
+
     def should_stop(self) -> bool:
         return False
 

@@ -93,6 +93,20 @@ def confirm_plan(spec: SessionSpec, decision: Decision, measured: Sequence[RunKe
     return [RunKey("none", 0, t, None, n) for n in levels for t in temperatures] + fresh
 
 
+CONFIRM_RUNS = 3  # a confirmation at each temperature and level: the target alone and at most two choices
+
+
+def confirm_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
+    """The most runs a confirmation measures: at each level and temperature the target alone and two choices (a
+    recommended policy and the best fixed γ)."""
+    return CONFIRM_RUNS * len(spec.temperatures) * len(levels)
+
+
+def confirm_reserve(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
+    """The most prompt decodes a confirmation adds per prompt: its runs and the A/A decode of the target alone."""
+    return confirm_runs(spec, levels) + 1
+
+
 def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
     """One report for the session: the probe's runs and v(k), then the confirmation's runs beside its own
     baselines (each run's speedup is against the baseline measured alongside it)."""

@@ -82,6 +82,12 @@ def plan_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
     return plan
 
 
+def decodes_per_prompt(plan: Sequence[RunKey]) -> int:
+    """How often a sweep of `plan` decodes each prompt: each configuration once, and the target alone once more
+    for the A/A measurement when the plan has a baseline."""
+    return len(plan) + (1 if any(key.kind == "baseline" for key in plan) else 0)
+
+
 class RunFailed(SpectuneError):
     """One configuration could not be measured (its server would not start, crashed or hung): the sweep goes on."""
 

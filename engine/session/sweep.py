@@ -37,6 +37,7 @@ from engine.session.runner import (
     RunFailed,
     RunKey,
     Runner,
+    decodes_per_prompt,
     plan_runs,
 )
 from engine.session.spec import SessionSpec, gammas_and_policies, widest_draft
@@ -155,14 +156,14 @@ def _decode_all(
     reference = _floor_key(bases)
     floor = RunTally(reference, None) if reference is not None else None
     others: list[RunKey | None] = [key for key in plan if key.kind != "baseline"] + ([None] if floor else [])
-    total = len(prompts) * (len(plan) + (1 if floor else 0))
+    total = len(prompts) * decodes_per_prompt(plan)
     meter = LoadMeter(gpu=str(runner.device).startswith("cuda"))
     done = 0
     started = time.perf_counter()
     hooks.progress(0, total)
     for index in range(len(prompts)):
         if restored and all(index in restored.get(key, ()) for key in plan):  # measured whole by an earlier attempt
-            done += len(plan) + (1 if floor else 0)
+            done += decodes_per_prompt(plan)
             hooks.progress(done, total)
             continue
         clock.start(f"priming prompt {index + 1} of {len(prompts)}", done, total, None)
