@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -66,9 +66,29 @@ def one_line(text: Any, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def page_setup(title: str, icon: str = ICONS["app"]) -> None:
-    """Page config plus the sidebar note every page carries."""
+def page_setup(title: str, icon: str = ICONS["app"], keep: Iterable[str] = ()) -> None:
+    """Page config plus the sidebar note every page carries; the kept widgets' values (this page's `keep` among
+    them) carried across pages."""
     st.set_page_config(page_title=f"{APP_NAME} · {title}", page_icon=icon, layout="wide")
+    if keep:
+        keep_across_pages(keep)
+    for key in st.session_state.get(KEPT_KEYS, ()):
+        if key in st.session_state:  # a widget not drawn this run loses its value unless it is set again
+            st.session_state[key] = st.session_state[key]
+
+
+KEPT_KEYS = "_kept_across_pages"
+
+
+def keep_across_pages(keys: Iterable[str]) -> None:
+    """Keep these widgets' values when the user opens another page and comes back: Streamlit forgets a widget's
+    value after a run that does not draw it, so every page's setup sets the kept ones again."""
+    from streamlit import config
+
+    if not config.get_option("global.disableWidgetStateDuplicationWarning"):
+        config.set_option("global.disableWidgetStateDuplicationWarning", True)  # a kept value beside its default
+    kept = st.session_state.setdefault(KEPT_KEYS, [])
+    kept.extend(key for key in keys if key not in kept)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -165,6 +165,24 @@ def session_progress(session: Mapping[str, Any]) -> None:
         st.progress(run_view.phase_fraction(phase), text=md_escape(line))
 
 
+def regime_switch(column: Any, engine: str, cost: str) -> None:
+    """The "detect regime afterwards" switch and its cost, where the engine runs the batch sweep; elsewhere a
+    switch that is off and cannot be turned on, and why (it was once ticked and then never ran)."""
+    if run_view.sweeps_regime(engine):
+        column.checkbox("detect regime afterwards", value=True, key="detect_regime")
+        column.caption(md_escape(cost))
+        return
+    column.checkbox("detect regime afterwards", value=False, disabled=True, key="detect_regime_off")
+    column.caption(md_escape(run_view.no_regime_note(engine)))
+
+
+def full_grid_confirm(mode: str) -> None:
+    """The full grid's "run the recommendation live" checkbox, only in full mode (a quick session always
+    confirms)."""
+    if mode == "full":
+        st.checkbox(run_view.CONFIRM_LABEL, value=True, key="confirm", help=run_view.CONFIRM_HELP)
+
+
 def status_banner(session: Mapping[str, Any], here: str) -> None:
     """One line on where a session stands, with the way on: start the worker, watch it live, open its results.
 
@@ -189,6 +207,17 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
     if status == "done" and here != "Sessions":
         st.page_link(common.PAGES["Sessions"], label="Open the results in Sessions", icon=common.ICONS["Sessions"],
                      query_params={SESSION_PARAM: sid})  # fmt: skip
+
+
+def measurement_notes(session: Mapping[str, Any]) -> None:
+    """How the session measured: a warning when its measurement floor marks every speedup too noisy to tell, then
+    captions for a floor that holds, the loop and the threads."""
+    from app import sessions_view
+
+    if floor := sessions_view.floor_warning(session):
+        st.warning(md_escape(floor), icon=common.ICONS["warning"])
+    for caption in sessions_view.measurement_captions(session):
+        st.caption(md_escape(caption))
 
 
 def _queued(session: Mapping[str, Any]) -> None:

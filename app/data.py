@@ -16,6 +16,8 @@ import pandas as pd
 from engine.errors import SettingsError
 from engine.service.report_runs import baseline_tps, compared_baseline, run_label, run_policy, run_speedups
 from engine.service.report_runs import run_concurrency as run_concurrency
+from engine.service.session_status import cancelled_text as cancelled_text
+from engine.service.session_status import session_error
 from engine.service.surface import SurfaceCell
 from engine.session.summarise import BestSpeedup
 from engine.session.summarise import best_speedup as best_of_runs
@@ -128,7 +130,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, Bes
                 "T": ", ".join(_num(t) for t in s.get("temperatures") or []),
                 "created": s.get("created_at"),
                 "best speedup": best[s["id"]].text() if best.get(s["id"]) else None,
-                "error": s.get("error") or "",
+                "error": session_error(s),
             }
         )
     columns = ["id", "name", "status", "engine", "progress", "target", "drafts", "γs", "T", "created", "best speedup",
@@ -216,7 +218,7 @@ def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Map
                     "c": r.get("c"),
                     "tokens/s": r.get("tokens_per_s"),
                     "baseline tokens/s": r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
-                    "speedup measured": r.get("speedup_measured"),
+                    "speedup measured": run_speedups(r)[0],
                     "bound": "⚠ impossible" if stored_speedup_flag(r) else None,
                     "speedup predicted": r.get("speedup_predicted"),
                 }
@@ -287,6 +289,11 @@ def verdict_counts(fidelity: pd.DataFrame) -> dict[str, int]:
     return dict(Counter(fidelity["verdict"])) if not fidelity.empty else {}
 
 
+def finished(run: Mapping[str, Any]) -> bool:
+    """Whether a run finished (a row without a status is taken as finished): only a finished run has figures."""
+    return run.get("status", "done") == "done"
+
+
 def category_frame(
     runs: Sequence[Mapping[str, Any]],
     outputs_by_run: Mapping[int, Sequence[Mapping[str, Any]]],
@@ -317,7 +324,7 @@ def category_frame(
 
     rows = []
     for r in runs:
-        if r.get("kind") == "baseline":
+        if r.get("kind") == "baseline" or not finished(r):
             continue
         groups: dict[str, dict[str, float]] = defaultdict(
             lambda: {"tokens": 0, "seconds": 0.0, "drafted": 0, "n": 0, "unknown": 0}
@@ -333,7 +340,8 @@ def category_frame(
             g["drafted"] += sum(bool(x) for x in known)
             g["unknown"] += 0 if known or not o.get("token_ids") else 1
             g["n"] += 1
-        base_tps = rates(compared_baseline(runs, r))
+        base = compared_baseline(runs, r)
+        base_tps = rates(base if base is not None and finished(base) else None)
         for cat, g in sorted(groups.items()):
             tps = g["tokens"] / g["seconds"] if g["seconds"] > 0 else None
             rows.append(
@@ -414,16 +422,6 @@ def queued_text(ahead: int) -> str:
     return f"Queued: {ahead} session{'s' if ahead != 1 else ''} ahead of it; the worker takes them in order."
 
 
-def cancelled_text(reason: str | None) -> str:
-    """`Cancelled by the user.` (the worker's own reason), `Cancelled: <reason>.` for any other, else `Cancelled.`"""
-    text = (reason or "").strip().rstrip(".")
-    if not text:
-        return "Cancelled."
-    if text.lower().startswith("cancelled"):
-        return f"{text[:1].upper()}{text[1:]}."
-    return f"Cancelled: {text}."
-
-
 def parse_session_param(raw: Any) -> list[int]:
     """'?session=3' or '?session=3,5' → [3] / [3, 5]; malformed items are dropped, order kept, no repeats."""
     if raw is None:
@@ -439,10 +437,17 @@ def parse_session_param(raw: Any) -> list[int]:
     return ids
 
 
+def noisy_verdict(verdict: str | None, noisy: bool | None) -> str:
+    """A spread's verdict with '(noisy)' after a direction it cannot claim ('faster (noisy)'), never after a verdict
+    that already says it ('too noisy to tell')."""
+    text = verdict or ""
+    return f"{text} (noisy)" if noisy and text in ("faster", "slower") else text
+
+
 def surface_frame(cells: Sequence[SurfaceCell]) -> pd.DataFrame:
     """engine.service.surface's cells in long form for app.charts.concurrency_surface: configuration, γ,
     concurrency, speedup, verdict (an impossible speedup named so, a noisy one marked)."""
     rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,
-             "verdict": "impossible (a measurement error)" if c.flag else (c.verdict or "")
-             + (" (noisy)" if c.noisy else "")} for c in cells]  # fmt: skip
+             "verdict": "impossible (a measurement error)" if c.flag else noisy_verdict(c.verdict, c.noisy)}
+            for c in cells]  # fmt: skip
     return pd.DataFrame(rows, columns=["configuration", "γ", "concurrency", "speedup", "verdict"])

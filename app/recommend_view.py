@@ -223,7 +223,7 @@ def decision_parts(rec: Recommendation) -> dict[str, str]:
     return {
         "draft": str(rec.draft_name),
         "gamma": str(rec.gamma),
-        "speedup": f"{rec.predicted_speedup:.2f}×",
+        "speedup": f"{rec.headline_speedup:.2f}×",
         "ops": f"{rec.ops_multiplier:.2f}×",
         "cost": pct(rec.cost_change),
     }
@@ -247,7 +247,7 @@ def decision_banner(rec: Recommendation, escape: Callable[[Any], str]) -> str:
     if rec.off:
         return f"**Speculation OFF** — serve the target alone ({escape(context)})."
     line = (
-        f"**{escape(parts['draft'])}** with **γ = {rec.gamma}**: predicted **{parts['speedup']}** faster · ops "
+        f"**{escape(parts['draft'])}** with **γ = {rec.gamma}**: {rec.speedup_phrase('**')} · ops "
         f"multiplier **{parts['ops']}** · cost per token **{parts['cost']}** ({escape(context)})"
     )
     flag = check_predicted_speedup(rec.predicted_speedup, rec.gamma)  # checked again before it is shown
@@ -257,10 +257,20 @@ def decision_banner(rec: Recommendation, escape: Callable[[Any], str]) -> str:
 def decision_metrics(rec: Recommendation) -> list[tuple[str, str, str | None]]:
     """(label, value, help) of the five decision metrics."""
     parts = decision_parts(rec)
+    speedup = (
+        (
+            "Measured speedup",
+            parts["speedup"],
+            "A measured run of this very configuration, over the whole run: "
+            f"the prediction, {rec.predicted_speedup:.2f}×, disagrees with it beyond the noise.",
+        )
+        if rec.prefers_measurement
+        else ("Predicted speedup", parts["speedup"], "Latency multiple against the target alone (never above γ+1).")
+    )
     return [
         ("Draft", parts["draft"], None),
         ("γ", parts["gamma"], None),
-        ("Predicted speedup", parts["speedup"], "Latency multiple against the target alone (never above γ+1)."),
+        speedup,
         ("Ops multiplier", parts["ops"], "Theorem 3.11: (γĉ + γ + 1) / E[tokens per target call]."),
         ("Cost per token", parts["cost"], "Memory-bound: ×1/speedup (free). Compute-bound: ×ops multiplier."),
     ]
@@ -716,19 +726,22 @@ def history_frame(recommendations: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             decision = f"{p.get('draft')} γ={gamma}"
         else:
             decision = "—"
+        speedup = p.get("headline_speedup", p.get("predicted_speedup"))
         inputs = p.get("inputs") if isinstance(p.get("inputs"), Mapping) else {}
         rows.append(
             {
-                "id": r.get("id"),
+                "id": f"#{r.get('id')}",
                 "created": r.get("created_at"),
                 "sessions": ", ".join(f"#{s}" for s in r.get("session_ids") or []),
                 "objective": r.get("objective"),
-                "batch": inputs.get("batch_size", p.get("batch_size")),
+                "serving batch": inputs.get("batch_size", p.get("batch_size")),
                 "regime": p.get("regime"),
                 "decision": decision,
-                "speedup": p.get("predicted_speedup"),
+                "speedup": speedup,
+                "speedup is": "measured" if p.get("headline_measured") else "predicted",
                 "explanation": str(p.get("explanation") or ""),
             }
         )
-    columns = ["id", "created", "sessions", "objective", "batch", "regime", "decision", "speedup", "explanation"]
+    columns = ["id", "created", "sessions", "objective", "serving batch", "regime", "decision", "speedup",
+               "speedup is", "explanation"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)

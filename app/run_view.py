@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from app import data
 from engine.core.counters import draft_acceptance_rate, tokens_per_call
 from engine.engines import registry
 from engine.errors import SettingsError
-from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, parameter_count
 from engine.service.report_runs import compared_baseline
 from engine.session.spec import LOOPS, LoopOptions, SessionSpec
 
@@ -84,9 +85,31 @@ def effective_target(choice: str | None, text: str | None) -> str:
     return (text or "").strip() or (choice or "")
 
 
-def draft_options(target: str) -> list[str]:
-    """The bundled models, 'ngram' and 'suffix', without the target itself."""
-    return [name for name in [*bundled_names(), NGRAM, SUFFIX] if name != target]
+def draft_options(target: str, engine: str | None = None) -> list[str]:
+    """The drafts the form offers for this target in this engine: the bundled models no larger than the target
+    (a draft is the smaller model) and not the target itself, 'ngram' and 'suffix', without those the engine
+    refuses (llama.cpp has no suffix decoding)."""
+    size = parameter_count(target)
+    models = [name for name in bundled_names() if name != target
+              and (size is None or (parameter_count(name) or 0) <= size)]  # fmt: skip
+    return [name for name in [*models, NGRAM, SUFFIX]
+            if name != target and (engine is None or not draft_refused(engine, name))]  # fmt: skip
+
+
+@functools.cache
+def draft_refused(engine: str, draft: str) -> bool:
+    """Whether `engine` refuses a session with this draft that it accepts with the default draft (its own
+    validation decides: no engine is named here)."""
+    entry = registry.get(engine)
+
+    def refused(drafts: list[str]) -> bool:
+        try:
+            entry.validate(SessionSpec(target=DEFAULT_TARGET, drafts=drafts, gammas=[1]), None)
+        except SettingsError:
+            return True
+        return False
+
+    return not refused([DEFAULT_DRAFT]) and refused([draft])
 
 
 def default_drafts(options: Sequence[str]) -> list[str]:
@@ -103,6 +126,17 @@ def quantisation(target: str) -> str | None:
 
 
 ENGINE_LABELS = {name: registry.get(name).label for name in registry.sweep_engines()}
+
+
+def sweeps_regime(engine: str) -> bool:
+    """Whether the engine's sessions can run the batch sweep and roofline afterwards (its target runs here)."""
+    return registry.get(engine).in_process
+
+
+def no_regime_note(engine: str) -> str:
+    return (f"{registry.get(engine).label} runs no batch sweep (its target runs outside this process): on Recommend "
+            "the regime comes from a spectune session of the same target chosen beside it, else it is assumed "
+            "memory-bound and said so")  # fmt: skip
 
 
 def engine_note(engine: str) -> tuple[bool, str]:
@@ -198,7 +232,7 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         device=form.device,
         chat_template=bool(form.chat_template),
         measure_verify_cost=bool(form.measure_verify_cost),
-        detect_regime=bool(form.detect_regime),
+        detect_regime=bool(form.detect_regime) and sweeps_regime(form.engine),
         serving_batch=int(form.serving_batch),
         prompt_sample="stratified" if form.stratified else "first",
         engine=form.engine,
@@ -225,6 +259,12 @@ THREADS_HELP = (
 )
 
 
+FORM_KEYS = (  # the new-session form's inputs, kept when the user visits another page and comes back
+    "target_choice", "target_text", "dtype", "prompt_set", "engine", "mode", "confirm", "drafts_choice", "drafts_text",
+    "gammas_choice", "gammas_text", "policies_text", "temps_text", "max_new", "n_prompts", "stratified",
+    "session_name", "top_k", "top_p", "seed", "device", "chat_template", "measure_verify", "detect_regime",
+    "serving_batch", "concurrency_text", "loop", "threads",
+)  # fmt: skip
 MODE_LABELS = {
     "quick": "Quick: each draft once, every γ and policy predicted, the best confirmed live",
     "full": "Full grid: every draft × γ × policy measured",
@@ -244,49 +284,126 @@ CONFIRM_HELP = (
 )
 
 
-def confirmation_lines(session: Mapping[str, Any]) -> list[str]:
-    """A full session's confirmation in words: what the grid's recommendation was and how it measured."""
+def confirmation_lines(
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), recs: Mapping[float, Any] | None = None
+) -> list[str]:
+    """A full session's confirmation in words: what the grid's recommendation was and how it measured (each
+    configuration's figures as stored, the Sessions page's; the recommendation as the Recommend page gives it)."""
     done = (session.get("summary") or {}).get("confirmation")
     if not done:
         return []
     if not done.get("ran"):
         rows = done.get("confirmed") or []
         named = ", ".join(c["configuration"] for c in rows) or "nothing to confirm"
-        return [f"Recommendation checked against the grid: {named} — measured by the grid itself."]
+        return [f"Recommendation checked against the grid: {named} — measured by the grid itself.",
+                *headline_lines(recs)]  # fmt: skip
     took, grid = done.get("confirm_s", 0.0) / 60.0, done.get("grid_s", 0.0) / 60.0
     lines = [f"The grid's recommendation was not in the grid: ran {', '.join(done['ran'])} live "
              f"({took:.1f} min after the grid's {grid:.1f} min)."]  # fmt: skip
-    return lines + _choice_lines(done)
+    return lines + _choice_lines(done, runs, recs)
 
 
-def quick_lines(session: Mapping[str, Any]) -> list[str]:
-    """A finished quick session in words: how long to a confirmed recommendation, and each choice measured."""
+def quick_lines(
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), recs: Mapping[float, Any] | None = None
+) -> list[str]:
+    """A finished quick session in words: how long to a confirmed recommendation, the recommendation as the
+    Recommend page gives it (`recs`: per temperature, engine.analysis.recommend.Recommendation or None), and each
+    choice as its stored run measured it (`runs`: the session's runs)."""
     quick = (session.get("summary") or {}).get("quick")
     if not quick:
         return []
     minutes = quick.get("time_to_confirmed_s", 0.0) / 60.0
     lines = [f"Quick session: confirmed in {minutes:.1f} min (probe {quick.get('probe_s', 0.0) / 60.0:.1f} min)."]
-    return lines + _choice_lines(quick)
+    return lines + _choice_lines(quick, runs, recs) + unchosen_gamma_lines(session, quick)
 
 
-def _choice_lines(done: Mapping[str, Any]) -> list[str]:
-    """Each confirmed choice: predicted, measured (whole run and per-prompt median), its flag; then the notes."""
+def unchosen_gamma_lines(session: Mapping[str, Any], done: Mapping[str, Any]) -> list[str]:
+    """Why a confirmed fixed γ the form did not list ran at all: the one model predicts every γ from the probe,
+    and what it recommends is confirmed live whether or not it was among the γs chosen."""
+    chosen = {int(g) for g in session.get("gammas") or []}
     lines = []
-    off = {float(t) for t, is_off in (done.get("off") or {}).items() if is_off}
     for c in done.get("confirmed") or []:
-        measured, whole = c.get("measured_speedup"), c.get("measured_whole_run")
-        ratio = c.get("measured_over_predicted")
-        if whole and ratio:
-            got = (f"measured {whole:.2f}× over the whole run (measured ÷ predicted {ratio:.2f}; per-prompt median "
-                   f"{measured or whole:.2f}×)")
+        gamma = int(c.get("gamma") or 0)
+        if chosen and not c.get("policy") and gamma >= 1 and gamma not in chosen:
+            listed = ", ".join(map(str, sorted(chosen)))
+            lines.append(f"Why γ={gamma}: it was not among the γs chosen ({listed}); a quick session predicts every γ "
+                         f"from its probe and runs the one it recommends live, so γ={gamma} was measured to confirm "
+                         "it.")  # fmt: skip
+    return lines
+
+
+def choice_lines(
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], recs: Mapping[float, Any] | None
+) -> list[str]:
+    """A finished session's confirmed choices in words: a quick session's (quick_lines), else a full session's
+    confirmation (confirmation_lines)."""
+    return quick_lines(session, runs, recs) or confirmation_lines(session, runs, recs)
+
+
+def has_choices(session: Mapping[str, Any]) -> bool:
+    """Whether a session's summary says what it confirmed (a quick session, or a full one that checked its
+    recommendation against the grid)."""
+    summary = session.get("summary") or {}
+    return bool(summary.get("quick") or summary.get("confirmation"))
+
+
+def headline_lines(recs: Mapping[float, Any] | None) -> list[str]:
+    """The recommendation per temperature, as the Recommend page's headline says it: off, or the draft, γ and
+    its speedup (a measured run of it preferred where it disagrees with the prediction beyond the noise)."""
+    lines = []
+    for temperature, rec in sorted((recs or {}).items()):
+        if rec is None:
+            continue
+        if rec.off:
+            lines.append(f"Recommendation (T={temperature:g}, as on the Recommend page): speculation OFF — serve the "
+                         "target alone.")  # fmt: skip
         else:
-            got = f"measured {measured:.2f}× (per-prompt median)" if measured else "not measured"
-        noisy = " — impossible (a measurement error)" if c.get("flag") else (
-            " — too noisy to tell" if c.get("noisy") else "")  # fmt: skip
-        role = "Speculation OFF; best candidate, not recommended" if c["temperature"] in off else c["role"].capitalize()
-        lines.append(f"{role}: {c['configuration']} — predicted {c['predicted_speedup']:.2f}×, {got}{noisy}.")
+            lines.append(f"Recommendation (T={temperature:g}, as on the Recommend page): {rec.draft_name} "
+                         f"γ={rec.gamma}, {rec.speedup_phrase()}.")  # fmt: skip
+    return lines
+
+
+def _choice_lines(
+    done: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], recs: Mapping[float, Any] | None
+) -> list[str]:
+    """Each confirmed choice as its stored run measured it (the figures the Sessions page shows: the stored
+    prediction, the whole run's speedup and the per-prompt spread, its flag), said off where the recommendation
+    is; then the notes."""
+    lines = headline_lines(recs)
+    stored_off = {float(t) for t, is_off in (done.get("off") or {}).items() if is_off}
+    for c in done.get("confirmed") or []:
+        temperature = float(c["temperature"])
+        rec = (recs or {}).get(temperature)
+        off = rec.off if rec is not None else temperature in stored_off
+        role = "Speculation OFF; best candidate, not recommended" if off else c["role"].capitalize()
+        lines.append(f"{role}: {c['configuration']} — {_choice_figures(c, runs)}.")
     lines += [f"Note: {n}" for n in done.get("notes") or []]
     return lines
+
+
+def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
+    """'predicted 1.01×, measured 0.90× over the whole run (0.85–0.95× (median 0.91×))' from the choice's stored
+    run; a session stored without its runs says what the choice itself kept (the prediction when chosen)."""
+    from engine.measure.noise import stored_noisy
+    from engine.service.report_runs import configuration_run, run_speedups, run_spread, spread_text
+    from engine.session.summarise import stored_speedup_flag
+
+    run = configuration_run(runs, str(choice["draft"]), int(choice.get("gamma") or 0), float(choice["temperature"]),
+                            choice.get("policy"))  # fmt: skip
+    if run is not None:
+        measured, predicted = run_speedups(run)
+        spread, flag, noisy = spread_text(run), stored_speedup_flag(run), stored_noisy(run_spread(run))
+        when = ""
+    else:
+        measured = choice.get("measured_whole_run") or choice.get("measured_speedup")
+        median, predicted, when = choice.get("measured_speedup"), choice.get("predicted_speedup"), " (when chosen)"
+        spread = f"per-prompt median {median:.2f}×" if median else None
+        flag, noisy = choice.get("flag"), choice.get("noisy")
+    said = f"predicted {predicted:.2f}×{when}" if predicted else "no prediction stored"
+    got = f"measured {measured:.2f}× over the whole run" + (f" ({spread})" if spread else "") if measured else (
+        "not measured")  # fmt: skip
+    mark = " — impossible (a measurement error)" if flag else " — too noisy to tell" if noisy else ""
+    return f"{said}, {got}{mark}"
 
 
 POLICY_HELP = (

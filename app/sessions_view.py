@@ -13,7 +13,8 @@ import pandas as pd
 from app import data
 from engine.engines import registry
 from engine.service.measurement_notes import floor_note, loop_note
-from engine.service.report_runs import run_spread, run_verdict
+from engine.service.report_runs import run_spread, run_verdict, spread_text
+from engine.service.session_status import UNFINISHED_RUNS
 from engine.service.surface import stops_paying as surface_stops
 from engine.service.surface import surface_cells
 from engine.session.summarise import stored_speedup_flag
@@ -29,6 +30,10 @@ RUN_NUMBERS = {
 }
 RUN_HELPS = {
     "tokens per call": "tokens emitted ÷ target calls, every call counted (a speedup is bounded by it)",
+    "speedup measured": "over the whole run: tokens/s over every prompt ÷ the target alone's over the same prompts "
+    "(the figure the bound checks and the one model predicts); the per-prompt median is in the spread",
+    "per-prompt spread": "each prompt's speedup against the target alone on the same prompt: lowest–highest, and "
+    "their median; ⚠ marks a prompt above its own bound (its tokens per call ÷ (v_min + the draft's share))",
     "bound": "the measured speedup is above tokens per call ÷ (the cheapest verify, 1 target step unless the "
     "engine measured a wider forward cheaper, + the draft's share of a call): impossible, a measurement error, "
     "never calibrated to (why: below the table)",
@@ -93,12 +98,28 @@ def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     spreads = [run_spread(r) for r in runs]
     at = list(table.columns).index("speedup measured") + 1
     if any(spreads):
-        table.insert(at, "per-prompt spread", [f"{s['min']:.2f}–{s['max']:.2f}×" if s else None for s in spreads])
+        table.insert(at, "per-prompt spread", [spread_text(r) for r in runs])
         table.insert(at + 1, "verdict", [run_verdict(r) for r in runs])
     flags = [stored_speedup_flag(r) for r in runs]
     if any(flags):  # beside the number it flags: an impossible speedup is never read as a win
         table.insert(at, "bound", ["⚠ impossible" if f else None for f in flags])
     return table.drop(columns=["status"]) if (table["status"] == "done").all() else table
+
+
+def unfinished_note(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why some runs show no figures: the session ended (cancelled, interrupted, failed) before they finished;
+    None while it runs or when every run finished."""
+    if session.get("status") in ("queued", "running") or all(data.finished(r) for r in runs):
+        return None
+    return UNFINISHED_RUNS
+
+
+def category_empty_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """What the By category section says when it has no row: no finished run (figures by category are those of
+    finished runs, as in the runs table), or no output with a category yet."""
+    if any(r.get("kind") != "baseline" and not data.finished(r) for r in runs):
+        return "No figures by category for runs that did not finish (as in the runs table). " + UNFINISHED_RUNS
+    return "No outputs with a category yet."
 
 
 def impossible_note(runs: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -222,7 +222,7 @@ def test_save_to_history_stores_the_recommendation_and_every_file_once(env):
     assert [e["format"] for e in exports] == list(FORMATS)
     assert {e["format"]: e["content"].rstrip("\n") for e in exports} == {k: v.rstrip("\n") for k, v in code.items()}
     history = frame_with(at, "explanation").value
-    assert list(history["id"]) == [recs[0]["id"]] and "t5-small" in history["decision"].iloc[0]
+    assert list(history["id"]) == [f"#{recs[0]['id']}"] and "t5-small" in history["decision"].iloc[0]
     assert len(at.get("download_button")) == 2 * len(FORMATS) + 1  # current exports, the saved ones again, the report
     at.button(key="rec_save").click()
     at.run()

@@ -62,6 +62,10 @@ def test_run_writes_the_contract(tmp_path, prompt_files):
         assert report["tokens_per_s"] > 0 and report["baseline_tokens_per_s"] > 0
         spread = report["speedup_measured_spread"]  # per-prompt ratios of neighbouring measurements
         assert spread["n"] == 2 and spread["min"] <= report["speedup_measured"] <= spread["max"]
+        # the printed speedup is the run's one figure, the whole run's as every page shows it; the median of the
+        # prompts stays beside their band
+        said = f"speedup {report['speedup_whole_run']:.3f}× measured over the whole run"
+        assert said in r.stdout and f"(median {report['speedup_measured']:.3f}×)" in r.stdout, r.stdout
         assert len(report["outputs"]) == 2
         for o, d in zip(report["outputs"], report["divergences"], strict=True):
             assert {"prompt_id", "text", "token_ids"} <= o.keys() and len(o["token_ids"]) <= 16
@@ -148,3 +152,30 @@ def test_truncated_gguf_and_non_model_directory(tmp_path, prompt_files):
     for ref, fragment in cases:
         r = engine("run", "--target", ref, "--prompts", str(txt), "--json", str(tmp_path / "o.json"))
         assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr
+
+
+def readme_contract_fields() -> set[str]:
+    """The `run --json` fields the README's contract paragraph names (each backticked field name in it)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("`out.json` holds the contract fields")
+    paragraph = readme[start : readme.index("Bad arguments", start)]
+    return {name for name in re.findall(r"`([^`]+)`", paragraph) if re.fullmatch(r"[a-z_]+", name)} - {"out"}
+
+
+def test_the_readme_contract_is_what_run_json_writes(tmp_path, prompt_files):
+    """A script written against the README's contract reads every field it names from a real `run --json`; the
+    renamed keys it keeps as aliases carry the new keys' values."""
+    txt, _ = prompt_files
+    out = tmp_path / "contract.json"
+    r = engine("run", "--target", "tiny:1", "--draft", "ngram", "--prompts", str(txt), "--gamma", "2",
+               "--max-new-tokens", "8", "--dtype", "float32", "--loop", "eager", "--threads", "1",
+               "--json", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())
+    fields = readme_contract_fields()
+    assert {"tokens_per_call", "alpha_from_acceptance_length", "mean_accepted_tokens"} <= fields
+    assert sorted(fields - report.keys()) == [], "the README promises fields run --json does not write"
+    assert report["mean_accepted_tokens"] == report["tokens_per_call"]
+    assert report["alpha_from_mean_accepted"] == report["alpha_from_acceptance_length"]

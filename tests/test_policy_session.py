@@ -306,13 +306,41 @@ def test_the_policy_table_flags_an_impossible_live_speedup_in_its_own_row(sessio
     run = next(r for r in fixed if not (r.get("summary") or {}).get("policy_live"))
     kept = {"speedup_measured": run["speedup_measured"], "summary": run["summary"]}
     try:
-        store.update_run(run["id"], speedup_measured=(run["tokens_per_call"] or 1.0) * 3,
-                         summary={**run["summary"], "speedup_flag": None})  # fmt: skip
+        impossible = (run["tokens_per_call"] or 1.0) * 3  # the run's one speedup: its whole run's, as shown
+        store.update_run(
+            run["id"],
+            speedup_measured=impossible,
+            summary={**run["summary"], "speedup_flag": None, "speedup_whole_run": impossible},
+        )
         report = session_policies(store, [sid])
         frame = table_frame(next(d for d in report.drafts if d.draft == run["draft"]))
         row = frame[frame["policy"] == f"fixed:{run['gamma']}"].iloc[0]
         assert "measurement error" in row["live check"], row.to_dict()
         assert (frame["live check"] == "").sum() >= 1  # a live figure that stands carries none
+    finally:
+        store.update_run(run["id"], **kept)
+
+
+def test_a_row_marked_exact_never_shows_a_live_figure_other_than_its_replay(session):
+    """A walk saw a row marked "exact" with 1.494 tokens per call replayed against 1.532 live (bf16: the live decode
+    left the recorded pass at a near-tie). Where live and replayed differ the row says so in the Policies page's
+    tables; where they agree it stays exact."""
+    from app.policies_view import live_frame, table_frame
+
+    store, sid, _ = session
+    run = next(r for r in store.list_runs(sid) if r["kind"] == "speculative" and r["gamma"] == 2
+               and r["draft"] == "ngram")  # fmt: skip
+    kept = {"tokens_per_call": run["tokens_per_call"]}
+    try:
+        store.update_run(run["id"], tokens_per_call=run["tokens_per_call"] * 1.025)
+        report = session_policies(store, [sid])
+        frame = table_frame(next(d for d in report.drafts if d.draft == "ngram"))
+        row = frame[frame["policy"] == "fixed:2"].iloc[0]
+        assert row["basis"] == "not exact here: replayed -2.4% vs live", row.to_dict()
+        exact = frame[frame["live tokens/call"].notna() & (frame["policy"] != "fixed:2")]
+        assert (exact["basis"] == "exact").all()  # live and replayed agree: exact stays the word
+        live = live_frame(next(d for d in report.drafts if d.draft == "ngram"))
+        assert live[live["policy"] == "fixed:2"].iloc[0]["basis"].startswith("not exact here")  # the page's tables
     finally:
         store.update_run(run["id"], **kept)
 

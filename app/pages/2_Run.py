@@ -9,13 +9,12 @@ import time
 
 import streamlit as st
 
-from app import common, components, data
+from app import common, components, data, memo
 from app import run_view as rv
-from app import sessions_view as sv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
 from engine.service.jobs import submit_session
 
-common.page_setup("Run")
+common.page_setup("Run", keep=rv.FORM_KEYS)  # the form is as the user left it
 rv.skip_gc_after_each_run()  # the live view reruns every second: a full GC after each run would cost most of it
 st.title("Run a tuning session")
 common.hardware_banner()
@@ -54,12 +53,12 @@ with st.container(border=True):
     with st.container():  # always there, so the form below keeps its place when the note comes and goes
         if note:
             st.caption(f"Target {md_escape(note)}.")
+    st.radio("Session", list(rv.MODE_LABELS), format_func=rv.MODE_LABELS.get, key="mode", help=rv.MODE_HELP)
 
-    with st.form("new_session", border=False):
-        st.radio("Session", list(rv.MODE_LABELS), format_func=rv.MODE_LABELS.get, key="mode", help=rv.MODE_HELP)
-        st.checkbox(rv.CONFIRM_LABEL, value=True, key="confirm", help=rv.CONFIRM_HELP)
+    with st.form("new_session", border=False, enter_to_submit=False):  # Enter in a field never starts a session
+        components.full_grid_confirm(st.session_state.get("mode", "quick"))
         col_d, col_g = st.columns(2)
-        draft_options = rv.draft_options(target)
+        draft_options = rv.draft_options(target, engine)
         col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
                           key="drafts_choice", help=rv.DRAFTS_HELP)  # fmt: skip
         col_d.text_input("…and other drafts (comma-separated)", key="drafts_text", placeholder=rv.DRAFTS_PLACEHOLDER)
@@ -88,15 +87,13 @@ with st.container(border=True):
             verify_cost, regime_cost = rv.cost_captions(history, target, dtype, st.session_state)
             b2.checkbox("measure verify cost v(k)", value=True, key="measure_verify")
             b2.caption(md_escape(verify_cost))
-            b3.checkbox("detect regime afterwards", value=True, key="detect_regime")
-            b3.caption(md_escape(regime_cost))
+            components.regime_switch(b3, engine, regime_cost)
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
             st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
                           **rv.CONCURRENCY_INPUT)  # fmt: skip
             c1, c2 = st.columns(2)
             c1.selectbox("Loop (spectune's engine)", rv.LOOP_CHOICES, key="loop", help=rv.LOOP_HELP)
-            c2.number_input("Threads (0 = the cores free at the start)", min_value=0, max_value=1024, value=0,
-                            key="threads", help=rv.THREADS_HELP)  # fmt: skip
+            c2.number_input("Threads (0: the cores free at start)", 0, 1024, 0, key="threads", help=rv.THREADS_HELP)
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
         estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
         probe = st.form_submit_button("Probe the pace, then estimate", key="probe_pace", help=rv.PROBE_HELP)
@@ -135,10 +132,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
     components.status_banner(session, here="Run")
     if busy := rv.busy_note(session, frame.other_cpu_pct):
         st.warning(md_escape(busy), icon=common.ICONS["warning"])
-    if floor := sv.floor_warning(session):
-        st.warning(md_escape(floor), icon=common.ICONS["warning"])
-    for caption in sv.measurement_captions(session):
-        st.caption(md_escape(caption))
+    components.measurement_notes(session)
     if status in ACTIVE_STATUSES and st.button("Cancel session", key=f"cancel_{session_id}"):
         with common.guard("cancel the session"):
             if store.request_cancel(session_id):
@@ -146,8 +140,9 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
             else:
                 st.info("The session had already finished.")
 
-    if status == "done" and (quick := rv.quick_lines(session) or rv.confirmation_lines(session)):
-        st.caption("  \n".join(md_escape(line) for line in quick))
+    if status == "done" and rv.has_choices(session):  # the Recommend page's answer beside the runs as stored
+        lines = rv.choice_lines(session, frame.runs, memo.session_recommendations(store, session))
+        st.caption("  \n".join(md_escape(line) for line in lines))
     current = frame.current
     if current is None:
         if status == "running":

@@ -65,7 +65,7 @@ def show_categories(runs: list[dict], outputs_by_run: dict[int, list], prompts: 
     st.markdown("#### By category")
     cats = data.category_frame(runs, outputs_by_run, prompts)
     if cats.empty:
-        st.caption("No outputs with a category yet.")
+        st.caption(sv.category_empty_text(runs))
         return
     st.caption(sv.CATEGORY_BASIS)
     components.table(cats, numbers=sv.CATEGORY_NUMBERS)
@@ -97,11 +97,10 @@ def show_session(session: dict[str, Any]) -> None:
     icon = common.STATUS_ICONS.get(status, "")
     st.markdown(f"### #{sid} {md_escape(common.one_line(session.get('name'), 100))} — {icon} {status}")
     components.status_banner(session, here="Sessions")
-    for note in (sv.machine_note(session), sv.floor_warning(session), sv.noisy_note(session)):
+    for note in (sv.machine_note(session), sv.noisy_note(session)):
         if note:
             st.warning(md_escape(note), icon=common.ICONS["warning"])
-    for caption in sv.measurement_captions(session):
-        st.caption(md_escape(caption))
+    components.measurement_notes(session)
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
     if suffix_note := sv.suffix_cache_note(session):
         st.caption(md_escape(suffix_note))
@@ -125,12 +124,14 @@ def show_session(session: dict[str, Any]) -> None:
     else:
         st.markdown("#### Runs")
         components.table(sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS)
+        if unfinished := sv.unfinished_note(session, runs):
+            st.caption(unfinished)
         if impossible := sv.impossible_note(runs):
             st.warning("**Impossible speedups, not results:**\n" + "\n".join(f"- {md_escape(x)}" for x in impossible))
         speed = sv.speedup_frame(runs)
         if not speed.empty:
             st.markdown(
-                "**Speedup: measured (median over prompts; the bar spans the lowest to the highest prompt), and "
+                "**Speedup: measured over the whole run (the bar spans the lowest to the highest prompt), and "
                 "predicted from the measured α, c and verify cost**"
             )
             st.altair_chart(charts.speedup_grouped(speed, "which"), width="stretch")

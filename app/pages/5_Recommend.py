@@ -74,6 +74,8 @@ def show_decision(rec: Any) -> None:
     st.subheader("Recommendation")
     banner = st.warning if rec.off else st.success
     banner(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])
+    if measured := rec.measured_sentence():  # a measured run of this configuration, beside the headline
+        (st.warning if rec.prefers_measurement else st.info)(md_escape(measured), icon=common.ICONS["info"])
     st.markdown(md_escape(rec.explanation))
     for col, (label, value, helptext) in zip(st.columns(5), rv.decision_metrics(rec), strict=True):
         col.metric(label, value, help=helptext)

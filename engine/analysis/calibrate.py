@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from engine.analysis.bounds import BoundFlag, check_measured_speedup
 from engine.analysis.prediction import Prediction
-from engine.analysis.recommend_types import DraftMeasurement
+from engine.analysis.recommend_types import DraftMeasurement, MeasuredCheck
 from engine.core.policy import FixedGamma
 
 
@@ -78,6 +78,18 @@ def measured_loss(m: DraftMeasurement, batch: int) -> str:
     listed = ", ".join(f"γ={g} {s:.2f}×{' (too noisy to tell)' if noisy else ''}"
                        for g, (s, noisy) in sorted(points.items()))  # fmt: skip
     return f"{LOST_EVERYWHERE} at batch {batch} ({listed})"
+
+
+def measured_check(m: DraftMeasurement, gamma: int, batch: int, predicted: float) -> MeasuredCheck | None:
+    """The run measured at this γ and serving batch beside the prediction for it (None where none was measured, or
+    its speedup breaks its bound: a measurement error is no measurement): its noise band is the run's lowest and
+    highest per-prompt speedup at batch 1, the speedup alone elsewhere."""
+    point = speedups_at(m, batch).get(int(gamma))
+    if point is None:
+        return None
+    speedup, noisy = point
+    low, high = m.measured_band.get(int(gamma), (speedup, speedup)) if batch == 1 else (speedup, speedup)
+    return MeasuredCheck(int(gamma), speedup, min(low, speedup), max(high, speedup), float(predicted), noisy)
 
 
 def _at_c(m: DraftMeasurement, gamma: int, c: float) -> Prediction:

@@ -33,6 +33,7 @@ from engine.analysis.calibrate import (
     accepted_curve_from_runs,
     calibration,
     effective_c,
+    measured_check,
     measurement_flags,
 )
 from engine.analysis.choice import Judge, RegimeOf, best_row, check_args, judge_for, regime_of
@@ -245,6 +246,7 @@ def _on(
         notes=_notes(ask, table, m, row, chosen_regime),
         knee_batch=ask.knee_batch,
         regime_given=ask.regime,
+        measured_check=measured_check(m, row.gamma, ask.batch_size, row.speedup_predicted),
     )
 
 

@@ -54,6 +54,8 @@ class DraftMeasurement:
     # requests in flight (> 1: an engine that batches) -> γ -> (measured speedup against the target alone at that
     # level, too noisy to tell); level 1 is measured_speedup / noisy_speedup
     level_speedups: dict[int, dict[int, tuple[float, bool]]] = field(default_factory=dict)
+    # γ -> (lowest, highest) per-prompt speedup of the run measured at that γ: the noise band around its speedup
+    measured_band: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,6 +135,52 @@ class DraftSummary:
     calibration_flag: str | None = None  # why its measured speedups were not calibrated to
 
 
+BAND_SLACK = 0.05  # a prediction this far outside the measured band still agrees with it (timing noise)
+
+
+@dataclass(frozen=True)
+class MeasuredCheck:
+    """A measured run of the recommended configuration beside its prediction: the measurement bounds the headline.
+
+    `low`–`high` is the measurement's noise band (the lowest and highest per-prompt speedup of the run, or the
+    speedup alone where the run kept none); the prediction disagrees with the measurement when it lies outside the
+    band by more than BAND_SLACK, and then the headline shows the measurement, not the prediction."""
+
+    gamma: int
+    measured: float  # the run's speedup over the whole run (the figure its bound check judges)
+    low: float
+    high: float
+    predicted: float
+    noisy: bool = False  # the measurement is too noisy to tell (it straddles 1× or spreads widely)
+
+    @property
+    def disagrees(self) -> bool:
+        """The prediction lies outside the measurement's noise band (by more than BAND_SLACK)."""
+        return not self.low * (1.0 - BAND_SLACK) <= self.predicted <= self.high * (1.0 + BAND_SLACK)
+
+    @property
+    def headline(self) -> float:
+        """The speedup the headline shows: the measurement where the prediction disagrees with it, else the
+        prediction (inside the band, so bounded by the measurement)."""
+        return self.measured if self.disagrees else self.predicted
+
+    def band_text(self) -> str:
+        band = f"prompts {self.low:.2f}–{self.high:.2f}×" if self.high > self.low else "one figure"
+        return band + ("; too noisy to tell" if self.noisy else "")
+
+    def words(self) -> str:
+        """The measurement beside the headline, and what it does to it, in one sentence."""
+        seen = f"measured {self.measured:.2f}× on this very configuration over the whole run ({self.band_text()})"
+        if not self.disagrees:
+            return f"{seen}: the prediction {self.predicted:.2f}× lies within its noise"
+        side = "above" if self.predicted > self.high else "below"
+        out = (f"{seen}: the prediction {self.predicted:.2f}× lies {side} it beyond the noise, so the headline shows "
+               "the measurement")  # fmt: skip
+        if self.measured <= 1.0:
+            out += "; measured, it does not pay"
+        return out + ("; confirm it with another run before deploying" if self.noisy or self.measured <= 1.0 else "")
+
+
 @dataclass
 class Recommendation:
     """The decision: a draft and γ (or off), what it predicts, and why."""
@@ -164,8 +212,40 @@ class Recommendation:
     off_range_speedups: dict[int, float] = field(default_factory=dict)
     knee_batch: int | None = None  # the batch sweep's knee the regime per γ was judged against, if any
     regime_given: str = "unknown"  # the regime as given (before judging per width): the policy table's too
+    # a measured run of the recommended draft and γ at the serving batch beside its prediction (None: none measured)
+    measured_check: MeasuredCheck | None = None
 
     @property
     def off(self) -> bool:
         """Is speculation off (γ = 0)?"""
         return self.gamma == 0
+
+    @property
+    def headline_speedup(self) -> float:
+        """The speedup the headline shows: the prediction, unless a measured run of the same configuration
+        disagrees with it beyond the noise (then the measurement: MeasuredCheck.headline)."""
+        if self.off or self.measured_check is None:
+            return self.predicted_speedup
+        return self.measured_check.headline
+
+    @property
+    def prefers_measurement(self) -> bool:
+        """A measured run of the recommended configuration disagrees with its prediction beyond the noise."""
+        return not self.off and self.measured_check is not None and self.measured_check.disagrees
+
+    def speedup_phrase(self, bold: str = "") -> str:
+        """The headline's speedup in words: 'predicted 1.15× faster', or where a measured run of the configuration
+        disagrees beyond the noise 'measured 0.80× (predicted 1.15×: they disagree beyond the noise)'. `bold`
+        wraps the figure (markdown's '**')."""
+        if not self.prefers_measurement:
+            return f"predicted {bold}{self.predicted_speedup:.2f}×{bold} faster"
+        return (f"measured {bold}{self.headline_speedup:.2f}×{bold} (predicted {self.predicted_speedup:.2f}×: they "
+                "disagree beyond the noise)")  # fmt: skip
+
+    def measured_sentence(self) -> str | None:
+        """The measured run of the recommended configuration beside the headline, as a sentence; None when off or
+        when none was measured."""
+        if self.off or self.measured_check is None:
+            return None
+        words = self.measured_check.words()
+        return f"{self.draft_name} γ={self.gamma}: {words}."

@@ -192,8 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"{flat['draft']} {policy or 'γ=' + str(flat['gamma'])} T={flat['temperature']}: α={_fmt(flat['alpha'])} "
         f"tokens per call={_fmt(flat['tokens_per_call'])} c={_fmt(flat['c'])} "
         f"{flat['tokens_per_s']:.2f} tok/s vs {flat['baseline_tokens_per_s']:.2f} baseline "
-        f"(speedup {_fmt(flat['speedup_measured'])}× measured{_verdict(flat)}, "
-        f"{_fmt(flat['speedup_predicted'])}× predicted)"
+        f"(speedup {_fmt(_shown_speedup(flat))}× measured over the whole run{_verdict(flat)}, "
+        f"{_fmt(flat['speedup_predicted'])}× predicted){_prompt_band(flat)}"
     )
     for line in run_judgement(flat):
         print(line)
@@ -206,6 +206,20 @@ def _verdict(flat: dict[str, Any]) -> str:
     if flat.get("speedup_noisy"):
         return ", too noisy to tell"
     return f", {spread['verdict']}" if spread.get("verdict") in ("faster", "slower") else ""
+
+
+def _shown_speedup(flat: dict[str, Any]) -> float | None:
+    """The run's one speedup, as the pages show it: over the whole run (the median of its prompts without a run)."""
+    whole = flat.get("speedup_whole_run")
+    return whole if whole is not None else flat.get("speedup_measured")
+
+
+def _prompt_band(flat: dict[str, Any]) -> str:
+    """'; prompts 0.91–1.12× (median 1.02×)': the per-prompt spread, where the median lives."""
+    spread = flat.get("speedup_measured_spread") or {}
+    if spread.get("min") is None or spread.get("max") is None:
+        return ""
+    return f"; prompts {spread['min']:.2f}–{spread['max']:.2f}× (median {_fmt(spread.get('median'))}×)"
 
 
 def run_judgement(flat: dict[str, Any]) -> list[str]:
@@ -248,6 +262,9 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "alpha": src.get("alpha"),
         "alpha_from_acceptance_length": src.get("alpha_from_acceptance_length"),
         "tokens_per_call": src.get("tokens_per_call"),
+        # renamed keys kept for one release (README: the `run --json` contract); read the new names
+        "alpha_from_mean_accepted": src.get("alpha_from_acceptance_length"),
+        "mean_accepted_tokens": src.get("tokens_per_call"),
         "draft_acceptance_rate": src.get("draft_acceptance_rate"),
         "per_position_acceptance": src.get("per_position_acceptance", []),
         "c": src.get("c"),

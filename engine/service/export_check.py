@@ -18,6 +18,7 @@ from engine.service.jobs import submit_session
 from engine.service.report_runs import run_concurrency, run_spread
 from engine.service.surface import noise_of
 from engine.session.spec import SessionSpec
+from engine.session.summarise import run_speedup
 
 VLLM_FORMAT = "vllm"  # the export format checked here
 
@@ -80,9 +81,8 @@ def export_check_rows(store: Any, session_id: int) -> list[LevelCheck]:
         if run["kind"] == "baseline":
             level["baseline"] = run.get("tokens_per_s")
             continue
-        live = summary.get("policy_live") or {}
         side = "schedule" if summary.get("policy") else "fixed"
-        level[side] = live.get("speedup_measured") if side == "schedule" else run.get("speedup_measured")
+        level[side] = run_speedup(run)
         level["noisy"] |= bool(noise_of(run_spread(run))[1])
     return [LevelCheck(b, r.get("baseline"), r.get("fixed"), r.get("schedule"), r["noisy"])
             for b, r in sorted(rows.items())]  # fmt: skip

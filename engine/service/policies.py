@@ -27,7 +27,7 @@ from engine.measure import noise
 from engine.service.evidence import choose_engine, recommend_from_store
 from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
-from engine.session.summarise import speedup_flag, stored_speedup_flag
+from engine.session.summarise import run_speedup, speedup_flag, stored_speedup_flag
 
 
 @dataclass
@@ -52,14 +52,27 @@ class DraftPolicies:
                 "kind": r.kind, "setting": r.setting, "tokens_per_call": r.tokens_per_call,
                 "draft_calls_per_step": r.draft_calls_per_step, "drafted_per_step": r.drafted_per_step,
                 "predicted_speedup": r.predicted_speedup, "cost_multiplier": r.cost_multiplier,
-                "ops_multiplier": r.ops_multiplier, "basis": r.basis, "calls_exact": r.calls_exact,
+                "ops_multiplier": r.ops_multiplier, "calls_exact": r.calls_exact,
+                "basis": shown_basis(r.basis, r.tokens_per_call, live.get("tokens_per_call")),
                 "live_tokens_per_call": live.get("tokens_per_call"),
                 "live_draft_calls_per_step": live.get("draft_calls_per_step"),
-                "live_speedup": live.get("speedup_measured"), "live_tokens_per_s": live.get("tokens_per_s"),
+                "live_speedup": live.get("speedup"), "live_tokens_per_s": live.get("tokens_per_s"),
                 "live": bool(live), "best_fixed": r is self.comparison.best_fixed, "live_flag": live.get("flag"),
                 "feasible": r.feasible, "why_not": r.infeasible_why,
             })  # fmt: skip
         return out
+
+
+EXACT_TOLERANCE = 1e-3  # replayed and live tokens per call this close agree (rounding of the stored figures)
+
+
+def shown_basis(basis: str, replayed: float, live: float | None) -> str:
+    """A replayed row's basis as the tables show it: "exact" only where a live run of the same policy, if any,
+    delivered the replayed tokens per call. Where it did not, the live decode left the recorded pass (a near-tie
+    that flipped in bf16, or drafting state the pass does not hold), so the row says by how much instead."""
+    if basis != "exact" or not live or abs(replayed / float(live) - 1.0) <= EXACT_TOLERANCE:
+        return basis
+    return f"not exact here: replayed {(replayed / float(live) - 1.0) * 100:+.1f}% vs live"
 
 
 @dataclass
@@ -159,7 +172,7 @@ def live_flag(
 ) -> str | None:
     """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (v_min + the
     draft's share)), or its per-prompt ratios are too noisy; None when it stands."""
-    speedup, per_call = figures.get("speedup_measured"), figures.get("tokens_per_call")
+    speedup, per_call = figures.get("speedup") or figures.get("speedup_measured"), figures.get("tokens_per_call")
     if not speedup:
         return None
     broken = figures.get("speedup_flag") or speedup_flag(
@@ -170,8 +183,18 @@ def live_flag(
         return str(broken)
     spread = figures.get("speedup_spread") or {}
     if noise.stored_noisy(spread):
-        return f"too noisy to tell ({spread.get('verdict') or 'one prompt'}): not calibrated to"
+        return f"too noisy to tell ({noise_why(spread)}): not calibrated to"
     return None
+
+
+def noise_why(spread: Mapping[str, Any]) -> str:
+    """Why a stored spread is too noisy to tell, without repeating the verdict: 'one prompt', or the per-prompt
+    ratios (and a verdict other than 'too noisy to tell', e.g. 'faster, but spread wider than 1.5×')."""
+    if int(spread.get("n") or 0) < 2 or not isinstance(spread.get("min"), int | float):
+        return "one prompt"
+    ratios = f"per-prompt ratios {float(spread['min']):.2f}–{float(spread['max']):.2f}×"
+    verdict = str(spread.get("verdict") or "")
+    return ratios if verdict in ("", "too noisy to tell") else f"{ratios}, {verdict}"
 
 
 def live_figures(store: Any, session_ids: list[int], draft: str, temperature: float) -> dict[str, dict[str, Any]]:
@@ -196,6 +219,7 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
                 else None,
             }  # fmt: skip
         figures["session_id"] = run["session_id"]
+        figures["speedup"] = run_speedup(run)  # the run's one speedup, as every page shows it
         most = parse_policy(spec).max_draft()
         loop_v = ((run.get("summary") or {}).get("verify_in_loop") or {}).get("v")
         figures["flag"] = live_flag(figures, most, run.get("c") or 0.0, run.get("verify_cost"), loop_v)

@@ -94,8 +94,10 @@ def print_recommendation(result: Recommended) -> None:
         print("recommendation: speculation OFF")
     else:
         print(f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
-              f"{rec.predicted_speedup:.2f}× predicted, ops ×{rec.ops_multiplier:.2f}, "
-              f"cost per token {rec.cost_change:+.0%}")  # fmt: skip
+              f"{rec.headline_speedup:.2f}× {'measured' if rec.prefers_measurement else 'predicted'}, "
+              f"ops ×{rec.ops_multiplier:.2f}, cost per token {rec.cost_change:+.0%}")  # fmt: skip
+        if measured := rec.measured_sentence():
+            print(f"measured: {measured}")
     print(rec.explanation)
     print(f"{'draft':<24} {'α':>6} {'c':>6} {'best γ':>7} {'speedup':>8} {'crossover':>9}")
     for row in rec.comparison:

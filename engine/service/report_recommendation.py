@@ -47,12 +47,13 @@ def decision(result: Recommended) -> list[Html]:
     else:
         flag = check_predicted_speedup(rec.predicted_speedup, rec.gamma)
         banner = tag("div", [tag("strong", str(rec.draft_name)), " with ", tag("strong", f"γ = {rec.gamma}"),
-                             f": predicted {rec.predicted_speedup:.2f}× faster · ops multiplier "
+                             f": {rec.speedup_phrase()} · ops multiplier "
                              f"{rec.ops_multiplier:.2f}× · cost per token {pct(rec.cost_change)} ({context(rec)})",
                              *([tag("span", f" — ⚠ {flag.message}", "flag")] if flag else [])],
                      "banner on")  # fmt: skip
         rows = [("Draft", f"{rec.draft_name} ({rec.method})"), ("Recommended γ", str(rec.gamma)),
-                ("Predicted speedup", f"{rec.predicted_speedup:.2f}×"),
+                ("Measured speedup" if rec.prefers_measurement else "Predicted speedup",
+                 f"{rec.headline_speedup:.2f}×"),
                 ("Ops multiplier", f"{rec.ops_multiplier:.2f}×"), ("Cost per token", pct(rec.cost_change))]  # fmt: skip
     rows += [("Temperature", f"{rec.temperature:g}"), ("Engine measured with", result.engine),
              ("Sessions", ", ".join(f"#{i}" for i in result.evidence.session_ids))]  # fmt: skip
@@ -61,7 +62,9 @@ def decision(result: Recommended) -> list[Html]:
             ("$ per million tokens, target alone", f"${rec.cost_per_million_baseline:,.4f}"),
             ("$ per million tokens, " + ("off" if rec.off else "recommended"), f"${rec.cost_per_million:,.4f}"),
         ]
-    return [banner, facts(rows), tag("p", rec.explanation), bullets(rec.notes)]
+    measured = [tag("p", sentence, "flag" if rec.prefers_measurement else "")] if (
+        sentence := rec.measured_sentence()) else []  # fmt: skip
+    return [banner, *measured, facts(rows), tag("p", rec.explanation), bullets(rec.notes)]
 
 
 def regime(result: Recommended) -> list[Html]:

@@ -16,7 +16,7 @@ from typing import Any
 from engine.analysis.bounds import check_tokens_per_call
 from engine.core.policy import parse_policy
 from engine.measure.noise import stored_noisy
-from engine.session.summarise import run_spread, stored_speedup_flag
+from engine.session.summarise import run_speedup, run_spread, spread_above_bound, stored_speedup_flag
 
 VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
                   "not-applicable": "not applicable (sampled)"}  # fmt: skip
@@ -47,6 +47,7 @@ class RunFigures:
     per_position_acceptance: list[float] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     fidelity: str = ""
+    spread_words: str | None = None  # spread_text: lowest–highest, the median, a prompt above its bound
 
 
 def run_concurrency(run: Mapping[str, Any]) -> int:
@@ -80,11 +81,49 @@ def _num(value: Any) -> str:
 
 
 def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """(measured, predicted); a policy run's are its live figure and what the replay predicted."""
+    """(measured, predicted): the run's one measured speedup (engine.session.summarise.run_speedup: over the whole
+    run, what its bound check judges), and the prediction; a policy run's are its live figure and what the replay
+    predicted."""
     live = (run.get("summary") or {}).get("policy_live") if run_policy(run) else None
     if not live:
-        return run.get("speedup_measured"), run.get("speedup_predicted")
-    return live.get("speedup_measured"), (live.get("replayed") or {}).get("speedup")
+        return run_speedup(run), run.get("speedup_predicted")
+    return run_speedup(run), (live.get("replayed") or {}).get("speedup")
+
+
+def spread_text(run: Mapping[str, Any]) -> str | None:
+    """The run's per-prompt speedups in words: '0.80–2.61× (median 1.10×)', with '⚠ prompt 3 above its bound
+    (2.61× > 1.05×)' where a prompt's ratio breaks that prompt's own bound; None without a spread."""
+    spread = run_spread(run)
+    if spread is None:
+        return None
+    text = f"{spread['min']:.2f}–{spread['max']:.2f}× (median {spread['median']:.2f}×)"
+    above = spread_above_bound(run)
+    return f"{text} {above_text(above)}" if above else text
+
+
+def above_text(above: Sequence[Mapping[str, Any]]) -> str:
+    """'⚠ prompt 3 above its bound (2.61× > 1.05×)', '⚠ prompts 2, 3 above their bounds', or for a run stored
+    without per-prompt bounds '⚠ highest prompt above γ+1 (…)'."""
+    if len(above) == 1:
+        one = above[0]
+        who = f"prompt {int(one['prompt'])} above its bound" if one.get("prompt") else "highest prompt above its bound"
+        return f"⚠ {who} ({float(one['speedup']):.2f}× > {float(one['bound']):.2f}×): impossible"
+    numbers = ", ".join(str(int(x["prompt"])) for x in above)
+    return f"⚠ prompts {numbers} above their bounds: impossible"
+
+
+def configuration_run(
+    runs: Sequence[Mapping[str, Any]], draft: str, gamma: int, temperature: float, policy: str | None = None
+) -> Mapping[str, Any] | None:
+    """The newest finished run of one configuration at one request in flight (a policy's under its policy, a
+    fixed γ's under its γ): the stored row the Sessions page shows for it; None when none finished."""
+    for run in reversed(runs):
+        if run.get("kind") == "baseline" or run.get("status", "done") != "done" or run_concurrency(run) != 1:
+            continue
+        same = run_policy(run) == policy if policy else not run_policy(run) and int(run.get("gamma") or 0) == gamma
+        if same and run.get("draft") == draft and abs(float(run.get("temperature") or 0.0) - temperature) < 1e-9:
+            return run
+    return None
 
 
 def noise_verdict(spread: Mapping[str, Any]) -> str:
@@ -145,6 +184,9 @@ def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> l
         return [*flags, recommender[key]]
     if measured and (flag := stored_speedup_flag(run)) is not None:
         flags.append(flag)
+    if above := spread_above_bound(run):
+        flags.append(f"per-prompt spread: {above_text(above)} — a prompt's ratio above that prompt's tokens per call "
+                     "÷ (v_min + the draft's share) is a measurement error, never a result")  # fmt: skip
     return flags
 
 
@@ -181,5 +223,6 @@ def run_figures(
             per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
             flags=bound_flags(r, recommender),
             fidelity=fidelity_counts(outputs_by_run.get(r["id"], [])) if speculative else "",
+            spread_words=spread_text(r),
         ))  # fmt: skip
     return rows

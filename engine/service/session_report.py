@@ -24,6 +24,7 @@ from engine.service.report_html import Html, bullets, document, facts, note, num
 from engine.service.report_recommendation import flagged_measurements, recommendation_parts
 from engine.service.report_runs import RunFigures, run_figures
 from engine.service.report_svg import Bar, Series, bar_chart, line_chart
+from engine.service.session_status import ending_note
 from engine.session.sampling import session_prompts
 
 PROMPT_PREVIEW = 600  # characters of each prompt shown
@@ -161,8 +162,21 @@ def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ("max new tokens", session.get("max_new_tokens")),
         ("weights" if fixed else "dtype", fixed or session.get("dtype")), ("device", session.get("device")),
         ("prompts", f"{session.get('n_prompts') or '—'} (set #{session.get('prompt_set_id') or '—'})"),
-        ("created / finished", f"{session.get('created_at') or '—'} / {session.get('finished_at') or '—'}"),
+        ("created / finished", f"{minute(session.get('created_at'))} / {minute(session.get('finished_at'))}"),
     ]  # fmt: skip
+
+
+def minute(value: Any) -> str:
+    """A stored time to the minute, as the pages show it ('2026-05-01 14:03 UTC'); '—' where none was stored."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value[:16]
+    zone = " UTC" if value.tzinfo is not None and value.utcoffset() == UTC.utcoffset(None) else ""
+    return value.strftime("%Y-%m-%d %H:%M") + zone
 
 
 def hardware_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -197,8 +211,9 @@ def prompts_part(store: Any, session: Mapping[str, Any]) -> Html:
 def session_notes(session: Mapping[str, Any]) -> list[Html]:
     summary = session.get("summary") or {}
     out = []
-    if session.get("error"):
-        out.append(note(f"The session ended with an error: {session['error']}", "error"))
+    if (ending := ending_note(session)) is not None:
+        kind, text = ending
+        out.append(note(text, {"warning": "warn"}.get(kind, kind)))
     if summary.get("machine_note"):
         out.append(note(summary["machine_note"]))
     if (floor := floor_note(summary)) is not None:
@@ -246,15 +261,17 @@ RUN_HEADERS = ["configuration", "status", "α", "tokens per call", "draft accept
                "check"]  # fmt: skip
 RUN_LEGEND = (
     "tokens per call: tokens emitted ÷ target calls, every call counted · draft acceptance rate: accepted ÷ drafted "
-    "tokens · c: a draft forward's time ÷ a target forward's · speedup measured: the median over prompts, each "
-    "against the target alone on the same prompt; the spread runs from the lowest to the highest prompt · "
+    "tokens · c: a draft forward's time ÷ a target forward's · speedup measured: over the whole run, tokens/s over "
+    "every prompt ÷ the target alone's over the same prompts (the figure its bound checks) · per-prompt spread: "
+    "each prompt against the target alone on the same prompt, lowest to highest, and their median; ⚠ marks a "
+    "prompt above its own bound · "
     "predicted: from the measured α, c and verify cost · fidelity: the outputs against the target alone's"
 )
 RUN_NUMERIC = RUN_HEADERS[2:10] + ["speedup predicted"]
 
 
 def run_row(r: RunFigures, status: bool) -> list[Any]:
-    spread = f"{r.spread['min']:.2f}–{r.spread['max']:.2f}×" if r.spread else "—"
+    spread = r.spread_words or "—"
     check = tag("span", "⚠ flagged", "flag") if r.flags else ""
     return [r.label, *([r.status] if status else []), number(r.alpha, "%.3f"), number(r.tokens_per_call, "%.2f"),
             number(r.draft_acceptance_rate, "%.3f"), number(r.c, "%.3f"), number(r.tokens_per_s, "%.1f"),
@@ -274,7 +291,7 @@ def runs_parts(figures: list[RunFigures]) -> list[Html]:
         parts.append(Html("<ul>" + "".join(tag("li", [tag("strong", f"{label}: "), tag("span", flag, "flag")])
                                            for label, flag in flagged) + "</ul>"))  # fmt: skip
     speculative = [r for r in figures if r.kind != "baseline"]
-    rows = [(r.label, [Bar("measured (median; whisker: lowest–highest prompt)", r.speedup_measured,
+    rows = [(r.label, [Bar("measured (whole run; whisker: lowest–highest prompt)", r.speedup_measured,
                            r.spread["min"] if r.spread else None, r.spread["max"] if r.spread else None),
                        Bar("predicted", r.speedup_predicted)]) for r in speculative]  # fmt: skip
     if any(bars for _, bars in rows):

@@ -16,7 +16,7 @@ from typing import Any
 from engine.analysis.schedule import off_range_line
 from engine.measure.noise import stored_noisy
 from engine.service.report_runs import run_concurrency, run_spread
-from engine.session.summarise import stored_speedup_flag
+from engine.session.summarise import run_speedup, stored_speedup_flag
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,7 @@ def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
     cells = []
     for run in runs:
         summary = run.get("summary") or {}
-        live = summary.get("policy_live") or {}
-        speedup = run.get("speedup_measured")
-        if speedup is None:
-            speedup = live.get("speedup_measured")
+        speedup = run_speedup(run)
         if run.get("kind") == "baseline" or speedup is None or run.get("status", "done") != "done":
             continue
         policy = run.get("policy") or summary.get("policy")

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.analysis.bounds import check_measured_speedup
+from engine.analysis.bounds import BoundFlag, check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
 from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost
@@ -28,6 +28,7 @@ class RunTally:
     outputs: list[PromptOutput] = field(default_factory=list)
     divergences: list[dict | None] = field(default_factory=list)
     decoded: dict[int, tuple[int, float]] = field(default_factory=dict)  # per prompt index: (tokens, decode s)
+    calls: dict[int, tuple[float, float]] = field(default_factory=dict)  # per prompt index: (emitted, target calls)
     loads: list[dict[str, float]] = field(default_factory=list)  # per prompt: the machine's load while decoding
     counters: SpecCounters = field(default_factory=SpecCounters)
     stats: StepStats = field(default_factory=StepStats)  # from step records: β (α) where the engine reports it
@@ -55,6 +56,8 @@ class RunTally:
         self.itl_s += decoded.itl_s
         if decoded.decode_s > 0 and tokens:
             self.decoded[index] = (tokens, decoded.decode_s)
+        if decoded.counters.target_calls > 0:
+            self.calls[index] = (decoded.counters.emitted, decoded.counters.target_calls)
 
     @property
     def rates(self) -> dict[int, float]:
@@ -71,6 +74,18 @@ class RunTally:
 
     def spread(self, baseline: RunTally | None) -> noise.Spread | None:
         return noise.spread_of(self.ratios(baseline))
+
+    def prompt_ratios(self, baseline: RunTally | None) -> dict[int, float]:
+        """Per prompt index: this run's tokens/s ÷ the baseline's on the same prompt (the spread's ratios)."""
+        if baseline is None:
+            return {}
+        base = baseline.rates
+        return {i: rate / base[i] for i, rate in sorted(self.rates.items()) if base.get(i, 0) > 0 and rate > 0}
+
+    def prompt_tokens_per_call(self, index: int) -> float | None:
+        """One prompt's tokens per target call (None where the engine counted no call for it)."""
+        emitted, calls = self.calls.get(index, (0.0, 0.0))
+        return emitted / calls if calls > 0 else None
 
     def whole_run(self, baseline: RunTally | None) -> float | None:
         """This run's tokens/s over every prompt ÷ the baseline's over the same prompts: the whole run's speedup,
@@ -118,6 +133,8 @@ def summarise(
     whole = tally.whole_run(baseline)
     steps = int(counters.target_calls)
     measured = spread.median if spread else None
+    bound = SpeedupBound(gamma, c, tally.draft_calls / steps if steps else None, verify_cost,
+                         loop_point.v if loop_point is not None else None)  # fmt: skip
     overhead = overhead or StepOverhead()
     cost = CostModel(c, verify_cost or None, overhead=overhead)
     predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, cost,
@@ -136,20 +153,45 @@ def summarise(
         speedup_measured=measured,
         speedup_whole_run=whole,
         speedup_spread=spread.to_dict() if spread else None,
-        speedup_flag=speedup_flag(
-            measured,
-            gamma,
-            counters.tokens_per_call(),
-            c,
-            tally.draft_calls / steps if steps else None,
-            verify_cost,
-            whole,
-            loop_point.v if loop_point is not None else None,
-        ),
+        speedup_above_bound=prompts_above_bound(tally, baseline, bound),
+        speedup_flag=bound.flag(measured, counters.tokens_per_call(), whole),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
         draft_calls=tally.draft_calls,
     )
+
+
+@dataclass(frozen=True)
+class SpeedupBound:
+    """The one bound a measured speedup has (engine.analysis.bounds.check_measured_speedup): speedup ≤ tokens per
+    call ÷ (v_min + the draft's share of a call, c · draft forwards per step), γ+1 where the tokens per call are
+    unknown. v_min is the cheapest verify measured: the run's v(k) up to its widest (1 unless a k-token forward
+    measured cheaper than a one-token one) or its verify in the loop (`loop_v`), never below VERIFY_FLOOR (a loop
+    "cheaper" than that is a baseline timed under load). `most_drafted`: the run's γ (a policy: its widest draft)."""
+
+    most_drafted: int
+    c: float = 0.0
+    draft_calls_per_step: float | None = None
+    verify_cost: Mapping[Any, float] | None = None
+    loop_v: float | None = None
+
+    def check(self, speedup: float, tokens_per_call: float | None, whole_run: bool = False) -> BoundFlag | None:
+        """The bound check of one speedup (a whole run's, or one prompt's with that prompt's tokens per call)."""
+        share = float(self.c or 0.0) * float(self.draft_calls_per_step or 0.0)
+        most = max(int(self.most_drafted), 1)
+        floor = fit_verify_cost(self.verify_cost).floor(most + 1) if self.verify_cost else 1.0
+        if self.loop_v is not None:
+            floor = min(floor, float(self.loop_v))  # check_measured_speedup holds it at VERIFY_FLOOR at the least
+        return check_measured_speedup(float(speedup), most, tokens_per_call, share, floor, whole_run=whole_run)
+
+    def flag(self, speedup: float | None, tokens_per_call: float | None, whole_run: float | None = None) -> str | None:
+        """Why the run's speedup is impossible, or None: the whole-run speedup is what it judges where there is one
+        (the bound is on the whole run: its tokens per call and share are the run's), else `speedup`."""
+        judged = whole_run or speedup
+        if not judged:
+            return None
+        found = self.check(float(judged), tokens_per_call, whole_run=bool(whole_run))
+        return found.message if found is not None else None
 
 
 def speedup_flag(
@@ -157,49 +199,83 @@ def speedup_flag(
     draft_calls_per_step: float | None, verify_cost: Mapping[Any, float] | None = None,
     whole_run: float | None = None, loop_v: float | None = None,
 ) -> str | None:  # fmt: skip
-    """Why a measured speedup is impossible, or None when it stands (or none was measured): the one bound check
-    (engine.analysis.bounds.check_measured_speedup), speedup ≤ tokens per call ÷ (v_min + the draft's share of a
-    call, c · draft forwards per step), γ+1 where the tokens per call are unknown. The bound is on the whole run
-    (its tokens per call and share are the run's), so the whole-run speedup is what it judges where there is one;
-    a median of per-prompt ratios can exceed it honestly. v_min is the cheapest verify measured: the run's v(k) up
-    to its widest (1 unless a k-token forward measured cheaper than a one-token one) or its verify in the loop
-    (`loop_v`), never below VERIFY_FLOOR (a loop "cheaper" than that is a baseline timed under load).
-    `most_drafted`: the run's γ (a policy: its widest draft)."""
-    judged = whole_run or speedup
-    if not judged:
-        return None
-    share = float(c or 0.0) * float(draft_calls_per_step or 0.0)
-    most = max(int(most_drafted), 1)
-    floor = fit_verify_cost(verify_cost).floor(most + 1) if verify_cost else 1.0
-    if loop_v is not None:
-        floor = min(floor, float(loop_v))  # check_measured_speedup holds it at VERIFY_FLOOR at the least
-    flag = check_measured_speedup(float(judged), most, tokens_per_call, share, floor, whole_run=bool(whole_run))
-    return flag.message if flag is not None else None
+    """Why a measured speedup is impossible, or None when it stands (or none was measured): SpeedupBound's check
+    of the whole-run speedup where there is one (a median of per-prompt ratios can exceed it honestly), else of
+    `speedup`."""
+    bound = SpeedupBound(most_drafted, c, draft_calls_per_step, verify_cost, loop_v)
+    return bound.flag(speedup, tokens_per_call, whole_run)
+
+
+def prompts_above_bound(tally: RunTally, baseline: RunTally | None, bound: SpeedupBound) -> list[dict[str, float]]:
+    """Each prompt whose ratio beside the baseline breaks its own bound (the prompt's tokens per call ÷ (v_min +
+    the run's draft share)): its number (from 1), its ratio and the bound; [] when every prompt stands."""
+    out = []
+    for index, ratio in tally.prompt_ratios(baseline).items():
+        found = bound.check(ratio, tally.prompt_tokens_per_call(index))
+        if found is not None:
+            out.append({"prompt": index + 1, "speedup": round(ratio, 4), "bound": round(found.bound, 4)})
+    return out
+
+
+def run_speedup(run: Mapping[str, Any]) -> float | None:
+    """A stored run's speedup: the one figure every page shows and the bound check judges. Over the whole run
+    (tokens/s over every prompt ÷ the baseline's over the same prompts, what the one model predicts) where it was
+    stored, else the median of its per-prompt ratios (a run stored before the whole-run figure existed); a live
+    policy's under policy_live. `run`: a runs row (its summary JSON under "summary") or a run of a session
+    summary (its fields at the top)."""
+    summary = run.get("summary") or {}
+    live = summary.get("policy_live") or run.get("policy_live") or {}
+    for where in (summary, run, live):
+        if where.get("speedup_whole_run"):
+            return float(where["speedup_whole_run"])
+    median = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get("speedup_measured")
+    return None if median is None else float(median)
 
 
 def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
     """A stored run's speedup flag: the one its summary was stored with (`speedup_flag`, decided when it was
-    summarised); for a run stored before runs carried one, the same check on its stored figures. `run`: a runs
-    row (its summary JSON under "summary") or a run of a session summary (its fields at the top)."""
+    summarised); for a run stored before runs carried one, the same check on its stored figures (run_speedup).
+    `run`: a runs row (its summary JSON under "summary") or a run of a session summary (its fields at the top)."""
     summary = run.get("summary") or {}
     for where in (summary, run):
         if "speedup_flag" in where:
             return where["speedup_flag"]
     if run.get("kind") == "baseline":
         return None
+    live = summary.get("policy_live") or {}
+    per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
+    whole = any(where.get("speedup_whole_run") for where in (summary, run, live))
+    return stored_bound(run).flag(run_speedup(run), per_call, run_speedup(run) if whole else None)
+
+
+def stored_bound(run: Mapping[str, Any]) -> SpeedupBound:
+    """The SpeedupBound of a stored run (either shape run_speedup reads)."""
     from engine.core.policy import parse_policy
 
+    summary = run.get("summary") or {}
     policy = run.get("policy") or summary.get("policy")
-    live = summary.get("policy_live") or {}
-    speedup = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get("speedup_measured")
     most = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
-    steps, calls = summary.get("steps") or 0, summary.get("draft_calls")
-    per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
-    whole = next((x for x in (summary.get("speedup_whole_run"), run.get("speedup_whole_run"),
-                              live.get("speedup_whole_run")) if x is not None), None)  # fmt: skip
+    steps, calls = summary.get("steps") or run.get("steps") or 0, summary.get("draft_calls") or run.get("draft_calls")
     loop = summary.get("verify_in_loop") or run.get("verify_in_loop") or {}
-    return speedup_flag(speedup, most, per_call, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0,
-                        run.get("verify_cost") or summary.get("verify_cost"), whole, loop.get("v"))  # fmt: skip
+    return SpeedupBound(most, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0,
+                        run.get("verify_cost") or summary.get("verify_cost"), loop.get("v"))  # fmt: skip
+
+
+def spread_above_bound(run: Mapping[str, Any]) -> list[dict[str, float]]:
+    """The prompts of a stored run whose per-prompt ratio breaks its bound: as the run was stored with them
+    (`speedup_above_bound`, each prompt against its own tokens per call); for a run stored before, its highest
+    ratio against γ+1 tokens per call (the bound every prompt has), as prompt 0 (not known which)."""
+    spread = run_spread(run)
+    if spread is None or run.get("kind") == "baseline":
+        return []
+    summary = run.get("summary") or {}
+    live = summary.get("policy_live") or run.get("policy_live") or {}
+    for where in (summary, run, live):
+        if isinstance(where.get("speedup_above_bound"), list):
+            return [dict(x) for x in where["speedup_above_bound"] if isinstance(x, Mapping)]
+    bound = stored_bound(run)
+    found = bound.check(float(spread["max"]), None) if bound.most_drafted >= 1 else None
+    return [] if found is None else [{"prompt": 0, "speedup": float(spread["max"]), "bound": found.bound}]
 
 
 SPREAD_NUMBERS = ("min", "max", "median")
@@ -231,8 +307,8 @@ class BestSpeedup:
 def best_speedup(runs: Sequence[Mapping[str, Any]]) -> BestSpeedup | None:
     """The BestSpeedup of stored runs (either shape run_spread reads), None when no speculative run measured one."""
     standing = [
-        BestSpeedup(float(r["speedup_measured"]), noise.stored_noisy(run_spread(r)) is True) for r in runs
-        if r.get("kind") != "baseline" and r.get("speedup_measured") and stored_speedup_flag(r) is None
+        BestSpeedup(speedup, noise.stored_noisy(run_spread(r)) is True) for r in runs
+        if r.get("kind") != "baseline" and (speedup := run_speedup(r)) and stored_speedup_flag(r) is None
     ]  # fmt: skip
     return max(standing, key=lambda b: (not b.noisy, b.speedup), default=None)
 
@@ -276,7 +352,7 @@ def policy_live(
     summary.policy_live = {
         "policy": spec, "tokens_per_call": summary.tokens_per_call, "tokens_per_s": summary.tokens_per_s,
         "speedup_measured": summary.speedup_measured, "speedup_whole_run": summary.speedup_whole_run,
-        "speedup_spread": summary.speedup_spread,
+        "speedup_spread": summary.speedup_spread, "speedup_above_bound": summary.speedup_above_bound,
         "speedup_flag": summary.speedup_flag, "alpha": summary.alpha,
         "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
         "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,

@@ -38,12 +38,16 @@ class RunSummary:
     # session's runs of this draft) and this run's verify as measured in the loop; None where not measured
     step_overhead: dict[str, float] | None = None
     verify_in_loop: dict[str, float] | None = None
-    speedup_measured: float | None = 1.0  # the median of per-prompt ratios beside the baseline (robust to one)
-    # tokens/s over every prompt ÷ the baseline's over the same prompts: what the prediction is and is checked by
+    speedup_measured: float | None = 1.0  # the median of per-prompt ratios beside the baseline (the spread's)
+    # tokens/s over every prompt ÷ the baseline's over the same prompts: what the prediction is and is checked by,
+    # and the one speedup every page shows for the run (engine.session.summarise.run_speedup)
     speedup_whole_run: float | None = None
     speedup_predicted: float | None = 1.0
     verify_cost: dict[int, float] = field(default_factory=dict)
     speedup_spread: dict[str, Any] | None = None  # engine.measure.noise.Spread as a dict: median/min/max/n/verdict
+    # the prompts whose ratio in the spread breaks that prompt's own bound (its tokens per call ÷ (v_min + the
+    # draft's share)): prompt number, ratio, bound (engine.session.summarise.prompts_above_bound); [] when none does
+    speedup_above_bound: list[dict[str, float]] | None = None
     # why the measured speedup is impossible (it breaks its bound, engine.analysis.bounds): decided once, here,
     # and read by every page, the CLI and the report; None: it stands (or nothing was measured)
     speedup_flag: str | None = None

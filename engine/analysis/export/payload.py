@@ -67,6 +67,9 @@ def recommendation_payload(
         "draft": rec.draft_name,
         "gamma": int(rec.gamma),
         "predicted_speedup": _finite(rec.predicted_speedup),
+        # what the headline showed: the prediction, or a measured run of the configuration that disagreed with it
+        "headline_speedup": _finite(rec.headline_speedup),
+        "headline_measured": rec.prefers_measurement,
         "ops_multiplier": _finite(rec.ops_multiplier),
         "cost_change": _finite(rec.cost_change),
         "regime": rec.regime,
