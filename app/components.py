@@ -15,6 +15,7 @@ from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
 from engine.service.policies import policy_verdict
+from engine.service.recommendations import format_label
 from engine.service.surface import surfaces
 
 SESSION_PARAM = "session"
@@ -363,6 +364,6 @@ def recommendation_history(store: Any) -> None:
     if exports == []:
         st.caption("No files were saved with this recommendation.")
     for col, item in zip(st.columns(len(exports or []) or 1), exports or [], strict=False):
-        col.download_button(f"⬇ {rv.FORMAT_LABELS.get(item['format'], item['format'])}", data=item["content"] or "",
+        col.download_button(f"⬇ {format_label(item['format'])}", data=item["content"] or "",
                             file_name=item["filename"] or "export.txt", key=f"rec_hist_dl_{item['id']}",
                             on_click="ignore", width="stretch", help=item["filename"])  # fmt: skip

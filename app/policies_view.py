@@ -13,8 +13,9 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from engine.analysis.export import FORMATS, POLICY_SUPPORT
 from engine.service.policies import DraftPolicies, PolicyReport, export_best
+from engine.service.recommendations import export_formats
+from engine.service.recommendations import format_label as format_label
 
 INTRO = (
     "A fixed γ drafts the same number of tokens every step. A **policy** decides per step: stop drafting when the "
@@ -41,8 +42,6 @@ KIND_LABELS = {
 X_TITLES = {"fixed": "γ", "confidence": "p-min", "heuristic": "start γ", "adaptive": "rule", "batch": "schedule"}
 OBJECTIVE_LABELS = {"latency": "Latency", "cost": "Cost per token", "latency_within_budget": "Latency within budget"}
 NO_SESSIONS = "No finished session yet: run one on the Run page; its draft pass is recorded for the replay."
-FORMAT_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "transformers": "transformers", "llamacpp": "llama.cpp",
-                 "spectune": "spectune"}  # fmt: skip
 PROVE_HELP = (
     "Queue a session that runs the best policies of different kinds and the best fixed γ for real, on the same "
     "prompts, so the replayed figures can be checked against live ones."
@@ -184,17 +183,12 @@ def _diff(replayed: float | None, live: float | None) -> str:
 def exports(report: PolicyReport) -> dict[str, Any]:
     """fmt -> PolicyExport of the recommended policy (or the exception that stopped it)."""
     out: dict[str, Any] = {}
-    for fmt in FORMATS:
+    for fmt in (f.name for f in export_formats()):
         try:
             out[fmt] = export_best(report, fmt)
         except Exception as exc:  # noqa: BLE001 - shown per format, never a traceback
             out[fmt] = exc
     return out
-
-
-def format_label(fmt: str) -> str:
-    """An export format by the engine that reads it: vLLM, llama.cpp, spectune."""
-    return FORMAT_LABELS.get(fmt, fmt)
 
 
 def export_caption(fmt: str, exported: Any) -> str:
@@ -210,4 +204,4 @@ def export_caption(fmt: str, exported: Any) -> str:
 
 
 def support_lines() -> Sequence[str]:
-    return [f"{format_label(fmt)}: {text}" for fmt, text in POLICY_SUPPORT.items()]
+    return [f"{fmt.label}: {fmt.policy_support}" for fmt in export_formats()]

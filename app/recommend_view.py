@@ -47,15 +47,6 @@ EXTRAPOLATED_MARK = "v(γ+1) extrapolated"
 BEYOND_DEPTH_MARK = "beyond the measured depth"
 NOISY_MEASURED_MARK = "⚠ measured speedup too noisy to tell"
 HIGHLIGHT = "background-color: rgba(46, 160, 67, 0.25); font-weight: bold"
-FORMAT_LABELS = {
-    "vllm": "vLLM",
-    "sglang": "SGLang",
-    "transformers": "transformers",
-    "llamacpp": "llama.cpp",
-    "spectune": "spectune record",
-}
-FORMAT_LANGUAGE = {"vllm": "json", "sglang": "bash", "transformers": "json", "llamacpp": "bash", "spectune": "json"}
-FORMAT_MIME = {"vllm": "application/json", "transformers": "application/json", "spectune": "application/json"}
 NVML_NOTE = (
     "GPU utilisation (NVML) is deliberately not evidence: it is the share of time *any* kernel was running, so a "
     "batch-1 decode that streams weights and leaves the tensor cores idle reads about 100%. It says nothing about "

@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 from test_app_pages import HOME, add_prompts, assert_clean, env, make_session, page, texts, unescape_md  # noqa: F401
 
 from app import common, data, prompt_upload
-from app import policies_view as pv
+from engine.analysis.export import export_formats
 from engine.endpoint.standin import StandIn
 from engine.errors import PromptFileError
 from engine.models.pool import ModelPool
@@ -239,10 +239,11 @@ def test_policy_exports_are_named_by_their_engine_in_sentences(policy_session) -
     at.run()
     assert_clean(at)
     buttons = [b.proto.label for b in at.get("download_button")]
-    assert buttons and all(label.removeprefix("⬇ ") in pv.FORMAT_LABELS.values() for label in buttons), buttons
-    assert "⬇ vLLM" in buttons and "⬇ llama.cpp" in buttons and "⬇ spectune" in buttons, buttons
+    labels = [f.label for f in export_formats()]
+    assert buttons and all(label.removeprefix("⬇ ") in labels for label in buttons), buttons
+    assert "⬇ vLLM" in buttons and "⬇ llama.cpp" in buttons and "⬇ spectune record" in buttons, buttons
     captions = [unescape_md(e.label) for e in at.expander]
-    exports = [c for c in captions if c.startswith(tuple(pv.FORMAT_LABELS.values()))]
+    exports = [c for c in captions if c.startswith(tuple(f.label for f in export_formats()))]
     assert exports and all(c.endswith(".") and " — " not in c for c in exports), captions
     assert not [c for c in captions if c.startswith(("vllm", "llamacpp"))], captions
     support = unescape_md(texts(at.caption))

@@ -17,7 +17,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from engine.analysis.export import FORMATS
+from engine.analysis.export import format_names
 from engine.analysis.regime import classify_batch_sweep
 from foundation.paths import default_database_url
 from store import open_store
@@ -89,9 +89,9 @@ def chart_texts(at: AppTest) -> list[str]:
 
 
 def codes(at: AppTest) -> dict[str, str]:
-    """Export previews by format, in FORMATS order (one st.code per format)."""
-    assert len(at.code) == len(FORMATS), [c.value[:40] for c in at.code]
-    return dict(zip(FORMATS, (c.value for c in at.code), strict=True))
+    """Export previews by format, in format_names() order (one st.code per format)."""
+    assert len(at.code) == len(format_names()), [c.value[:40] for c in at.code]
+    return dict(zip(format_names(), (c.value for c in at.code), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_t5_sessions_recommend_t5_small_with_everything_shown(env):
 
     # every export format: a download button and a preview
     buttons = [b for b in at.get("download_button") if b.proto.label != "⬇ Report (one HTML file)"]
-    assert len(buttons) == len(FORMATS)
+    assert len(buttons) == len(format_names())
     assert {b.proto.help for b in buttons} == {
         "vllm-speculative-config.json", "sglang-flags.txt", "transformers-generate-kwargs.json",
         "llama-server-flags.txt", "spectune-recommendation.json",
@@ -219,11 +219,12 @@ def test_save_to_history_stores_the_recommendation_and_every_file_once(env):
     assert payload["draft"] == "t5-small" and payload["inputs"]["batch_size"] == 1
     assert payload["record"]["format"] == "spectune.recommendation/1"
     exports = env.store.list_exports(recs[0]["id"])
-    assert [e["format"] for e in exports] == list(FORMATS)
+    assert [e["format"] for e in exports] == list(format_names())
     assert {e["format"]: e["content"].rstrip("\n") for e in exports} == {k: v.rstrip("\n") for k, v in code.items()}
     history = frame_with(at, "explanation").value
     assert list(history["id"]) == [f"#{recs[0]['id']}"] and "t5-small" in history["decision"].iloc[0]
-    assert len(at.get("download_button")) == 2 * len(FORMATS) + 1  # current exports, the saved ones again, the report
+    # current exports, the saved ones again, the report
+    assert len(at.get("download_button")) == 2 * len(format_names()) + 1
     at.button(key="rec_save").click()
     at.run()
     assert len(env.store.list_recommendations()) == 1  # the same result is not stored twice
@@ -372,10 +373,10 @@ def test_cli_and_page_export_byte_identical_files_and_payloads(env, capsys):
     assert not at.error, texts(at.error)
     (saved,) = env.store.list_recommendations()
     page_files = {e["format"]: e["content"] for e in env.store.list_exports(saved["id"])}
-    assert list(page_files) == list(FORMATS)
+    assert list(page_files) == list(format_names())
     args = ["recommend", "--session", str(sid), "--objective", "latency_within_budget", "--budget", "0.3",
             "--batch-size", "32"]  # fmt: skip
-    for fmt in FORMATS:
+    for fmt in format_names():
         out = env.home / f"cli-{fmt}.txt"
         assert main([*args, "--export", fmt, "--out", str(out)]) == 0
         assert out.read_bytes() == page_files[fmt].encode("utf-8"), fmt
@@ -383,7 +384,7 @@ def test_cli_and_page_export_byte_identical_files_and_payloads(env, capsys):
     assert main([*args, "--export", "vllm"]) == 0
     assert capsys.readouterr().out == page_files["vllm"]  # stdout too, byte for byte
     cli_saved = [r for r in env.store.list_recommendations() if r["id"] != saved["id"]]
-    assert len(cli_saved) == len(FORMATS) + 1
+    assert len(cli_saved) == len(format_names()) + 1
     assert all(r["payload"] == saved["payload"] for r in cli_saved)
     # the export says what the page says: the regime judged at batch 32 with the chosen γ
     own = json.loads(page_files["spectune"])

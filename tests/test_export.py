@@ -13,8 +13,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from engine.analysis.export import (  # noqa: E402
-    FILENAMES,
-    FORMATS,
     HF_ORIGIN,
     LLAMACPP_BUILD,
     LLAMACPP_SPEC_PARAMS_BUILD,
@@ -26,7 +24,9 @@ from engine.analysis.export import (  # noqa: E402
     bundled_gguf_path,
     engine_ref,
     export,
+    export_format,
     export_vllm,
+    format_names,
     other_tokenizer,
     vllm_schedule,
 )
@@ -82,14 +82,15 @@ def speculative_config(text: str) -> dict | None:
 def test_vllm_draft_model() -> None:
     rec = draft_rec()
     name, text = export(rec, "vllm")
-    assert name == FILENAMES["vllm"] and name.endswith(".json")
+    assert name == export_format("vllm").filename and name.endswith(".json")
     assert speculative_config(text) == {
         "method": "draft_model",
         "model": "Qwen/Qwen2.5-0.5B-Instruct",
         "num_speculative_tokens": rec.gamma,
     }
     assert rec.gamma >= 1
-    assert f'--speculative-config "$(jq -c .speculative_config {FILENAMES["vllm"]})"' in json.loads(text)["usage"]
+    config = export_format("vllm").filename
+    assert f'--speculative-config "$(jq -c .speculative_config {config})"' in json.loads(text)["usage"]
 
 
 def test_vllm_schedule() -> None:
@@ -142,7 +143,7 @@ def test_vllm_ngram_and_off() -> None:
 def test_sglang_flags() -> None:
     rec = draft_rec()
     name, text = export(rec, "sglang")
-    assert name == FILENAMES["sglang"]
+    assert name == export_format("sglang").filename
     assert text.startswith(f"# SGLang {SGLANG_VERSION} ")
     args = flags(text)
     assert value(args, "--speculative-algorithm") == "STANDALONE"
@@ -179,7 +180,7 @@ def test_transformers_kwargs() -> None:
     """γ goes on the assistant's generation_config: transformers ignores generate(num_assistant_tokens=...)."""
     rec = draft_rec()
     name, text = export(rec, "transformers")
-    assert name == FILENAMES["transformers"]
+    assert name == export_format("transformers").filename
     doc = json.loads(text)
     assert (doc["engine"], doc["engine_version"], doc["speculation"]) == (
         "transformers",
@@ -209,7 +210,7 @@ def test_llamacpp_flags() -> None:
     rec = draft_rec()
     rec.model_ref = "/models/qwen2.5-0.5b-q8_0.gguf"
     name, text = export(rec, "llamacpp")
-    assert name == FILENAMES["llamacpp"]
+    assert name == export_format("llamacpp").filename
     assert text.startswith(f"# llama-server flags for llama.cpp build {LLAMACPP_BUILD} ")
     assert flags(text) == [
         "--spec-type", "draft-simple",
@@ -340,7 +341,7 @@ def test_spectune_json_carries_the_evidence() -> None:
     report = regime_report(sweep, classify_verify_curve({8: 1.08}))
     schedule = gamma_schedule(rec.measurement, knee_batch=sweep.knee_batch)  # type: ignore[arg-type]
     name, text = export(rec, "spectune", regime=report, schedule=schedule)
-    assert name == FILENAMES["spectune"]
+    assert name == export_format("spectune").filename
     doc = json.loads(text)
     assert doc["format"] == "spectune.recommendation/1"
     assert doc["speculation"] == "draft_model"
@@ -381,11 +382,11 @@ def test_spectune_json_off() -> None:
     assert doc["comparison"][0]["pays"] is False
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", format_names())
 def test_every_format_round_trips(fmt: str) -> None:
     for rec in (draft_rec(), ngram_rec(), off_rec()):
         name, text = export(rec, fmt)
-        assert name == FILENAMES[fmt] and text.endswith("\n")
+        assert name == export_format(fmt).filename and text.endswith("\n")
         if name.endswith(".json"):
             json.loads(text)
         else:

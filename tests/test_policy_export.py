@@ -12,7 +12,7 @@ import pytest
 from test_export import draft_rec, ngram_rec, off_rec
 from test_export_engines import CHECK_PYTHON, CHECK_SGLANG, CHECK_VLLM, LLAMA_HELP, LlamaOptions, run_checker
 
-from engine.analysis.export import FILENAMES, FORMATS, POLICY_SUPPORT, export, export_policy, export_policy_all
+from engine.analysis.export import export, export_format, export_formats, export_policy, export_policy_all
 from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, FixedGamma, HeuristicSchedule
 
 TARGET = "qwen2.5-coder-1.5b"
@@ -78,7 +78,7 @@ def test_llamacpp_policy_flags(name, llama_options):
     n_max, n_min, p_min, exact = LLAMA[name]
     assert (value(args, "--spec-draft-n-max"), value(args, "--spec-draft-n-min"), value(args, "--spec-draft-p-min")) \
         == (n_max, n_min, p_min)  # fmt: skip
-    assert value(args, "--spec-type") == "draft-simple" and e.filename == FILENAMES["llamacpp"]
+    assert value(args, "--spec-type") == "draft-simple" and e.filename == export_format("llamacpp").filename
     assert e.exact == exact and bool(e.lost) == (not exact)
     assert "# spectune policy " + POLICIES[name].spec() in e.text
     assert "draft p-min 0 always drafts" not in e.text
@@ -163,9 +163,9 @@ def test_spectune_record_keeps_the_policy():
 
 def test_every_format_and_off():
     everything = export_policy_all(bundled(), "confidence:0.5:8:1", closest_gamma=4, target=TARGET)
-    assert set(everything) == set(FORMATS) == set(POLICY_SUPPORT)
+    assert set(everything) == {f.name for f in export_formats()} and all(f.policy_support for f in export_formats())
     for fmt, e in everything.items():
-        assert e.filename == FILENAMES[fmt] and e.text.endswith("\n")
+        assert e.filename == export_format(fmt).filename and e.text.endswith("\n")
         if fmt in ("vllm", "transformers", "spectune"):
             json.loads(e.text)
         else:

@@ -15,7 +15,7 @@ from app import recommend_view as rv
 from app.common import md_escape
 from engine.analysis.export import VLLM_VERSION
 from engine.errors import SpectuneError
-from engine.service.recommendations import Recommended, save_result
+from engine.service.recommendations import Recommended, export_format, format_label, save_result
 from engine.service.session_report import report_filename, report_or_error
 
 common.page_setup("Recommend")
@@ -158,7 +158,7 @@ def _save(formats: list[str], result: Recommended, key: str) -> None:
     try:
         entry = st.session_state.setdefault(SAVED, {}).setdefault(key, {"id": None, "formats": []})
         entry["id"], added = save_result(store, result, formats, entry["id"], entry["formats"])
-        what = ", ".join(rv.FORMAT_LABELS[f] for f in added) or "nothing new (already saved)"
+        what = ", ".join(format_label(f) for f in added) or "nothing new (already saved)"
         st.session_state[FLASH] = ("success", f"Recommendation #{entry['id']} in the history; files saved: {what}.")
     except Exception as exc:  # noqa: BLE001 - shown on the next run of the page, never a traceback
         st.session_state[FLASH] = ("error", exc)
@@ -169,7 +169,7 @@ def show_exports(result: Recommended) -> None:
     st.columns([1, 3])[0].text_input("vLLM version you deploy", value=VLLM_VERSION, key=VLLM, max_chars=40,
                                      help=rv.HELP["vllm"])  # fmt: skip
     for fmt, exc in result.failed.items():
-        common.show_error(exc, f"export for {rv.FORMAT_LABELS[fmt]}")
+        common.show_error(exc, f"export for {format_label(fmt)}")
     files = result.files
     if not files:
         return
@@ -178,8 +178,8 @@ def show_exports(result: Recommended) -> None:
     st.caption(rv.export_caption(result.recommendation))
     cols = st.columns(len(files) + 1)
     for col, (fmt, (filename, text)) in zip(cols, files.items(), strict=False):
-        col.download_button(f"⬇ {rv.FORMAT_LABELS[fmt]}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
-                            mime=rv.FORMAT_MIME.get(fmt, "text/plain"), on_click=_save,
+        col.download_button(f"⬇ {format_label(fmt)}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
+                            mime=export_format(fmt).mime, on_click=_save,
                             args=([fmt], result, key), width="stretch", help=filename)  # fmt: skip
     cols[-1].button("Save to history", icon=common.ICONS["save"], key="rec_save", on_click=_save,
                     args=(list(files), result, key), width="stretch",
@@ -190,8 +190,8 @@ def show_exports(result: Recommended) -> None:
     elif kind == "error":
         common.show_error(value, "save the recommendation")
     for fmt, (filename, text) in files.items():
-        with st.expander(f"{rv.FORMAT_LABELS[fmt]} — {filename}"):
-            st.code(text, language=rv.FORMAT_LANGUAGE.get(fmt, "text"))
+        with st.expander(f"{format_label(fmt)} — {filename}"):
+            st.code(text, language=export_format(fmt).language)
 
 
 if result is not None:

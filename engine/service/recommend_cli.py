@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.analysis.export import FORMATS, VLLM_VERSION, check_vllm_version
+from engine.analysis.export import VLLM_VERSION, check_vllm_version, format_names
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
@@ -36,7 +36,7 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--temperature", type=float, default=None, help=TEMPERATURE_HELP)
     rec.add_argument("--price", type=float, default=None, help="accelerator price per hour")
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
-    rec.add_argument("--export", choices=FORMATS, default=None, help="print the config in this format")
+    rec.add_argument("--export", choices=format_names(), default=None, help="print the config in this format")
     rec.add_argument("--out", default=None, type=output_file, help="write the export to this file instead of stdout")
     rec.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
                      help=f"the vLLM you deploy, for the vLLM export (default: {VLLM_VERSION}, the one spectune "
@@ -44,7 +44,7 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--engine", choices=sweep_cli_choices(), default=None,
                      help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
                           "include any, else spectune's loop)")  # fmt: skip
-    rec.add_argument("--policy-export", choices=[*FORMATS, "all"], default=None,
+    rec.add_argument("--policy-export", choices=[*format_names(), "all"], default=None,
                      help="write the best speculation policy for this engine (all: every engine)")  # fmt: skip
     rec.add_argument("--policy-out", default=".", type=output_folder,
                      help="folder for --policy-export files (default: here)")  # fmt: skip
@@ -136,7 +136,7 @@ def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> N
 def write_policy_exports(report: PolicyReport, fmt: str, folder_arg: str, vllm_version: str | None = None) -> None:
     folder = Path(folder_arg)
     check_output_folder(folder, "--policy-out")
-    for one in FORMATS if fmt == "all" else (fmt,):
+    for one in format_names() if fmt == "all" else (fmt,):
         exported = export_best(report, one, vllm_version)
         path = folder / ("policy-" + exported.filename)
         write_output(path, exported.text, "--policy-out")

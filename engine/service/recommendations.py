@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from engine.analysis.export import FORMATS, export, payload_inputs, recommendation_payload
+from engine.analysis.export import ExportFormat as ExportFormat  # the app's view of the formats: re-exported
+from engine.analysis.export import export, format_names, payload_inputs, recommendation_payload
+from engine.analysis.export import export_format as export_format
+from engine.analysis.export import export_formats as export_formats
+from engine.analysis.export import format_label as format_label
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.service.evidence import Evidence, choose_engine, recommend_from_store, store_recommendation
@@ -28,7 +32,7 @@ class Recommended:
     regime: RegimeReport  # judged at the recommended γ
     engine: str  # whose measurements it rests on
     inputs: dict[str, Any]  # engine.analysis.export.payload_inputs
-    files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), FORMATS order
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), as registered
     failed: dict[str, Exception] = field(default_factory=dict)  # format -> why its export failed
 
     @property
@@ -52,7 +56,7 @@ def recommend_and_export(
     price_per_hour: float | None = None,
     regime_override: str | None = None,
     engine: str | None = None,
-    formats: Sequence[str] = FORMATS,
+    formats: Sequence[str] | None = None,
     save: bool = False,
     temperature: float | None = None,
     vllm_version: str | None = None,
@@ -65,6 +69,7 @@ def recommend_and_export(
     a malformed or unknown one fails the vLLM export alone, with a SettingsError. SpectuneError when the sessions
     cannot give a recommendation."""
     ids = [int(i) for i in session_ids]
+    formats = format_names() if formats is None else formats
     only = formats[0] if len(formats) == 1 else None
     engine = choose_engine(store, ids, engine, only)
     rec, ev, report = recommend_from_store(store, ids, objective, budget, batch_size, price_per_hour,

@@ -13,14 +13,12 @@ from engine.analysis.bounds import check_predicted_speedup
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation, crossover_from_curve, gamma_curve
 from engine.analysis.theory import REGIMES
 from engine.service.policies import PolicyReport
-from engine.service.recommendations import Recommended
+from engine.service.recommendations import Recommended, format_label
 from engine.service.report_html import Html, bullets, facts, note, number, table, tag
 from engine.service.report_svg import Series, line_chart
 
 OBJECTIVE_LABELS = {"latency": "latency (fastest decoding)", "cost": "cost per token",
                     "latency_within_budget": "latency within a cost budget"}  # fmt: skip
-FORMAT_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "transformers": "transformers", "llamacpp": "llama.cpp",
-                 "spectune": "spectune record"}  # fmt: skip
 OFF_TEXT = "Speculation OFF"
 
 
@@ -195,9 +193,9 @@ def exports(result: Recommended) -> list[Html]:
         parts.append(tag("p", f"{OFF_TEXT} is exported too, as an explained absence, so nobody re-enables it by "
                               "accident.", "muted"))  # fmt: skip
     for fmt, exc in result.failed.items():
-        parts.append(note(f"{FORMAT_LABELS.get(fmt, fmt)}: the export failed: {exc}", "error"))
+        parts.append(note(f"{format_label(fmt)}: the export failed: {exc}", "error"))
     for fmt, (filename, text) in result.files.items():
-        parts.append(tag("h4", f"{FORMAT_LABELS.get(fmt, fmt)} — {filename}"))
+        parts.append(tag("h4", f"{format_label(fmt)} — {filename}"))
         parts.append(tag("pre", text, **{"data-format": fmt}))
     return parts
 

@@ -2,55 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from engine.analysis.export import llamacpp, sglang, spectune, transformers, vllm
+from engine.analysis.export import vllm
 from engine.analysis.export.deployment import Deployment, for_policy, recommended
 from engine.analysis.export.files import FlagsFile, JsonFile, PolicyExport
 from engine.analysis.export.formats import (
-    FILENAMES,
-    FORMATS,
     LLAMACPP_BUILD,
     LLAMACPP_SPEC_PARAMS_BUILD,
-    POLICY_SUPPORT,
     SGLANG_VERSION,
     SPECTUNE_FORMAT,
     TRANSFORMERS_VERSION,
     VLLM_OLDEST,
     VLLM_SCHEDULE_SINCE,
     VLLM_VERSION,
+    ExportFormat,
 )
 from engine.analysis.export.payload import payload_inputs, recommendation_payload
 from engine.analysis.export.refs import HF_ORIGIN, EngineRef, bundled_gguf_path, engine_ref, other_tokenizer
+from engine.analysis.export.registry import (
+    export_format,
+    export_formats,
+    format_label,
+    format_names,
+    register,
+    unregister,
+)
 from engine.analysis.export.vllm import check_vllm_version, vllm_schedule
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import SpeculationPolicy, parse_policy
 
 __all__ = [
-    "FILENAMES", "FORMATS", "HF_ORIGIN", "LLAMACPP_BUILD", "LLAMACPP_SPEC_PARAMS_BUILD", "POLICY_SUPPORT",
-    "SGLANG_VERSION", "SPECTUNE_FORMAT", "TRANSFORMERS_VERSION", "VLLM_OLDEST", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
-    "Deployment", "EngineRef", "PolicyExport", "bundled_gguf_path", "check_vllm_version", "engine_file", "engine_ref",
-    "export", "export_policy", "export_policy_all", "export_vllm", "for_policy", "other_tokenizer", "payload_inputs",
-    "recommendation_payload", "recommended", "vllm_schedule",
+    "HF_ORIGIN", "LLAMACPP_BUILD", "LLAMACPP_SPEC_PARAMS_BUILD", "SGLANG_VERSION", "SPECTUNE_FORMAT",
+    "TRANSFORMERS_VERSION", "VLLM_OLDEST", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "Deployment", "EngineRef",
+    "ExportFormat", "PolicyExport", "bundled_gguf_path", "check_vllm_version", "engine_file", "engine_ref", "export",
+    "export_format", "export_formats", "export_policy", "export_policy_all", "export_vllm", "for_policy",
+    "format_label", "format_names", "other_tokenizer", "payload_inputs", "recommendation_payload", "recommended",
+    "register", "unregister", "vllm_schedule",
 ]  # fmt: skip
-
-ENGINE_FILES: dict[str, Callable[[Deployment], JsonFile | FlagsFile]] = {
-    "vllm": vllm.config,
-    "sglang": sglang.config,
-    "transformers": transformers.config,
-    "llamacpp": llamacpp.config,
-    "spectune": spectune.config,
-}
-
 
 def engine_file(dep: Deployment, fmt: str) -> JsonFile | FlagsFile:
     """The file `fmt`'s engine runs `dep` from; .render() is its text, .fit how closely it runs the policy."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
-    return ENGINE_FILES[fmt](dep)
+    return export_format(fmt).config(dep)
 
 
 def export(
@@ -75,10 +71,9 @@ def export(
     `vllm_version` the vLLM the vLLM file is written for (default VLLM_VERSION; SettingsError for a malformed or
     unknown one, raised by the vLLM format only).
     """
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    filename = export_format(fmt).filename
     dep = recommended(rec, schedule, regime, target=target, llamacpp_build=llamacpp_build, vllm_version=vllm_version)
-    return FILENAMES[fmt], engine_file(dep, fmt).render()
+    return filename, engine_file(dep, fmt).render()
 
 
 def export_policy(
@@ -100,8 +95,7 @@ def export_policy(
     fixed γ of the replay; default rec.gamma), and `lost` says what that gives up. `predicted` (tokens_per_call,
     speedup, gain, best_fixed_gamma, basis) goes into the headline. Each engine's file is made as for a fixed γ,
     from the same Deployment, so what the files were checked against still holds."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    filename = export_format(fmt).filename
     if isinstance(policy, str):
         policy = parse_policy(policy)
     if rec.off:
@@ -110,12 +104,12 @@ def export_policy(
     dep = for_policy(rec, policy, closest_gamma=closest_gamma, predicted=predicted, target=target,
                      llamacpp_build=llamacpp_build, vllm_version=vllm_version)  # fmt: skip
     file = engine_file(dep, fmt)
-    return PolicyExport(fmt, FILENAMES[fmt], file.render(), file.fit.exact, file.fit.runs, list(file.fit.lost))
+    return PolicyExport(fmt, filename, file.render(), file.fit.exact, file.fit.runs, list(file.fit.lost))
 
 
 def export_policy_all(rec: Recommendation, policy: SpeculationPolicy | str, **kwargs: Any) -> dict[str, PolicyExport]:
     """export_policy for every format."""
-    return {fmt: export_policy(rec, policy, fmt, **kwargs) for fmt in FORMATS}
+    return {fmt: export_policy(rec, policy, fmt, **kwargs) for fmt in format_names()}
 
 
 def export_vllm(

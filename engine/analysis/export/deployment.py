@@ -2,8 +2,8 @@
 
 A recommendation is only useful if it can be deployed unchanged: flags the engine parses, a model it can
 load, and the γ it was measured at actually drafted. "Off" is exported too, as an explicit, explained absence,
-so nobody re-enables speculation by accident. Every export names the engine version it targets (README,
-"Deploying a recommendation", has the commands and how to read acceptance back).
+so nobody re-enables speculation by accident. Every export names the engine version it targets (docs/exports.md
+has the commands and how to read acceptance back).
 
 A Deployment is the draft (the recommendation's draft and its measurement), the policy it runs (a fixed γ is
 engine.core.policy.FixedGamma), the γ an engine drafts where it cannot run the policy itself, the line that

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.analysis.export.deployment import Deployment, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import FILENAMES, LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD
+from engine.analysis.export.formats import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import (
     AdaptiveEMA,
@@ -41,7 +41,7 @@ def config(dep: Deployment) -> FlagsFile:
     comments = [
         _build_line(build),
         *head_lines(dep, fit),
-        f"usage: eval \"llama-server -m {shlex.quote(model)} $(grep -v '^#' {FILENAMES['llamacpp']})\"",
+        f"usage: eval \"llama-server -m {shlex.quote(model)} $(grep -v '^#' {FORMAT.filename})\"",
         *model_notes,
     ]
     if dep.ngram:
@@ -133,3 +133,16 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
     runnable: SpeculationPolicy = ConfidenceStop(p_min, n_max, n_min) if p_min or n_min else FixedGamma(n_max)
     runs = f"n-max {n_max}, n-min {n_min}, p-min {p_min:g}"
     return runnable, Fit(not lost, runs, tuple(lost), tuple(remarks))
+
+
+FORMAT = ExportFormat(
+    name="llamacpp",
+    label="llama.cpp",
+    filename="llama-server-flags.txt",
+    language="bash",
+    mime="text/plain",
+    policy_support=(
+        "fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min"
+    ),
+    config=config,
+)

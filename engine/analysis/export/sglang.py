@@ -13,7 +13,7 @@ import shlex
 
 from engine.analysis.export.deployment import Deployment, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import FILENAMES, SGLANG_VERSION
+from engine.analysis.export.formats import SGLANG_VERSION, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import FixedGamma
 
@@ -30,7 +30,7 @@ def config(dep: Deployment) -> FlagsFile:
         head,
         *head_lines(dep, fit),
         f'usage: eval "python -m sglang.launch_server --model-path {shlex.quote(model)} '
-        f"$(grep -v '^#' {FILENAMES['sglang']})\"",
+        f"$(grep -v '^#' {FORMAT.filename})\"",
         *model_notes,
     ]
     gamma = dep.gamma
@@ -88,3 +88,14 @@ def _fit(dep: Deployment) -> Fit:
         f"STANDALONE and NGRAM fall back to static steps): the {policy.kind} policy becomes {runs}"
     )
     return Fit(False, runs, (lost,))
+
+
+FORMAT = ExportFormat(
+    name="sglang",
+    label="SGLang",
+    filename="sglang-flags.txt",
+    language="bash",
+    mime="text/plain",
+    policy_support="fixed γ (adaptive steps exist for EAGLE/EAGLE3 drafts only)",
+    config=config,
+)

@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile
-from engine.analysis.export.formats import SPECTUNE_FORMAT
+from engine.analysis.export.formats import SPECTUNE_FORMAT, ExportFormat
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import describe
@@ -97,3 +97,14 @@ def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:
         "ngram_max": m.ngram_max,
         "ngram_min": m.ngram_min,
     }
+
+
+FORMAT = ExportFormat(
+    name="spectune",
+    label="spectune record",
+    filename="spectune-recommendation.json",
+    language="json",
+    mime="application/json",
+    policy_support="every policy",
+    config=config,
+)

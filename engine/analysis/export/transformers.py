@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment, varies
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import TRANSFORMERS_VERSION
+from engine.analysis.export.formats import TRANSFORMERS_VERSION, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, FixedGamma, HeuristicSchedule
 
@@ -134,3 +134,16 @@ def _prompt_lookup_fit(dep: Deployment) -> Fit:
         return Fit(True, runs)
     return Fit(False, runs, (f"prompt lookup drafts a fixed {dep.gamma} tokens: the {dep.policy.kind} policy is "
                              "not applied",))  # fmt: skip
+
+
+FORMAT = ExportFormat(
+    name="transformers",
+    label="transformers",
+    filename="transformers-generate-kwargs.json",
+    language="json",
+    mime="application/json",
+    policy_support=(
+        "fixed γ; the confidence stop (assistant_confidence_threshold, the unsure token kept); the heuristic schedule"
+    ),
+    config=config,
+)

@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import FILENAMES, VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
+from engine.analysis.export.formats import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.core.policy import BatchSchedule, FixedGamma
 from engine.drafts.refs import SuffixParams
@@ -120,7 +120,7 @@ def config(dep: Deployment) -> JsonFile:
             "spectune": dep.headline,
             "usage": (
                 f"vllm serve {shlex.quote(model)} "
-                f'--speculative-config "$(jq -c .speculative_config {FILENAMES["vllm"]})"'
+                f'--speculative-config "$(jq -c .speculative_config {FORMAT.filename})"'
             ),
             "speculative_config": speculative,
         }
@@ -224,3 +224,14 @@ def _fit(dep: Deployment, version: str) -> Fit:
         f"{policy.kind} policy becomes a fixed K = {gamma}"
     )
     return Fit(False, f"K = {gamma}", (lost,))
+
+
+FORMAT = ExportFormat(
+    name="vllm",
+    label="vLLM",
+    filename="vllm-speculative-config.json",
+    language="json",
+    mime="application/json",
+    policy_support="fixed γ; γ by batch size (num_speculative_tokens_per_batch_size)",
+    config=config,
+)
