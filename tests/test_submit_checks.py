@@ -17,23 +17,15 @@ import torch
 
 from engine.errors import SettingsError
 from engine.models.tiny import TINY_CONTEXT
-from engine.service.cli import main
 from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
+from tests.test_output_files import cli
 
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
 LONG = "a" * (TINY_CONTEXT + 10)  # the tiny tokenizer reads one token a character
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "home"
-    monkeypatch.setenv("SPECTUNE_HOME", str(path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return path
 
 
 @pytest.fixture
@@ -43,13 +35,12 @@ def prompts(tmp_path: Path) -> Path:
     return path
 
 
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    monkeypatch.setenv("SPECTUNE_HOME", str(path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    return path
 
 
 def one_line(err: str) -> str:

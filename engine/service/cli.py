@@ -15,10 +15,9 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.measure.hardware import machine_dtype
 from engine.service import endpoint_cli, export_check_cli, policy_cli, recommend_cli, report_cli
 from engine.service.outputs import os_error_reason, output_file
-from engine.service.run_options import apply_engine_options
+from engine.service.run_options import spec_from_args
 from engine.session.spec import LOOPS
 
 EXIT_USAGE = 2
@@ -81,7 +80,7 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
         "--vllm-threads",
         type=int,
         default=None,
-        help="vLLM: compute cores (default every core, as llama-server's -t); see README",
+        help="vLLM: compute cores (default every core, as llama-server's -t); see docs/engines.md",
     )
     p.add_argument(
         "--loop",
@@ -158,28 +157,11 @@ def _load_prompts(path: str, limit: int | None) -> list[Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from engine.service.outputs import write_output
-    from engine.session.spec import SessionSpec
 
     draft = args.draft
     policy, gammas = policy_cli.run_policy(args) if draft != "none" else (None, [1])
-    settings = SessionSpec(
-        target=args.target,
-        drafts=[draft],
-        gammas=gammas,
-        policies=[policy] if policy else [],
-        temperatures=[args.temperature],
-        max_new_tokens=args.max_new_tokens,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        dtype=args.dtype or machine_dtype(),
-        device=args.device,
-        chat_template=not args.no_chat_template,
-        measure_verify_cost=True,
-        trust_remote_code=args.trust_remote_code,
-        engine=registry.engine_from_cli(args.engine),
-    )
-    apply_engine_options(settings, args)
+    settings = spec_from_args(args, drafts=[draft], gammas=gammas, policies=[policy] if policy else [],
+                              temperatures=[args.temperature], measure_verify_cost=True)  # fmt: skip
     registry.validate(settings)
     out_path = Path(args.json_out)
     prompts = _load_prompts(args.prompts, args.max_prompts)
@@ -262,7 +244,7 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "alpha": src.get("alpha"),
         "alpha_from_acceptance_length": src.get("alpha_from_acceptance_length"),
         "tokens_per_call": src.get("tokens_per_call"),
-        # renamed keys kept for one release (README: the `run --json` contract); read the new names
+        # renamed keys kept for one release (docs/cli.md: the `run --json` contract); read the new names
         "alpha_from_mean_accepted": src.get("alpha_from_acceptance_length"),
         "mean_accepted_tokens": src.get("tokens_per_call"),
         "draft_acceptance_rate": src.get("draft_acceptance_rate"),

@@ -1,12 +1,9 @@
 """A full session's headline measured before the session ends.
 
-A full session measures its grid, but the one model may recommend a γ the grid did not measure (an extrapolation:
-on a vLLM surface the headline was γ=6 where the grid went to γ=4, and it measured 0.88× where 1.40× was
-predicted). With `confirm` set, the worker asks the one model for its recommendation from the stored grid — the
-same decision a quick session confirms (engine.service.quick.decide) — and when that configuration was not
-measured, runs it live beside the target alone at every level of the session, so the recommendation the session
-leaves rests on a measurement of it. One round: what the confirmation measured is stored like any run, and the
-pages recommend from everything stored."""
+The one model may recommend a γ the grid did not measure (an extrapolation). With `confirm` set, the worker asks
+it for its recommendation from the stored grid (the decision a quick session confirms, engine.service.quick.decide)
+and, when that configuration was not measured, runs it live beside the target alone at every level of the session.
+One round: what the confirmation measured is stored like any run, and the pages recommend from everything stored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How long a session will take and how much memory its models hold, said before it starts (issue #21, item 8).
+"""How long a session will take and how much memory its models hold, said before it starts.
 
 Time: the newest finished session on this machine (the same hardware line) in the same engine, with the same
 target and dtype, gave seconds per configuration × prompt × new token, its whole wall time included (model loads,
@@ -159,11 +159,11 @@ def estimate_session(
     sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, n_prompts: int, hardware: str,
     probe: PaceProbe | None = None,
 ) -> SessionEstimate:
-    """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line);
-    `sessions` newest first. With no comparable session, `probe` (the target alone, timed) gives a rough time: its
-    setup once, then every configuration's tokens at the target's own pace (seen: 144 s said for a session whose
-    decoding took 144 s and whose other phases 66 s more; a faster draft, or requests batched at a concurrency
-    above 1, decode in less)."""
+    """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line).
+
+    `sessions` come newest first. With no comparable session, `probe` (the target alone, timed) gives a rough time:
+    its setup once, then every configuration's tokens at the target's own pace (the session's other phases come on
+    top; a faster draft, or requests batched at a concurrency above 1, decode in less)."""
     configurations = planned_configurations(spec)
     tokens = configurations * n_prompts * spec.max_new_tokens
     rate = pace(sessions, spec, hardware)

@@ -1,4 +1,4 @@
-"""A quick probe of this machine's pace, for the estimate of a session no comparable one has run before (#21, item 8).
+"""A quick probe of this machine's pace, for the estimate of a session no comparable one has run before.
 
 The probe is a one-configuration sweep through the session's own engine (engine.engines.registry.sweep): the target
 alone on one prompt for PROBE_TOKENS tokens, in a child process, so that the models it loads and the servers it
@@ -75,7 +75,7 @@ def measure(spec: SessionSpec, prompt: PromptText, hardware: str) -> PaceProbe:
     setup = sum(s for phase, s in report.phase_times_s.items() if phase not in DECODING)
     when = datetime.now(UTC).isoformat(timespec="seconds")
     # the decoding phase's wall time, prefill and the engine's own overhead included, as a session's wall time has
-    # them (llama-server's own tokens/s leaves prefill out: a walk's decoding took twice what that rate said)
+    # them (llama-server's own tokens/s leaves prefill out)
     return PaceProbe(hardware, spec.engine, spec.target, _dtype(spec), round(setup, 2), round(decoding / tokens, 4),
                      tokens, when)  # fmt: skip
 

@@ -13,13 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.engines.registry import engine_from_cli
 from engine.errors import SettingsError, SpectuneError
-from engine.measure.hardware import machine_dtype
 from engine.service.pace_probe import PROBE_TOKENS
-from engine.service.run_options import apply_engine_options
+from engine.service.run_options import spec_from_args
 from engine.session.runner import PromptText
-from engine.session.spec import MODES, SessionSpec
+from engine.session.spec import MODES
 
 
 def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, bool], None]) -> None:
@@ -109,27 +107,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
     temps = _defaults(args.temperature, 0.0)
-    settings = SessionSpec(
-        target=args.target,
+    settings = spec_from_args(
+        args,
         drafts=drafts,
         gammas=gammas,
         temperatures=temps,
-        max_new_tokens=args.max_new_tokens,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        dtype=args.dtype or machine_dtype(),
-        device=args.device,
-        chat_template=not args.no_chat_template,
-        trust_remote_code=args.trust_remote_code,
-        engine=engine_from_cli(args.engine),
         serving_batch=args.serving_batch,
         detect_regime=not args.no_regime,
         mode=args.mode,
         confirm=args.mode == "full" and not args.no_confirm,
         policies=list(args.policy or []),
     )
-    apply_engine_options(settings, args)
     if args.probe and not args.estimate:
         raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     parsed = load_prompt_file(Path(args.prompts))
