@@ -1,4 +1,4 @@
-"""The dependency rule, checked mechanically: imports only point down the layers (README, "Architecture").
+"""The dependency rule, checked mechanically: imports only point down the layers (docs/architecture.md).
 
     app  ->  engine/service  ->  store  ->  foundation
     engine: service -> session -> analysis -> measure -> {drafts, models} -> core   (and all -> foundation)
@@ -250,7 +250,7 @@ def test_engine_packages_are_the_documented_layers() -> None:
     packages = sorted(
         p.parent.name for p in (ROOT / "engine").glob("*/__init__.py") if f"engine.{p.parent.name}" not in ENGINE_SHARED
     )
-    assert packages == sorted(ENGINE_RANK), "a new engine package: give it a rank here and a line in README.md"
+    assert packages == sorted(ENGINE_RANK), "a new engine package: rank it here, describe it in docs/architecture.md"
 
 
 @pytest.mark.parametrize("layer", sorted(ENGINE_RANK, key=lambda name: (ENGINE_RANK[name], name)))

@@ -1,5 +1,6 @@
-"""The engine seam's rules, checked mechanically (README, "The engine seam"): an engine is chosen by name only in the
-registry, and the engine is made of modules and functions a reader can hold."""
+"""The engine seam's rules, checked mechanically: an engine is chosen by name only in the registry.
+
+The engine is made of modules and functions a reader can hold (docs/architecture.md, "The engine seam")."""
 
 from __future__ import annotations
 

@@ -155,17 +155,17 @@ def test_truncated_gguf_and_non_model_directory(tmp_path, prompt_files):
 
 
 def readme_contract_fields() -> set[str]:
-    """The `run --json` fields the README's contract paragraph names (each backticked field name in it)."""
+    """The `run --json` fields the contract paragraph of docs/cli.md names (each backticked field name in it)."""
     import re
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
     start = readme.index("`out.json` holds the contract fields")
     paragraph = readme[start : readme.index("Bad arguments", start)]
     return {name for name in re.findall(r"`([^`]+)`", paragraph) if re.fullmatch(r"[a-z_]+", name)} - {"out"}
 
 
 def test_the_readme_contract_is_what_run_json_writes(tmp_path, prompt_files):
-    """A script written against the README's contract reads every field it names from a real `run --json`; the
+    """A script written against the contract of docs/cli.md reads every field it names from a real `run --json`; the
     renamed keys it keeps as aliases carry the new keys' values."""
     txt, _ = prompt_files
     out = tmp_path / "contract.json"
@@ -176,6 +176,6 @@ def test_the_readme_contract_is_what_run_json_writes(tmp_path, prompt_files):
     report = json.loads(out.read_text())
     fields = readme_contract_fields()
     assert {"tokens_per_call", "alpha_from_acceptance_length", "mean_accepted_tokens"} <= fields
-    assert sorted(fields - report.keys()) == [], "the README promises fields run --json does not write"
+    assert sorted(fields - report.keys()) == [], "docs/cli.md promises fields run --json does not write"
     assert report["mean_accepted_tokens"] == report["tokens_per_call"]
     assert report["alpha_from_mean_accepted"] == report["alpha_from_acceptance_length"]

@@ -1,6 +1,7 @@
-"""The README's claim: on SIGTERM the worker finishes the current step, marks the session interrupted and exits
-within seconds. Checked on a real worker process decoding a tiny model (the llama.cpp case is in
-tests/test_llamacpp.py)."""
+"""On SIGTERM the worker finishes the current step, marks the session interrupted and exits within seconds.
+
+The claim of docs/engines.md (llama.cpp's section), checked on a real worker process decoding a tiny model (the
+llama.cpp case is in tests/test_llamacpp.py)."""
 
 from __future__ import annotations
 
