@@ -133,16 +133,25 @@ def theory_curves(curve: pd.DataFrame, crossover: int | None, gamma: int) -> alt
     return alt.layer(*layers)
 
 
-def labelled_rule(field: str, value: float, label: str, color: str = "red", label_y: int = 4) -> list[alt.Chart]:
-    """A vertical rule at `value` on the x field, with its label written beside it at the top."""
+def labelled_rule(
+    field: str, value: float, label: str, color: str = "red", label_y: int = 4, at_right_end: bool = False
+) -> list[alt.Chart]:
+    """A vertical rule at `value` on the x field, with its label written beside it at the top: to its right, or
+    to its left where the rule stands at the right end of the axis (the label would run under the legend)."""
     frame = pd.DataFrame({field: [value], "label": [label]})
     rule = alt.Chart(frame).mark_rule(color=color, strokeWidth=2).encode(x=f"{field}:Q", tooltip=["label"])
+    align, dx = ("right", -4) if at_right_end else ("left", 4)
     text = (
         alt.Chart(frame)
-        .mark_text(align="left", baseline="top", dx=4, color=color)
+        .mark_text(align=align, baseline="top", dx=dx, color=color)
         .encode(x=f"{field}:Q", y=alt.value(label_y), text="label:N")
     )
     return [rule, text]
+
+
+def in_last_doubling(value: float, values: pd.Series) -> bool:
+    """Whether `value` lies in the last doubling of a log₂ axis over `values` (its label would reach the edge)."""
+    return not values.empty and value * 2 > float(values.max())
 
 
 def batch_sweep(frame: pd.DataFrame, knee: int | None, serving_batch: int | None) -> alt.LayerChart:
@@ -165,7 +174,8 @@ def batch_sweep(frame: pd.DataFrame, knee: int | None, serving_batch: int | None
             alt.Chart(serving).mark_rule(color="gray", strokeDash=[4, 4]).encode(x="batch:Q", tooltip=["label"])
         )
     if knee is not None:
-        layers += labelled_rule("batch", knee, f"knee: batch {knee}")
+        edge = in_last_doubling(knee, frame["batch"])
+        layers += labelled_rule("batch", knee, f"knee: batch {knee}", at_right_end=edge)
     return alt.layer(*layers)
 
 
@@ -246,7 +256,8 @@ def versus_concurrency(
             alt.Chart(pd.DataFrame({"value": [rule_at]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="value:Q")
         )
     if flip is not None:
-        layers += labelled_rule("concurrency", flip, f"stops paying at {flip} (measured)")
+        layers += labelled_rule("concurrency", flip, f"stops paying at {flip} (measured)",
+                                at_right_end=in_last_doubling(flip, frame["concurrency"]))  # fmt: skip
     return alt.layer(*layers).properties(title=title)
 
 

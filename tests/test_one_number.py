@@ -385,3 +385,22 @@ def test_a_quick_sessions_unchosen_gamma_is_explained() -> None:
         "the one it recommends live, so γ=1 was measured to confirm it."
     ]
     assert unchosen_gamma_lines({"gammas": [1, 2]}, quick) == []
+
+
+def test_a_rule_at_the_right_end_of_a_chart_writes_its_label_to_its_left() -> None:
+    """'knee: batch 64' at the last batch of the sweep ran under the legend: written to the rule's left there."""
+    import pandas as pd
+
+    from app import charts
+
+    frame = pd.DataFrame({"batch": [1, 2, 4, 8, 16, 32, 64] * 2, "quantity": ["step time"] * 7 + ["per row"] * 7,
+                          "ms": [1.0] * 14})  # fmt: skip
+
+    def label_align(knee: int) -> str:
+        layers = charts.batch_sweep(frame, knee, 1).to_dict()["layer"]
+        marks = [layer["mark"] for layer in layers if isinstance(layer["mark"], dict)]
+        (text,) = [mark for mark in marks if mark["type"] == "text"]
+        return text["align"]
+
+    assert label_align(64) == "right" and label_align(40) == "right"
+    assert label_align(8) == "left"
