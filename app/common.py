@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.errors import SpectuneError
+from engine.service.api import session_engine
 from foundation.paths import default_database_url
 
 T = TypeVar("T")
@@ -163,7 +164,7 @@ def get_store() -> Any:
 @st.cache_resource(show_spinner=False)
 def hardware() -> dict[str, Any]:
     try:
-        from engine.measure.hardware import describe_hardware
+        from engine.service.api import describe_hardware
 
         return describe_hardware()
     except Exception as exc:  # noqa: BLE001 - describe_hardware never raises, but be safe
@@ -225,7 +226,7 @@ def session_label(session: dict[str, Any]) -> str:
     Streamlit's plain-text option rendering)."""
     icon = STATUS_ICONS.get(session.get("status", ""), "")
     name = one_line(session.get("name") or "", 60)
-    engine = (session.get("options") or {}).get("engine") or "spectune"
+    engine = session_engine(session)
     return f"#{session['id']} {icon} {name} · {engine} ({session.get('status')})"
 
 

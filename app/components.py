@@ -14,6 +14,7 @@ from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
+from engine.service.api import session_engine
 from engine.service.policies import policy_verdict
 from engine.service.recommendations import format_label
 from engine.service.surface import surfaces
@@ -278,7 +279,7 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     table (the same default as `python -m engine recommend`)."""
     ids = [int(s["id"]) for s in sessions]
     engine = evidence.choose_engine(store, ids, None)
-    if len({evidence.session_engine(dict(s)) for s in sessions}) > 1:
+    if len({session_engine(s) for s in sessions}) > 1:
         engine = st.radio("Recommend from the measurements of", evidence.RECOMMEND_ENGINES, horizontal=True,
                           key="rec_engine", index=evidence.RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):

@@ -14,13 +14,13 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import SettingsError
+from engine.service.api import BestSpeedup, session_engine
+from engine.service.api import best_speedup as best_of_runs
 from engine.service.report_runs import baseline_tps, compared_baseline, run_label, run_policy, run_speedups
 from engine.service.report_runs import run_concurrency as run_concurrency
 from engine.service.session_status import cancelled_text as cancelled_text
 from engine.service.session_status import session_error
 from engine.service.surface import SurfaceCell
-from engine.session.summarise import BestSpeedup
-from engine.session.summarise import best_speedup as best_of_runs
 
 VERDICT_LABELS = {
     "identical": "identical",
@@ -107,7 +107,7 @@ def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] |
 
 def most_drafted(run: Mapping[str, Any]) -> int:
     """The most tokens a run drafts in one step: its γ, or its policy's widest draft (0 for the baseline)."""
-    from engine.core.policy import parse_policy
+    from engine.service.api import parse_policy
 
     policy = run_policy(run)
     return parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
@@ -122,7 +122,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, Bes
                 "id": s["id"],
                 "name": s.get("name") or "",
                 "status": s.get("status"),
-                "engine": (s.get("options") or {}).get("engine") or "spectune",
+                "engine": session_engine(s),
                 "progress": f"{done}/{total}" if total else "—",
                 "target": s.get("target"),
                 "drafts": ", ".join(map(str, s.get("drafts") or [])),
@@ -201,7 +201,7 @@ def speedup_long(runs: Sequence[Mapping[str, Any]], session_label: str | None = 
 def comparison_frame(sessions: Sequence[Mapping[str, Any]], runs_by_session: Mapping[int, Sequence[Mapping[str, Any]]]):
     """Every speculative run of several sessions in one table (session, target, config, α, c, speedups; `bound`
     marks a measured speedup that breaks its bound)."""
-    from engine.session.summarise import stored_speedup_flag
+    from engine.service.api import stored_speedup_flag
 
     rows = []
     for s in sessions:

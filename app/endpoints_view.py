@@ -13,9 +13,16 @@ from typing import Any
 
 import pandas as pd
 
-from engine.endpoint.report import compare, request_stats
-from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
-from engine.engines import registry
+from engine.service.api import (
+    APIS,
+    ENGINE_KINDS,
+    MAX_CONCURRENCY,
+    compare,
+    parse_levels,
+    registry,
+    request_stats,
+    session_engine,
+)
 
 KIND_LABELS = {"auto": "detect", "vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp",
                "openai": "other OpenAI-compatible"}  # fmt: skip
@@ -83,33 +90,6 @@ def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_pr
     return submit_endpoint_session(store, endpoint, prompt_set_id, n_prompts, max_new_tokens, 0.0, name)
 
 
-def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
-    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks.
-
-    ``speculation counters`` is True (exposed), False (/metrics answered without them) or None (/metrics could
-    not be read; ``metrics`` says why)."""
-    from engine.endpoint.detect import detect
-    from engine.endpoint.metrics import scrape
-    from engine.endpoint.settings import Endpoint, api_key
-    from engine.endpoint.transport import Connection, EndpointError
-
-    endpoint = Endpoint(url, "", api_key_env, kind)
-    conn = Connection(endpoint.url, api_key(endpoint.api_key_env), 5.0)
-    speculates: bool | None = None
-    try:
-        info = detect(conn, endpoint.kind)
-        try:
-            counters = scrape(conn, info.model or "")
-            speculates = bool(counters.speculates)
-            metrics = "speculation counters found" if speculates else "no speculation counters (yet)"
-        except EndpointError as exc:
-            metrics = str(exc)
-    finally:
-        conn.close()
-    return {"engine": info.engine, "version": info.version, "model": info.model, "metrics": metrics,
-            "speculation counters": speculates, "detected from": info.detected_from}  # fmt: skip
-
-
 def check_headline(found: Mapping[str, Any]) -> str:
     """One sentence on a checked endpoint: `vLLM 0.33.0 serves Qwen/…; it exposes speculation counters.`"""
     engine = KIND_LABELS.get(str(found.get("engine")), str(found.get("engine") or "an unknown engine"))
@@ -138,7 +118,7 @@ def check_facts(found: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
-    return registry.get(str((session.get("options") or {}).get("engine") or "spectune")).deployment
+    return registry.get(session_engine(session)).deployment
 
 
 def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

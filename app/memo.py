@@ -14,8 +14,8 @@ from typing import Any
 
 import streamlit as st
 
-from engine.analysis.recommend import Recommendation
 from engine.errors import SpectuneError
+from engine.service.api import Recommendation
 from engine.service.policies import PolicyReport, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 from foundation.paths import default_database_url

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import PromptFileError
-from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, display_name, parse_prompt_bytes, summarise
+from engine.service.api import MAX_UPLOAD_BYTES, ParseResult, display_name, parse_prompt_bytes, summarise
 from foundation.paths import PROJECT_ROOT
 
 SAMPLES_DIR = PROJECT_ROOT / "samples"

@@ -19,18 +19,20 @@ from typing import Any
 import pandas as pd
 
 from app import data
-from engine.analysis.bounds import check_predicted_speedup
-from engine.analysis.export import VLLM_SCHEDULE_SINCE
-from engine.analysis.recommend import (
+from engine.service.api import (
+    COMPUTE_BOUND,
+    MEMORY_BOUND,
+    VLLM_SCHEDULE_SINCE,
     DraftMeasurement,
     DraftSummary,
     GammaPoint,
     Recommendation,
+    check_predicted_speedup,
+    cost_per_token_multiplier,
     crossover_from_curve,
     gamma_curve,
     regime_of,
 )
-from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
 from engine.service.surface import Surface
 
 OBJECTIVE_LABELS = {

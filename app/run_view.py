@@ -9,12 +9,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import data
-from engine.core.counters import draft_acceptance_rate, tokens_per_call
-from engine.engines import registry
 from engine.errors import SettingsError
-from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, parameter_count
+from engine.service.api import (
+    BUNDLED,
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    LOOPS,
+    LoopOptions,
+    SessionSpec,
+    draft_acceptance_rate,
+    parameter_count,
+    registry,
+    tokens_per_call,
+)
 from engine.service.report_runs import compared_baseline
-from engine.session.spec import LOOPS, LoopOptions, SessionSpec
 
 GAMMA_CHOICES = list(range(1, 17))
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -384,9 +392,8 @@ def _choice_lines(
 def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
     """'predicted 1.01×, measured 0.90× over the whole run (0.85–0.95× (median 0.91×))' from the choice's stored
     run; a session stored without its runs says what the choice itself kept (the prediction when chosen)."""
-    from engine.measure.noise import stored_noisy
+    from engine.service.api import stored_noisy, stored_speedup_flag
     from engine.service.report_runs import configuration_run, run_speedups, run_spread, spread_text
-    from engine.session.summarise import stored_speedup_flag
 
     run = configuration_run(runs, str(choice["draft"]), int(choice.get("gamma") or 0), float(choice["temperature"]),
                             choice.get("policy"))  # fmt: skip
@@ -492,7 +499,7 @@ def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[st
     """The live (or final) tokens/s ratio against the baseline, checked against the one bound a measured speedup
     has (engine.session.summarise.speedup_flag: tokens per call ÷ (v_min + the draft's share)); a finished run's own
     stored verdict (the flag its summary was stored with) counts too."""
-    from engine.session.summarise import speedup_flag, stored_speedup_flag
+    from engine.service.api import speedup_flag, stored_speedup_flag
 
     tps, base_tps = now.get("tokens_per_s"), base.get("tokens_per_s")
     if run.get("kind") == "baseline" or not tps or not base_tps:
@@ -853,7 +860,7 @@ def live_cache(state: Any, session_id: int) -> LiveCache:
 def busy_note(session: Mapping[str, Any], other_cpu_pct: float | None = None) -> str | None:
     """The busy-machine warning: the finished session's own note, or while it runs, the latest reading of
     other processes' CPU share when it is above the busy threshold."""
-    from engine.measure.noise import BUSY_OTHER_CPU_PCT
+    from engine.service.api import BUSY_OTHER_CPU_PCT
 
     note = (session.get("summary") or {}).get("machine_note")
     if note:
@@ -872,7 +879,7 @@ def measurement_costs(
     """Seconds the optional measurements are likely to take on this machine: {"verify": s, "regime": s,
     "source": text}. From the newest finished session with this target and dtype: its measured phase times,
     else estimates from its baseline's step time; None where nothing is known yet."""
-    from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
+    from engine.service.api import batch_sweep_eta_s, verify_cost_eta_s
 
     for session in sessions:
         summary = session.get("summary") or {}

@@ -11,13 +11,12 @@ from typing import Any
 import pandas as pd
 
 from app import data
-from engine.engines import registry
+from engine.service.api import registry, session_engine, stored_speedup_flag
 from engine.service.measurement_notes import floor_note, loop_note
 from engine.service.report_runs import run_spread, run_verdict, spread_text
 from engine.service.session_status import UNFINISHED_RUNS
 from engine.service.surface import stops_paying as surface_stops
 from engine.service.surface import surface_cells
-from engine.session.summarise import stored_speedup_flag
 
 RUN_NUMBERS = {
     "α": "%.3f",
@@ -52,7 +51,7 @@ VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"
 def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the line under a session's title; missing values are "—"."""
     temps = ", ".join(f"{float(t):g}" for t in session.get("temperatures") or [])
-    engine = str((session.get("options") or {}).get("engine") or "spectune")
+    engine = session_engine(session)
     fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
     weights = fixed or str(session.get("dtype") or "—")
     return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine.analysis.theory import (
+from engine.service.api import (
     COMPUTE_BOUND,
     MEMORY_BOUND,
     cost_per_token_multiplier,

@@ -4,7 +4,8 @@
     engine: service -> session -> analysis -> measure -> {drafts, models} -> core   (and all -> foundation)
 
 Only engine/service/ touches the store; the app never does directly, and calls engine.service's API modules,
-never its command-line ones (cli, *_cli); foundation/ imports nothing of ours.
+never its command-line ones (cli, *_cli), and nothing of the engine below them but engine.errors (the layers below
+reach it through engine.service.api); foundation/ imports nothing of ours.
 Imports are read with ast from every file, function-local imports and importlib.import_module("...") calls
 included; the store's independence from the engine and the app is also checked by really importing every
 store module in a fresh interpreter. A failure lists every offending import as path:line.
@@ -187,6 +188,13 @@ def test_store_never_imports_engine_or_app() -> None:  # (a) again, statically: 
 def test_app_never_imports_the_store_directly() -> None:
     bad = [imp for imp in all_imports("app") if within(imp.target, "store")]
     assert bad == [], report(bad, "app/ reaches the store through engine.service, never directly")
+
+
+def test_app_takes_the_engine_only_through_its_service_layer() -> None:
+    bad = [imp for imp in all_imports("app")
+           if within(imp.target, "engine") and not within(imp.target, "engine.service", "engine.errors")]  # fmt: skip
+    assert bad == [], report(bad, "app/ imports engine.service (engine.service.api for the layers below) and "
+                                  "engine.errors, nothing else of the engine")  # fmt: skip
 
 
 def is_cli_module(target: str) -> bool:

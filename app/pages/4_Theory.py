@@ -6,7 +6,7 @@ Every number comes from engine.analysis.theory; the tables are recomputed, not c
 import streamlit as st
 
 from app import charts, common, components, theory_tables
-from engine.analysis.theory import crossover_gamma
+from engine.service.api import crossover_gamma
 
 common.page_setup("Theory")
 st.title("Theory: speed vs arithmetic")

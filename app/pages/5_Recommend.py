@@ -13,8 +13,8 @@ import streamlit as st
 from app import charts, common, components, memo
 from app import recommend_view as rv
 from app.common import md_escape
-from engine.analysis.export import VLLM_VERSION
 from engine.errors import SpectuneError
+from engine.service.api import VLLM_VERSION
 from engine.service.recommendations import Recommended, export_format, format_label, save_result
 from engine.service.session_report import report_filename, report_or_error
 

@@ -11,6 +11,7 @@ import streamlit as st
 from app import charts, common, components, data
 from app import endpoints_view as ev
 from app.common import ACTIVE_STATUSES, md_escape
+from engine.service.endpoint_sessions import check_endpoint
 
 common.page_setup("Endpoints")
 st.title("Tune a running deployment")
@@ -64,7 +65,7 @@ with st.container(border=True):
         st.info("There is no prompt set yet: import one on the Prompts page first.")
     if check:
         with common.guard("check the endpoint"):
-            found = ev.check_endpoint(url, key_env, kind)
+            found = check_endpoint(url, key_env, kind)
             (st.success if found["speculation counters"] else st.info)(md_escape(ev.check_headline(found)))
             st.markdown("\n".join(f"- **{what}:** {md_escape(value)}" for what, value in ev.check_facts(found)))
             with st.expander("Raw answer", expanded=False):

@@ -65,3 +65,30 @@ def probe_endpoint(
     except RunFailed as exc:  # the baseline endpoint could not be reached: nothing to compare with
         return {"endpoints": [], "stopped": str(exc), "comparison": None, "latency_target": {}}
     return report.engine_info["endpoint"] | {"stopped": report.stopped}
+
+
+def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
+    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks.
+
+    ``speculation counters`` is True (exposed), False (/metrics answered without them) or None (/metrics could
+    not be read; ``metrics`` says why)."""
+    from engine.endpoint.detect import detect
+    from engine.endpoint.metrics import scrape
+    from engine.endpoint.settings import Endpoint, api_key
+    from engine.endpoint.transport import Connection, EndpointError
+
+    endpoint = Endpoint(url, "", api_key_env, kind)
+    conn = Connection(endpoint.url, api_key(endpoint.api_key_env), 5.0)
+    speculates: bool | None = None
+    try:
+        info = detect(conn, endpoint.kind)
+        try:
+            counters = scrape(conn, info.model or "")
+            speculates = bool(counters.speculates)
+            metrics = "speculation counters found" if speculates else "no speculation counters (yet)"
+        except EndpointError as exc:
+            metrics = str(exc)
+    finally:
+        conn.close()
+    return {"engine": info.engine, "version": info.version, "model": info.model, "metrics": metrics,
+            "speculation counters": speculates, "detected from": info.detected_from}  # fmt: skip

@@ -21,7 +21,7 @@ from engine.models.bundled import parameter_count
 from engine.service.pace_probe import PaceProbe, latest, probe_for
 from engine.session.quick import confirm_reserve, confirm_runs, probe_plan
 from engine.session.runner import PromptText, RunKey, decodes_per_prompt
-from engine.session.spec import SessionSpec
+from engine.session.spec import SessionSpec, session_engine
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
 BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -103,9 +103,8 @@ def planned_decodes(spec: SessionSpec, n_prompts: int) -> int:
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
     """Seconds per configuration × prompt × token of the newest comparable finished session, and which it was."""
     for s in sessions:
-        options = s.get("options") or {}
         same = (s.get("status") == "done" and s.get("hardware") == hardware and s.get("target") == spec.target
-                and (options.get("engine") or "spectune") == spec.engine
+                and session_engine(s) == spec.engine
                 and (s.get("dtype") == spec.dtype or registry.get(spec.engine).fixed_weights))  # fmt: skip
         summary = s.get("summary") or {}
         runs = len(summary.get("runs") or []) + len(summary.get("baselines") or [])

@@ -26,15 +26,11 @@ from engine.measure import noise
 from engine.models.bundled import parameter_count
 from engine.service.report_runs import run_concurrency, run_spread, spread_text
 from engine.service.surface import with_measured_schedule
+from engine.session.spec import session_engine
 from engine.session.summarise import run_speedup, stored_speedup_flag
 
 # the engines whose sessions measure α, c and v(k) (an endpoint session measures serving, not drafts)
 RECOMMEND_ENGINES = sweep_engines()
-
-
-def session_engine(session: dict[str, Any]) -> str:
-    """The engine a stored session measured with ("spectune", the PyTorch loop, before engines existed)."""
-    return str((session.get("options") or {}).get("engine") or "spectune")
 
 
 def choose_engine(store: Any, session_ids: list[int], engine: str | None, export_format: str | None = None) -> str:

@@ -26,6 +26,7 @@ from engine.service.report_runs import RunFigures, run_figures
 from engine.service.report_svg import Bar, Series, bar_chart, line_chart
 from engine.service.session_status import ending_note
 from engine.session.sampling import session_prompts
+from engine.session.spec import session_engine
 
 PROMPT_PREVIEW = 600  # characters of each prompt shown
 
@@ -150,7 +151,7 @@ def recommendation_section(result: Recommended | None, policies: PolicyReport | 
 def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """The session's settings, as the Sessions page lists them, and the rest of its spec."""
     options = session.get("options") or {}
-    engine = str(options.get("engine") or "spectune")
+    engine = session_engine(session)
     fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
     joined = lambda xs: ", ".join(map(str, xs or [])) or "—"  # noqa: E731
     return [

@@ -95,6 +95,11 @@ _TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _en
                                    "loop": LoopOptions.from_dict}  # fmt: skip
 
 
+def session_engine(row: Mapping[str, Any]) -> str:
+    """The engine a stored session measured with ("spectune", the PyTorch loop, for a row from before engines)."""
+    return str((row.get("options") or {}).get("engine") or "spectune")
+
+
 @dataclass
 class SessionSpec:
     """Everything one session needs, built once by the page or the CLI and validated once.
