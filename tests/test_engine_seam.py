@@ -238,3 +238,20 @@ def test_parity_a_running_deployment_reports_what_every_engine_reports() -> None
     for report in (a, b):
         assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0]
         assert all(isinstance(r["speedup_noisy"], bool) and r["speedup_spread"]["n"] == 3 for r in report["runs"])
+
+
+def test_the_worker_stops_every_engines_processes_through_the_registry(monkeypatch) -> None:
+    """An engine that starts processes says how to stop them in its entry; the worker asks the registry, and no
+    module outside the engine names it."""
+    stopped: list[str] = []
+
+    def stop() -> int:
+        stopped.append("toy")
+        return 2
+
+    toy = registry.EngineEntry("toy", "toy", "toy engine", lambda spec, n: None, lambda: ScriptedRunner,  # type: ignore[arg-type]
+                               stop_processes=stop, processes="toy server(s)")  # fmt: skip
+    monkeypatch.setitem(registry._ENTRIES, "toy", toy)
+    done = registry.stop_all_processes()
+    assert stopped == ["toy"] and done["toy server(s)"] == 2
+    assert set(done) <= {"toy server(s)", "llama-server process(es)", "vLLM server(s)"}

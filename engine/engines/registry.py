@@ -44,6 +44,9 @@ class EngineEntry:
     memory: Callable[[SessionSpec, list[RunKey]], tuple[int, str]] | None = None
     # a sentence the estimate adds about the session's setup on this machine (hardware line) before decoding (None)
     setup_note: Callable[[SessionSpec, str], str | None] = lambda spec, hardware: None
+    # stops every process of this engine the worker started and says how many (servers): None where it starts none
+    stop_processes: Callable[[], int] | None = None
+    processes: str = "server(s)"  # what those processes are called, for the worker's log
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -51,6 +54,15 @@ _ENTRIES: dict[str, EngineEntry] = {}
 
 def register(entry: EngineEntry) -> None:
     _ENTRIES[entry.name] = entry
+
+
+def stop_all_processes() -> dict[str, int]:
+    """Stop every process any engine started, the worker's last act: what they are -> how many."""
+    stopped = {}
+    for entry in _ENTRIES.values():
+        if entry.stop_processes is not None and (count := entry.stop_processes()):
+            stopped[entry.processes] = count
+    return stopped
 
 
 def names() -> tuple[str, ...]:
@@ -211,6 +223,18 @@ def _spectune_setup(spec: SessionSpec, hardware: str) -> str | None:
     return setup_note(spec, hardware)
 
 
+def _llamacpp_stop_all() -> int:
+    from engine.llamacpp.server import stop_all
+
+    return stop_all()
+
+
+def _vllm_stop_all() -> int:
+    from engine.vllm.server import stop_all
+
+    return stop_all()
+
+
 def _llamacpp_availability() -> tuple[bool, str]:
     from engine.llamacpp.binaries import llama_status
 
@@ -228,11 +252,12 @@ register(EngineEntry(
 register(EngineEntry(
     "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
     fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
-    runs_policy=_llamacpp_runs, two_width_probe=True, memory=_llamacpp_memory,
+    runs_policy=_llamacpp_runs, two_width_probe=True, memory=_llamacpp_memory, stop_processes=_llamacpp_stop_all,
+    processes="llama-server process(es)",
 ))  # fmt: skip
 register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,
-    export_format="vllm", batches=True,
+    export_format="vllm", batches=True, stop_processes=_vllm_stop_all, processes="vLLM server(s)",
 ))  # fmt: skip
 register(EngineEntry(
     "endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint, _endpoint,

@@ -21,7 +21,6 @@ from typing import Any
 from engine.core.records import Cancelled
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.llamacpp.server import stop_all
 from engine.models.pool import ModelPool
 from engine.service.store_hooks import TERMINATING, StoreHooks
 from engine.service.worker_control import (
@@ -36,7 +35,6 @@ from engine.session.regime_evidence import detect_regime
 from engine.session.runner import PromptText
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
-from engine.vllm.server import stop_all as stop_all_vllm
 from foundation.jsonable import jsonable
 from store.errors import StoreError
 from store.orphans import STALE_AFTER_S
@@ -257,12 +255,8 @@ def serve(
             if max_sessions is not None and ran >= max_sessions:
                 break
     finally:
-        stopped = stop_all()  # no llama-server outlives the worker, whatever ended the loop
-        if stopped:
-            log.info("stopped %d llama-server process(es)", stopped)
-        stopped = stop_all_vllm()  # nor a vLLM server
-        if stopped:
-            log.info("stopped %d vLLM server(s)", stopped)
+        for what, count in registry.stop_all_processes().items():  # no server outlives the worker
+            log.info("stopped %d %s", count, what)
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return ran
