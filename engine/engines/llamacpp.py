@@ -29,6 +29,7 @@ from engine.drafts.model import ModelDraft
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
 from engine.errors import ModelError, SettingsError, SpectuneError
 from engine.llamacpp import client
+from engine.llamacpp.bench import batch_times
 from engine.llamacpp.binaries import LlamaBuild, find_llama
 from engine.llamacpp.draft_stats import TAIL_BYTES, DraftStats, after_request, last_stats
 from engine.llamacpp.launch import speculative_server
@@ -46,7 +47,7 @@ from engine.llamacpp.memory import (
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure.agreement import draft_trace
-from engine.measure.verify_cost import llamacpp_verify_cost_curve
+from engine.measure.verify_cost import from_rounds, verify_ks
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.session.runner import (
@@ -214,8 +215,9 @@ class LlamaCppRunner:
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
         assert self.build is not None and self.target is not None
         try:
-            return llamacpp_verify_cost_curve(self.build, self.target, widest, self.threads,
-                                              should_stop=self.should_stop), []  # fmt: skip
+            rounds = batch_times(self.build, self.target, verify_ks(widest), 5, self.threads,
+                                 should_stop=self.should_stop)  # llama-bench's k-token batches, interleaved
+            return from_rounds(rounds).curve, []
         except ServerError as exc:
             return {}, [f"v(k) not measured: {exc}"]
 

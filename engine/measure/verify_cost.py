@@ -2,22 +2,20 @@
 
 v(k) is the time of a k-token target forward over a warm KV cache divided by a 1-token one: near 1
 for small k means verifying γ+1 positions is nearly free (memory-bound), near k means it is billed.
-Measured in spectune's loop or in llama.cpp (engine/llamacpp/bench.py), both in interleaved rounds.
+Measured in interleaved rounds: here in spectune's loop; an engine that times its own k-token batches (llama.cpp's
+llama-bench) turns its rounds into v(k) with `from_rounds`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from engine.core.kvcache import crop_to, forward_step, sequence_cache, sync
 from engine.core.model import LoadedModel
-from engine.llamacpp.bench import batch_times
-from engine.llamacpp.binaries import LlamaBuild
 
 
 @dataclass(frozen=True)
@@ -89,11 +87,3 @@ def verify_cost_curve(model: LoadedModel, context_ids: list[int], max_k: int, re
     """v(k) = t(k)/t(1) in spectune's loop for k = 1, 2, 4, … and max_k, from `reps` interleaved rounds."""
     return from_rounds(forward_times(model, context_ids, verify_ks(max_k), reps)).curve
 
-
-def llamacpp_verify_cost_curve(
-    build: LlamaBuild, model: Path, max_k: int, threads: int | None = None, rounds: int = 5,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> dict[int, float]:  # fmt: skip
-    """v(k) in llama.cpp (llama-bench's k-token batches), from `rounds` interleaved rounds; stopped (ServerError) as
-    soon as `should_stop` says so."""
-    return from_rounds(batch_times(build, model, verify_ks(max_k), rounds, threads, should_stop=should_stop)).curve
