@@ -269,7 +269,9 @@ def test_pytorch_v_k_is_timed_in_alternating_rounds() -> None:
     times = forward_times(model, [1, 2, 3, 4, 5, 6], [1, 2, 4], rounds=3)
     assert sorted(times) == [1, 2, 4] and all(len(t) == 3 and min(t) > 0 for t in times.values())
     curve = verify_cost_curve(model, [1, 2, 3, 4, 5, 6], 3, reps=2)
-    assert sorted(curve) == [1, 2, 3] and curve[1] == 1.0 and all(v >= 1.0 for v in curve.values())
+    # what timing cannot change: the widths, v(1) = 1, positive ratios (a v(k) below 1 is kept where every round
+    # timed the wider forward faster, which a loaded machine can do to a model this small)
+    assert sorted(curve) == [1, 2, 3] and curve[1] == 1.0 and all(0.0 < v < float("inf") for v in curve.values())
 
 
 def test_impossible_roofline_is_a_measurement_error_not_evidence() -> None:
