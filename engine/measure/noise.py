@@ -35,9 +35,14 @@ class Spread:
         return asdict(self)
 
 
+def ratio(base: float, cand: float) -> float | None:
+    """candidate ÷ baseline for one pair of rates measured side by side; None where either measured nothing."""
+    return cand / base if base > 0 and cand > 0 else None
+
+
 def ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
     """candidate ÷ baseline for each (baseline, candidate) pair of rates measured side by side."""
-    return [cand / base for base, cand in pairs if base > 0 and cand > 0]
+    return [r for base, cand in pairs if (r := ratio(base, cand)) is not None]
 
 
 def spread_of(values: Sequence[float]) -> Spread | None:

@@ -85,9 +85,8 @@ def run_speedups(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
     run, what its bound check judges), and the prediction; a policy run's are its live figure and what the replay
     predicted."""
     live = (run.get("summary") or {}).get("policy_live") if run_policy(run) else None
-    if not live:
-        return run_speedup(run), run.get("speedup_predicted")
-    return run_speedup(run), (live.get("replayed") or {}).get("speedup")
+    predicted = (live.get("replayed") or {}).get("speedup") if live else run.get("speedup_predicted")
+    return run_speedup(run), predicted
 
 
 def spread_text(run: Mapping[str, Any]) -> str | None:

@@ -66,11 +66,7 @@ class RunTally:
 
     def ratios(self, baseline: RunTally | None) -> list[float]:
         """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
-        if baseline is None:
-            return []
-        base = baseline.rates
-        pairs = [(base[i], rate) for i, rate in sorted(self.rates.items()) if i in base]
-        return noise.ratios(pairs)
+        return list(self.prompt_ratios(baseline).values())
 
     def spread(self, baseline: RunTally | None) -> noise.Spread | None:
         return noise.spread_of(self.ratios(baseline))
@@ -80,7 +76,7 @@ class RunTally:
         if baseline is None:
             return {}
         base = baseline.rates
-        return {i: rate / base[i] for i, rate in sorted(self.rates.items()) if base.get(i, 0) > 0 and rate > 0}
+        return {i: r for i, rate in sorted(self.rates.items()) if i in base and (r := noise.ratio(base[i], rate))}
 
     def prompt_tokens_per_call(self, index: int) -> float | None:
         """One prompt's tokens per target call (None where the engine counted no call for it)."""
@@ -245,7 +241,8 @@ def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:
     live = summary.get("policy_live") or {}
     per_call = run.get("tokens_per_call") if run.get("tokens_per_call") is not None else live.get("tokens_per_call")
     whole = any(where.get("speedup_whole_run") for where in (summary, run, live))
-    return stored_bound(run).flag(run_speedup(run), per_call, run_speedup(run) if whole else None)
+    speedup = run_speedup(run)
+    return stored_bound(run).flag(speedup, per_call, speedup if whole else None)
 
 
 def stored_bound(run: Mapping[str, Any]) -> SpeedupBound:
