@@ -7,7 +7,7 @@ MODELS  := $(VENV)/.models-installed
 PORT    ?= 8501
 ADDRESS ?= localhost
 
-.PHONY: setup dashboard test lint bench worker browser postgres clean-venv vllm
+.PHONY: setup dashboard test test-loaded lint bench worker browser postgres clean-venv vllm
 
 $(BIN)/python:
 	@echo ">> creating virtualenv in $(VENV)"
@@ -139,6 +139,12 @@ test: setup postgres check-env
 	@url="$$(scripts/start_postgres.sh)" || { echo "!! could not start PostgreSQL (scripts/start_postgres.sh)"; exit 1; }; \
 	trap 'scripts/stop_postgres.sh' EXIT INT TERM; \
 	SPECTUNE_TEST_PG_URL="$$url" $(BIN)/python -m pytest -q
+
+# the suite beside two spinning processes (tests/cpu_hog.py): a test that depends on timing fails here
+test-loaded: setup postgres check-env
+	@url="$$(scripts/start_postgres.sh)" || { echo "!! could not start PostgreSQL (scripts/start_postgres.sh)"; exit 1; }; \
+	trap 'scripts/stop_postgres.sh' EXIT INT TERM; \
+	SPECTUNE_TEST_PG_URL="$$url" $(BIN)/python -m pytest -q --cpu-hog 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

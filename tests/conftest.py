@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cpu_hog import cpu_hog, pytest_addoption  # noqa: E402, F401 - `pytest --cpu-hog N`: the suite beside a load
+
 SHARED_DATA = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 
 

@@ -29,7 +29,7 @@ from engine.core.policy import PolicyRun, parse_policy
 from engine.core.records import Divergence, PromptOutput
 from engine.drafts.model import ModelDraft
 from engine.measure.agreement import draft_trace
-from engine.measure.fidelity import classify, llamacpp_output
+from engine.measure.fidelity import classify, served_output
 from engine.models.chat import encode_prompt
 
 PROMPTS = REAL_PROMPTS[:2]  # code (high α) and prose (lower α)
@@ -80,7 +80,7 @@ def check_against_replay(
 ) -> tuple[list[Divergence], float, float]:
     """llama.cpp's speculative runs of one policy against its target-alone runs and against the replay.
 
-    `baselines`: per prompt, the target-alone output with its top log-probs (fidelity.llamacpp_output); `lives`:
+    `baselines`: per prompt, the target-alone output with its top log-probs (fidelity.served_output); `lives`:
     per prompt, the speculative run's output token ids and its tokens per target call (the server's counters);
     `trace_along(i, ids)`: the draft's trace along prompt i's chat prompt followed by `ids`.
 
@@ -97,7 +97,7 @@ def check_against_replay(
     empty = [i for i, (ids, tpc) in enumerate(lives) if not ids or not tpc]
     assert not empty, f"{spec}: nothing compared on prompts {empty} (no tokens or no counters)"
     verdicts = [
-        classify(base, llamacpp_output(ids, prompt_id=base.prompt_id), "gguf", greedy=True)
+        classify(base, served_output(ids, prompt_id=base.prompt_id), "gguf", greedy=True)
         for base, (ids, _) in zip(baselines, lives, strict=True)
     ]
     bugs = [d for d in verdicts if d.verdict not in ("identical", "near-tie")]
@@ -126,7 +126,7 @@ def _llamacpp_baselines(prompts: Sequence[str], n_predict: int, threads: int) ->
     with ManagedServer(ServerConfig(gguf_for("qwen2.5-coder-1.5b", "target"), threads=threads)) as server:
         texts = [client.chat_prompt(server.url, p) for p in prompts]
         done = [client.complete(server.url, text, n_predict, n_probs=TOP_LOGPROBS) for text in texts]
-    return texts, [llamacpp_output(c.token_ids, c.top_logprobs, f"p{i}") for i, c in enumerate(done)]
+    return texts, [served_output(c.token_ids, c.top_logprobs, f"p{i}") for i, c in enumerate(done)]
 
 
 def _float32_draft():
@@ -234,7 +234,7 @@ def simulated(tiny_pair):
 def _baselines(bases: list[list[int]], flipped: int, margin: float) -> list[PromptOutput]:
     sure = [[(tok, -0.05)] for tok in bases[0]]
     diverging = _top_logprobs(bases[1], SIM_K, flipped, margin)
-    return [llamacpp_output(bases[0], sure, "p0"), llamacpp_output(bases[1], diverging, "p1")]
+    return [served_output(bases[0], sure, "p0"), served_output(bases[1], diverging, "p1")]
 
 
 def test_simulated_near_tie_divergence_is_compared_along_the_speculative_output(simulated):

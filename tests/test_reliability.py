@@ -90,17 +90,24 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     from engine.service.worker import serve
 
     real_decode = engine.engines.spectune.decode_prompt
+    real_run = engine.engines.spectune.SpectuneRunner.decode
     delivered: dict[str, int] = {"steps": 0}
     boom = {"armed": True}
+    logged = {"now": False}
+
+    def run(self: Any, key: Any, index: int, ctx: Any, reference: bool) -> Any:
+        logged["now"] = key.kind != "baseline" or reference  # the A/A decode (the target alone again) is not logged
+        try:
+            return real_run(self, key, index, ctx, reference)
+        finally:
+            logged["now"] = False
 
     def decode(target: Any, draft: Any, ids: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
         on_step = kwargs["on_step"]
 
         def counting(rec: StepRecord) -> None:
             on_step(rec)
-            # logged decodes: a prompt id (the warm-up and the prime pass none) and not the unlogged A/A decode (the
-            # target alone without the top logits the logged baseline records)
-            if kwargs.get("prompt_id", "") and (cfg.gamma > 0 or cfg.record_top_logits):
+            if logged["now"]:  # the warm-up and the prime decode outside a run
                 delivered["steps"] += 1
             if boom["armed"] and cfg.gamma == 2 and rec.step_index == 5:
                 boom["armed"] = False
@@ -109,6 +116,7 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
         return real_decode(target, draft, ids, cfg, *args, **(kwargs | {"on_step": counting}))
 
     monkeypatch.setattr(engine.engines.spectune, "decode_prompt", decode)
+    monkeypatch.setattr(engine.engines.spectune.SpectuneRunner, "decode", run)
     doomed = queue(store, prompts=3, drafts=("ngram",), gammas=(1, 2), max_new_tokens=32)
     fine = queue(store, prompts=2)
     assert serve(store, once=True) == 2

@@ -47,6 +47,7 @@ from engine.llamacpp.memory import (
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure.agreement import draft_trace
+from engine.measure.fidelity import served_output, with_reference
 from engine.measure.verify_cost import from_rounds, verify_ks
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
@@ -162,6 +163,7 @@ class LlamaCppRunner:
         self.restarts = 0  # servers started after the first round of starts, to take their turn
         self.notes: list[str] = []
         self.call_ms: dict[int, list[float]] = {}  # per prompt: the target alone's ms per call (T=0)
+        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the top log-probs
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per draft-model run: each request's split of its time
         self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
@@ -225,11 +227,14 @@ class LlamaCppRunner:
         pass
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """One untimed request of prompt `index` to the target-alone server, greedy, kept nowhere."""
+        """One untimed request of prompt `index` to the target-alone server, greedy, stored nowhere: its top
+        log-probs are the greedy baseline's fidelity reference, so that no timed request asks for them."""
         key = baseline_of(list(self.configs))
-        if key is not None:
-            with contextlib.suppress(RunFailed):
-                self._request(self.configs[key], self.texts[index], 0.0, 0)
+        if key is None:
+            return
+        with contextlib.suppress(RunFailed, ValueError):
+            done, _ = self._request(self.configs[key], self.texts[index], 0.0, TOP_LOGPROBS)
+            self.references[index] = served_output(done.token_ids, done.top_logprobs)
 
     def _resident(self, config: ServerConfig) -> ManagedServer:
         """The running server of `config`, started now if it is not resident: the server used last is stopped to
@@ -326,7 +331,7 @@ class LlamaCppRunner:
         config = self.configs[key]
         t0 = time.time()
         before = self._draft_stats(config) if config.spec_type == "draft-simple" else None
-        done, delta = self._request(config, self.texts[index], key.temperature, TOP_LOGPROBS if reference else 0)
+        done, delta = self._request(config, self.texts[index], key.temperature, 0)
         drafted = self._drafted_since(config, before) if before is not None else None
         calls = int(delta.target_calls) or max(1, done.predicted_n - done.draft_n_accepted)
         if key.kind == "baseline" and key.temperature == 0 and done.predicted_ms > 0:
@@ -345,14 +350,13 @@ class LlamaCppRunner:
             beta=[], draft_time_s=draft_ms / 1000.0, verify_time_s=(done.predicted_ms - draft_ms) / 1000.0,
             draft_forwards=forwards, emitted=done.predicted_n, target_calls=calls,
         ))  # fmt: skip
-        top = done.top_logprobs if reference else None
         output = PromptOutput(
             prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_n, token_ids=done.token_ids,
             text=done.text, from_draft=[], wall_time_s=time.time() - t0, steps=calls,
             prefill_time_s=done.prompt_ms / 1000.0,
-            top_logits=[[lp for _, lp in t] for t in top] if top is not None else None,
-            top_ids=[[tid for tid, _ in t] for t in top] if top is not None else None,
         )  # fmt: skip
+        if reference and key.temperature == 0:
+            output = with_reference(output, self.references.get(index))
         return Decoded(output, delta, done.predicted_ms / 1000.0)
 
     def _draft_stats(self, config: ServerConfig) -> DraftStats:

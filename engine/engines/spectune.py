@@ -29,6 +29,7 @@ from engine.drafts.factory import for_one_run, make_draft
 from engine.drafts.suffix import suffix_state
 from engine.engines.spectune_loop import LoopChoice, choose_loop
 from engine.measure.agreement import draft_trace
+from engine.measure.fidelity import with_reference
 from engine.measure.threads import ThreadChoice, choose_threads
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
@@ -59,6 +60,7 @@ class SpectuneRunner:
         self.run_drafts: dict[RunKey, DraftSource] = {}  # a stateful draft's state (suffix cache), one per run
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run: each prompt's split of its time
         self.call_ms: dict[float, dict[int, list[float]]] = {}  # per temperature, per prompt: a target-alone step
+        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the target's top logits
         self.spec: SessionSpec | None = None
         self.models: list[LoadedModel] = []  # every model this session decodes with: the target, then draft models
         self.threads: ThreadChoice | None = None
@@ -145,18 +147,19 @@ class SpectuneRunner:
             decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """The target alone decodes prompt `index` once, untimed and unrecorded, before any configuration does."""
+        """The target alone decodes prompt `index` once, untimed and unstored, before any configuration does; its
+        top logits are the greedy baseline's fidelity reference, so that no timed decode records them."""
         assert self.target is not None and self.spec is not None
-        cfg = DecodeConfig(0, SamplingConfig(0.0), self.spec.max_new_tokens, self.spec.seed)
-        decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
-                      should_stop=ctx.should_stop)  # fmt: skip
+        cfg = DecodeConfig(0, SamplingConfig(0.0), self.spec.max_new_tokens, self.spec.seed, TOP_LOGITS_K)
+        primed, _ = decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
+                                  should_stop=ctx.should_stop)  # fmt: skip
+        self.references[index] = primed
 
-    def _config(self, key: RunKey, reference: bool) -> DecodeConfig:
+    def _config(self, key: RunKey) -> DecodeConfig:
         assert self.spec is not None
         s = self.spec
         sampling = SamplingConfig(key.temperature, s.top_k, s.top_p)
-        top = TOP_LOGITS_K if reference else 0
-        return DecodeConfig(key.most_drafted, sampling, s.max_new_tokens, s.seed, top, policy=key.policy)
+        return DecodeConfig(key.most_drafted, sampling, s.max_new_tokens, s.seed, policy=key.policy)
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         assert self.target is not None
@@ -171,9 +174,11 @@ class SpectuneRunner:
 
         source = self.run_drafts.get(key, NoDraft())
         out, _ = decode_prompt(
-            self.target, source, ids, self._config(key, reference), prompt_index=index, prompt_id=prompt.prompt_id,
+            self.target, source, ids, self._config(key), prompt_index=index, prompt_id=prompt.prompt_id,
             on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
         )  # fmt: skip
+        if reference and key.temperature == 0:
+            out = with_reference(out, self.references.get(index))
         decode_s = out.wall_time_s - out.prefill_time_s
         if key.kind != "baseline" or reference:  # the A/A decode (no reference) is the floor's alone
             self._time_split(key, index, records, decode_s)

@@ -28,6 +28,7 @@ from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
+from engine.measure.fidelity import served_output, with_reference
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.pool import ModelPool
 from engine.session.runner import (
@@ -118,6 +119,7 @@ class VllmRunner:
         self.servers: dict[VllmConfig, VllmServer] = {}
         self.prompts: list[list[int] | str] = []
         self.prompt_ids: list[str] = []
+        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the top log-probs
         self.notes: list[str] = []
         self.startups: list[dict[str, Any]] = []
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run alone in flight: each request's steps
@@ -185,9 +187,11 @@ class VllmRunner:
         """One untimed request of prompt `index` to the target-alone server, greedy, kept nowhere (prefix caching is
         off, so it leaves the timed requests nothing to reuse)."""
         key = baseline_of(list(self.configs))
-        if key is not None:
-            with contextlib.suppress(RunFailed):
-                self._batch(key, index, False, ctx)
+        if key is None:
+            return
+        with contextlib.suppress(RunFailed, ValueError):
+            done = self._batch(key, index, TOP_LOGPROBS, ctx).completions[0]
+            self.references[index] = served_output(done.token_ids, done.top)
 
     def _sampling(self, temperature: float) -> dict[str, Any]:
         assert self.spec is not None
@@ -195,14 +199,13 @@ class VllmRunner:
         return {"max_tokens": s.max_new_tokens, "temperature": temperature, "seed": s.seed, "top_p": s.top_p,
                 "top_k": s.top_k if s.top_k > 0 else -1, "ignore_eos": False}  # fmt: skip
 
-    def _batch(self, key: RunKey, index: int, reference: bool, ctx: DecodeContext) -> client.Batch:
+    def _batch(self, key: RunKey, index: int, top: int, ctx: DecodeContext) -> client.Batch:
         config = self.configs[key]
         server = self.servers.get(config)
         if server is None:
             raise RunFailed("its vLLM server is not running")
         order = [(index + j) % len(self.prompts) for j in range(key.concurrency)]
         prompts = [self.prompts[i] for i in order]
-        top = TOP_LOGPROBS if reference else 0
         try:
             return client.batch(server.url, str(config.model), prompts, self._sampling(key.temperature), top,
                                 self.request_timeout_s, ctx.should_stop)  # fmt: skip
@@ -217,7 +220,7 @@ class VllmRunner:
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Prompt `index` with concurrency − 1 neighbours in flight; logged as one step record for the batch."""
         t0 = time.time()
-        batch = self._batch(key, index, reference, ctx)
+        batch = self._batch(key, index, 0, ctx)
         done = batch.completions[0]
         counters = batch.counters
         ctx.on_step(StepRecord(
@@ -225,14 +228,13 @@ class VllmRunner:
             accept_mask=[], beta=[], draft_time_s=0.0, verify_time_s=batch.wall_s, draft_forwards=0,
             emitted=int(counters.emitted), target_calls=int(counters.target_calls),
         ))  # fmt: skip
-        top = done.top if reference else None
         output = PromptOutput(
             prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_tokens,
             token_ids=done.token_ids, text=done.text, from_draft=[], wall_time_s=time.time() - t0,
             steps=int(counters.target_calls), prefill_time_s=done.ttft_s or 0.0,
-            top_logits=[[lp for _, lp in t] for t in top] if top is not None else None,
-            top_ids=[[tid for tid, _ in t] for t in top] if top is not None else None,
         )  # fmt: skip
+        if reference and key.temperature == 0:
+            output = with_reference(output, self.references.get(index))
         ttft = [c.ttft_s for c in batch.completions if c.ttft_s is not None]
         itl = [gap for c in batch.completions for gap in c.itl_s]
         self._time_split(key, index, counters, batch.wall_s)

@@ -15,6 +15,9 @@ so a real near-tie is never called a bug, yet below the margins of ordinary gree
 llama.cpp ("gguf": quantised weights, batched verify kernels differ from single-token ones) is held to
 the bf16 tolerance; its margins are read from the target-alone run's top log-probs (a log-prob
 difference is a logit difference).
+
+The top logits are recorded by each prompt's untimed prime (the target alone, greedy), never by a timed decode: the
+baseline then pays for nothing a speculative run does not, and its A/A twin does the same work it does.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, gree
     if not greedy:
         return Divergence(prompt_id=speculative.prompt_id, identical=False, position=pos, verdict="not-applicable")
     tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
-    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or baseline.top_logits is None:
-        # one stopped (EOS or length) where the other went on: a token choice of EOS that we cannot score
+    scored = baseline.top_logits is not None and pos < len(baseline.top_logits)
+    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or not scored:
+        # one stopped (EOS or length) where the other went on, or no top logits there: a choice we cannot score
         return Divergence(
             prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug"
         )
@@ -70,11 +74,23 @@ def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, gree
     )
 
 
-def llamacpp_output(
+def with_reference(output: PromptOutput, primed: PromptOutput | None) -> PromptOutput:
+    """`output`, a timed greedy decode of the target alone, with the top logits its untimed prime recorded: the
+    rows up to and including the first position where the two disagree (past it the contexts differ)."""
+    if primed is None or primed.top_logits is None:
+        return output
+    pos = first_divergence(primed.token_ids, output.token_ids)
+    rows = len(output.token_ids) if pos is None else pos + 1
+    output.top_logits = primed.top_logits[:rows]
+    output.top_ids = primed.top_ids[:rows] if primed.top_ids is not None else None
+    return output
+
+
+def served_output(
     token_ids: Sequence[int], top_logprobs: Sequence[Sequence[tuple[int, float]]] | None = None, prompt_id: str = ""
 ) -> PromptOutput:
-    """An output as `classify` reads it, from llama-server's tokens and, for a target-alone baseline, their top
-    log-probs (its n_probs; a log-prob difference is a logit difference, so margins read the same)."""
+    """An output as `classify` reads it, from a server's tokens (llama-server, vLLM) and, for a target-alone
+    baseline, their top log-probs (a log-prob difference is a logit difference, so margins read the same)."""
     ids = [int(t) for t in token_ids]
     out = PromptOutput(prompt_index=0, prompt_id=prompt_id, prompt_tokens=0, token_ids=ids, text="", from_draft=[],
                        wall_time_s=0.0, steps=len(ids))  # fmt: skip
