@@ -67,3 +67,32 @@ def test_a_run_is_judged_on_its_whole_run_and_the_cheapest_verify_it_measured() 
     assert flag is not None and "1.75× over the whole run" in flag
     # a loop "cheaper" than VERIFY_FLOOR is a baseline timed under load: the floor holds, the flag fires
     assert speedup_flag(1.9, *args, probe, whole_run=1.9, loop_v=0.3) is not None
+
+
+def test_a_loop_verify_the_probe_does_not_corroborate_never_widens_the_bound() -> None:
+    """The summary a hold-out walk stored unflagged: n-gram at γ=4 in spectune's loop, 1.371 tokens per call,
+    1.687× over the whole run, a v(k) probe never below 1. Its loop's verify, timed against a baseline slowed by
+    decoding first, read cheap by the same factor that inflated the speedup; it may not excuse it."""
+    from engine.analysis.step_overhead import LoopPoint
+    from engine.core.counters import SpecCounters
+    from engine.core.records import PromptOutput
+    from engine.session.runner import Decoded, RunKey
+    from engine.session.summarise import RunTally, summarise
+
+    def decoded(tokens: int, seconds: float, calls: int) -> Decoded:
+        counters = SpecCounters(drafts=calls, draft_tokens=4 * calls, accepted_tokens=tokens - calls,
+                                target_calls=calls, emitted=tokens)  # fmt: skip
+        output = PromptOutput(0, "p", 8, list(range(tokens)), "", [False] * tokens, seconds, calls)
+        return Decoded(output, counters, seconds, tokens=tokens)
+
+    base, run = RunTally(RunKey("none", 0, 0.0), None), RunTally(RunKey("ngram", 4, 0.0), None)
+    for i in range(4):
+        base.add(i, decoded(96, 1.0, 96), 1.0)
+        run.add(i, decoded(96, 1.0 / 1.687, 70), 1.0)  # 1.371 tokens per call
+    verify = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.045, 5: 1.143}
+    summary = summarise(run, base, 0.0, verify, "spectune", loop_point=LoopPoint(5.0, 0.80, 40))
+    assert summary.tokens_per_call is not None and abs(summary.tokens_per_call - 1.371) < 0.01
+    assert summary.speedup_whole_run is not None and abs(summary.speedup_whole_run - 1.687) < 0.001
+    assert summary.speedup_flag is not None and "1.69× over the whole run" in summary.speedup_flag
+    assert "no speedup above 1.37×" in summary.speedup_flag  # 1.371 ÷ (1 + 0): v(k) never measured below 1
+    assert [p["prompt"] for p in summary.speedup_above_bound] == [1, 2, 3, 4]

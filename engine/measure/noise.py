@@ -30,6 +30,7 @@ class Spread:
     max: float
     n: int
     verdict: str  # "faster" | "slower" | "too noisy to tell" | "single measurement"
+    dropped: int = 0  # prompts left out of the verdict: their ratio broke its bound (a measurement error)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -83,47 +84,69 @@ def stored_noisy(spread: Mapping[str, object] | None) -> bool | None:
         return None
 
 
-FLOOR_TOLERANCE = 0.05  # an A/A median this far from 1.00 and outside its own spread is a biased measurement
+FLOOR_TOLERANCE = 0.05  # an A/A median further than this from 1.00 is a biased measurement
+FLOOR_SPREAD = WIDE_SPREAD  # an A/A spread (max ÷ min) wider than this is itself too noisy to tell
 
 
 @dataclass(frozen=True)
 class MeasurementFloor:
     """The target alone measured twice in one session (an A/A check): per prompt, the second measurement's tokens/s
     ÷ the first's, side by side as every speedup is. Its median should be 1.00; its spread is how far apart two
-    measurements of one configuration land on this machine, the floor under which no speedup can be told."""
+    measurements of one configuration land on this machine, the floor under which no speedup can be told.
+    `prompts`: how many distinct prompts the ratios come from (a session of two sweeps pairs each prompt twice);
+    None where unknown (then every ratio counts as a prompt)."""
 
     ratios: tuple[float, ...]
+    prompts: int | None = None
 
     @property
     def spread(self) -> Spread | None:
         return spread_of(self.ratios)
 
     @property
+    def n_prompts(self) -> int:
+        """The distinct prompts the A/A ratios come from."""
+        return self.prompts if self.prompts is not None else len(self.ratios)
+
+    @property
     def holds(self) -> bool:
-        """Whether the session measured what it measured without a bias: the A/A median within FLOOR_TOLERANCE of
-        1.00, or 1.00 inside the A/A's own spread (its noise band). True when nothing was measured."""
+        """Whether the session measured without a bias and above the noise: the A/A median within FLOOR_TOLERANCE
+        of 1.00 and its spread no wider than FLOOR_SPREAD (max ÷ min). True when nothing was measured."""
         spread = self.spread
         if spread is None:
             return True
-        inside_band = spread.n >= 2 and spread.min <= 1.0 <= spread.max
-        return abs(spread.median - 1.0) <= FLOOR_TOLERANCE or inside_band
+        return abs(spread.median - 1.0) <= FLOOR_TOLERANCE and spread.max / spread.min <= FLOOR_SPREAD
+
+    def why_not(self) -> str | None:
+        """Why the floor does not hold, in a clause, or None when it holds."""
+        spread = self.spread
+        if spread is None or self.holds:
+            return None
+        if abs(spread.median - 1.0) > FLOOR_TOLERANCE:
+            return (f"the same configuration measured {spread.median:.2f}× itself, more than "
+                    f"{FLOOR_TOLERANCE:.0%} from 1.00")  # fmt: skip
+        return (f"two measurements of the same configuration landed up to {spread.max / spread.min:.2f}× apart, "
+                f"wider than {FLOOR_SPREAD:g}×")  # fmt: skip
 
     def sentence(self) -> str:
         """The floor as every page, the CLI and the report say it."""
         spread = self.spread
         if spread is None:
             return "Measurement floor: not measured (no prompt decoded twice by the target alone)."
-        band = f"{spread.min:.2f}–{spread.max:.2f}× over {spread.n} prompts" if spread.n > 1 else "one prompt"
+        n = self.n_prompts
+        pairs = f", {spread.n} A/A pairs" if spread.n != n else ""
+        band = f"{spread.min:.2f}–{spread.max:.2f}× over {n} prompts{pairs}" if spread.n > 1 else "one prompt"
         head = f"Measurement floor (target ÷ target, A/A): {spread.median:.2f}× ({band})"
         if self.holds:
             return f"{head}: the measurements hold; a speedup inside {spread.min:.2f}–{spread.max:.2f}× is noise."
-        return (f"{head}: outside its own noise band — the same configuration measured {spread.median:.2f}× itself, "
-                "so every speedup of this session is marked too noisy to tell. Repeat on a quiet machine.")  # fmt: skip
+        return (f"{head}: it does not hold — {self.why_not()} — so every speedup of this session is marked too "
+                "noisy to tell. Repeat on a quiet machine.")  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         spread = self.spread
-        return {"ratios": [round(r, 4) for r in self.ratios], "spread": spread.to_dict() if spread else None,
-                "holds": self.holds, "sentence": self.sentence()}  # fmt: skip
+        return {"ratios": [round(r, 4) for r in self.ratios], "prompts": self.n_prompts,
+                "spread": spread.to_dict() if spread else None, "holds": self.holds,
+                "sentence": self.sentence()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementFloor | None:
@@ -131,7 +154,9 @@ class MeasurementFloor:
         if not isinstance(data, Mapping):
             return None
         try:
-            return cls(tuple(float(r) for r in data.get("ratios") or ()))  # type: ignore[union-attr]
+            prompts = data.get("prompts")
+            return cls(tuple(float(r) for r in data.get("ratios") or ()),  # type: ignore[union-attr]
+                       int(prompts) if isinstance(prompts, int | float) else None)  # fmt: skip
         except (TypeError, ValueError):
             return None
 

@@ -126,9 +126,15 @@ def configuration_run(
 
 
 def noise_verdict(spread: Mapping[str, Any]) -> str:
-    """The spread's verdict, '(noisy)' added where engine.measure.noise.is_noisy says it spreads too widely."""
+    """The spread's verdict, '(noisy)' added where engine.measure.noise.is_noisy says it spreads too widely, and how
+    many prompts it left out (above their bound)."""
     verdict = str(spread.get("verdict") or "")
-    return f"{verdict} (noisy)" if stored_noisy(spread) and verdict in ("faster", "slower") else verdict
+    verdict = f"{verdict} (noisy)" if stored_noisy(spread) and verdict in ("faster", "slower") else verdict
+    dropped = int(spread.get("dropped") or 0)
+    if dropped:
+        n = int(spread.get("n") or 0)
+        verdict += f" ({dropped} of {n + dropped} prompts above their bound left out)"
+    return verdict
 
 
 IMPOSSIBLE = "impossible (a measurement error)"

@@ -102,9 +102,14 @@ def confirm_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
     return CONFIRM_RUNS * len(spec.temperatures) * len(levels)
 
 
+CHANGED_RUNS = 2  # a second round, where the first changed the decision: the target alone and the new choice
+
+
 def confirm_reserve(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
-    """The most prompt decodes a confirmation adds per prompt: its runs and the A/A decode of the target alone."""
-    return confirm_runs(spec, levels) + 1
+    """The most prompt decodes a confirmation adds per prompt: its runs and the A/A decode of the target alone, and
+    a second round's (the decision the first round changed)."""
+    second = CHANGED_RUNS * len(spec.temperatures) * len(levels) + 1
+    return confirm_runs(spec, levels) + 1 + second
 
 
 def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
@@ -126,6 +131,9 @@ def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
 
 
 def merged_floor(*floors: dict | None) -> dict | None:
-    """One measurement floor over the A/A ratios of every sweep of a session."""
-    ratios = [r for stored in floors if (f := MeasurementFloor.from_dict(stored)) is not None for r in f.ratios]
-    return MeasurementFloor(tuple(ratios)).to_dict() if any(f is not None for f in floors) else None
+    """One measurement floor over the A/A ratios of every sweep of a session, counting each prompt once."""
+    judged = [f for stored in floors if (f := MeasurementFloor.from_dict(stored)) is not None]
+    if not judged:
+        return None
+    ratios = tuple(r for f in judged for r in f.ratios)
+    return MeasurementFloor(ratios, max(f.n_prompts for f in judged)).to_dict()  # the sweeps pair the same prompts

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.analysis.bounds import BoundFlag, check_measured_speedup
+from engine.analysis.bounds import MEASURED_SLACK, BoundFlag, check_measured_speedup
 from engine.analysis.prediction import CostModel, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
-from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost
+from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost, measured_verify_points
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
 from engine.drafts.refs import draft_method
@@ -26,6 +26,7 @@ class RunTally:
     key: RunKey
     handle: Any
     outputs: list[PromptOutput] = field(default_factory=list)
+    by_index: dict[int, PromptOutput] = field(default_factory=dict)  # per prompt index: its output
     divergences: list[dict | None] = field(default_factory=list)
     decoded: dict[int, tuple[int, float]] = field(default_factory=dict)  # per prompt index: (tokens, decode s)
     calls: dict[int, tuple[float, float]] = field(default_factory=dict)  # per prompt index: (emitted, target calls)
@@ -47,6 +48,7 @@ class RunTally:
 
     def add(self, index: int, decoded: Decoded, wall_s: float) -> None:
         self.outputs.append(decoded.output)
+        self.by_index[index] = decoded.output
         self.counters = self.counters.plus(decoded.counters)
         self.decode_s += decoded.decode_s
         self.wall_s += wall_s
@@ -123,14 +125,15 @@ def summarise(
     gamma = tally.key.most_drafted
     per_pos = counters.per_position_acceptance()
     drafting = counters.drafting_fraction()
-    spread = tally.spread(baseline)
-    if spread is not None and floor is not None and not floor.holds:
-        spread = replace(spread, verdict="too noisy to tell")
     whole = tally.whole_run(baseline)
     steps = int(counters.target_calls)
-    measured = spread.median if spread else None
     bound = SpeedupBound(gamma, c, tally.draft_calls / steps if steps else None, verify_cost,
                          loop_point.v if loop_point is not None else None)  # fmt: skip
+    above = prompts_above_bound(tally, baseline, bound)
+    spread = in_bound_spread(tally, baseline, above)
+    if spread is not None and floor is not None and not floor.holds:
+        spread = replace(spread, verdict="too noisy to tell")
+    measured = spread.median if spread else None
     overhead = overhead or StepOverhead()
     cost = CostModel(c, verify_cost or None, overhead=overhead)
     predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, cost,
@@ -149,7 +152,7 @@ def summarise(
         speedup_measured=measured,
         speedup_whole_run=whole,
         speedup_spread=spread.to_dict() if spread else None,
-        speedup_above_bound=prompts_above_bound(tally, baseline, bound),
+        speedup_above_bound=above,
         speedup_flag=bound.flag(measured, counters.tokens_per_call(), whole),
         speedup_predicted=predicted.predicted_speedup if predicted else None,
         mean_drafted_per_step=counters.drafted_per_call(),
@@ -157,13 +160,30 @@ def summarise(
     )
 
 
+def in_bound_spread(
+    tally: RunTally, baseline: RunTally | None, above: Sequence[Mapping[str, float]]
+) -> noise.Spread | None:
+    """The run's per-prompt spread over the ratios that stand: a prompt above its bound (`above`) is a measurement
+    error, left out of the median and the verdict and counted in `dropped`. Where none stands, every ratio, too
+    noisy to tell."""
+    thrown = {int(x["prompt"]) - 1 for x in above}
+    ratios = tally.prompt_ratios(baseline)
+    standing = [r for i, r in ratios.items() if i not in thrown]
+    if not standing:
+        spread = noise.spread_of(list(ratios.values()))
+        return None if spread is None else replace(spread, verdict="too noisy to tell", dropped=len(thrown))
+    spread = noise.spread_of(standing)
+    return None if spread is None else replace(spread, dropped=len(thrown))
+
+
 @dataclass(frozen=True)
 class SpeedupBound:
     """The one bound a measured speedup has (engine.analysis.bounds.check_measured_speedup): speedup ≤ tokens per
     call ÷ (v_min + the draft's share of a call, c · draft forwards per step), γ+1 where the tokens per call are
-    unknown. v_min is the cheapest verify measured: the run's v(k) up to its widest (1 unless a k-token forward
-    measured cheaper than a one-token one) or its verify in the loop (`loop_v`), never below VERIFY_FLOOR (a loop
-    "cheaper" than that is a baseline timed under load). `most_drafted`: the run's γ (a policy: its widest draft)."""
+    unknown. v_min is the cheapest verify measured side by side: the engine's v(k) probe up to the run's widest
+    (1 unless a k-token forward measured cheaper than a one-token one). The run's verify in the loop (`loop_v`)
+    may lower it only as far as that probe corroborates (verify_floor_of); `most_drafted`: the run's γ (a policy:
+    its widest draft)."""
 
     most_drafted: int
     c: float = 0.0
@@ -174,11 +194,9 @@ class SpeedupBound:
     def check(self, speedup: float, tokens_per_call: float | None, whole_run: bool = False) -> BoundFlag | None:
         """The bound check of one speedup (a whole run's, or one prompt's with that prompt's tokens per call)."""
         share = float(self.c or 0.0) * float(self.draft_calls_per_step or 0.0)
-        most = max(int(self.most_drafted), 1)
-        floor = fit_verify_cost(self.verify_cost).floor(most + 1) if self.verify_cost else 1.0
-        if self.loop_v is not None:
-            floor = min(floor, float(self.loop_v))  # check_measured_speedup holds it at VERIFY_FLOOR at the least
-        return check_measured_speedup(float(speedup), most, tokens_per_call, share, floor, whole_run=whole_run)
+        floor = verify_floor_of(self.verify_cost, max(int(self.most_drafted), 1) + 1, self.loop_v)
+        return check_measured_speedup(float(speedup), self.most_drafted, tokens_per_call, share, floor,
+                                      whole_run=whole_run)  # fmt: skip
 
     def flag(self, speedup: float | None, tokens_per_call: float | None, whole_run: float | None = None) -> str | None:
         """Why the run's speedup is impossible, or None: the whole-run speedup is what it judges where there is one
@@ -188,6 +206,22 @@ class SpeedupBound:
             return None
         found = self.check(float(judged), tokens_per_call, whole_run=bool(whole_run))
         return found.message if found is not None else None
+
+
+def verify_floor_of(verify_cost: Mapping[Any, float] | None, widest: int, loop_v: float | None = None) -> float:
+    """The cheapest verify of at most `widest` tokens that a measured speedup's bound may divide by.
+
+    The fitted v(k) probe's floor (1 unless a k-token forward timed cheaper than a one-token one, side by side).
+    A verify measured inside the run's loop is in units of the baseline's step, timed in another decode: a
+    baseline timed slow (its position, the load) makes it cheap by the same factor that inflates the speedup it
+    would excuse. So it lowers the floor only as far as the probe's own cheapest point allows (less the measured
+    slack), and not at all where the probe timed no k-token forward cheaper than one."""
+    points = {k: v for k, v in measured_verify_points(verify_cost).items() if k <= widest}
+    floor = fit_verify_cost(verify_cost).floor(widest) if verify_cost else 1.0
+    cheapest = min(points.values(), default=1.0)
+    if loop_v is None or cheapest >= 1.0:
+        return floor
+    return min(floor, max(float(loop_v), cheapest * (1.0 - MEASURED_SLACK)))
 
 
 def speedup_flag(

@@ -1,9 +1,10 @@
 """The one sweep driver: a session's plan measured in any engine (a Runner), interleaved prompt by prompt.
 
 For each prompt the runner first primes it, untimed (a decode's first pass over a prompt's shapes runs slower than
-every later one: on a GPU 1.5–4.5×, which a baseline that always decodes first would pay alone); then the baseline
-at each temperature decodes it, then every other configuration and a second measurement of the target alone (the
-A/A check), in an order that rotates from prompt to prompt (so no configuration is always the baseline's neighbour).
+every later one: on a GPU 1.5–4.5×, which a baseline that always decodes first would pay alone); then every
+configuration decodes it, the baseline at each temperature and a second measurement of the target alone (the A/A
+check) included, in an order that rotates from prompt to prompt (so whatever the first decode after the prime still
+pays lands on each configuration in turn, and no configuration is always another's neighbour).
 Each speedup is a median of per-prompt ratios of neighbouring measurements, with its spread and a noise verdict,
 and a change in the machine's load between minutes does not show up as a speedup. The A/A ratios are the session's
 measurement floor (engine.measure.noise.MeasurementFloor): when target ÷ target lands outside its own noise band,
@@ -31,6 +32,7 @@ from engine.measure.telemetry import LoadMeter
 from engine.session.hooks import Hooks, PhaseClock
 from engine.session.runner import (
     DecodeContext,
+    Decoded,
     EngineOutputs,
     Enough,
     PromptText,
@@ -145,17 +147,18 @@ def _decode_all(
     runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock,
     restored: dict[RunKey, set[int]] | None = None,
 ) -> MeasurementFloor | None:  # fmt: skip
-    """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed, the baselines first, the
-    others and the A/A measurement rotated per prompt. A configuration × prompt in `restored` (measured by an
-    earlier attempt) is not decoded again; a prompt all of whose configurations are restored is skipped whole,
-    the others get a fresh A/A measurement of the target alone beside what they decode. Returns the measurement
-    floor (None without a baseline)."""
+    """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed, then every configuration,
+    the baselines and the A/A measurement included, in an order that rotates per prompt, so that whatever the first
+    decode after a prime pays lands on each configuration in turn and cancels in the per-prompt median. A decode
+    that ran before its baseline is judged once the baseline has decoded the prompt. A configuration × prompt in
+    `restored` (measured by an earlier attempt) is not decoded again; a prompt all of whose configurations are
+    restored is skipped whole, the others get a fresh A/A measurement of the target alone beside what they decode.
+    Returns the measurement floor (None without a baseline)."""
     restored = restored or {}
     plan = list(tallies)
-    bases = [key for key in plan if key.kind == "baseline"]
-    reference = _floor_key(bases)
+    reference = _floor_key([key for key in plan if key.kind == "baseline"])
     floor = RunTally(reference, None) if reference is not None else None
-    others: list[RunKey | None] = [key for key in plan if key.kind != "baseline"] + ([None] if floor else [])
+    order: list[RunKey | None] = plan + ([None] if floor else [])
     total = len(prompts) * decodes_per_prompt(plan)
     meter = LoadMeter(gpu=str(runner.device).startswith("cuda"))
     done = 0
@@ -168,8 +171,9 @@ def _decode_all(
             continue
         clock.start(f"priming prompt {index + 1} of {len(prompts)}", done, total, None)
         runner.prime(index, _quiet(hooks))
-        shift = index % len(others) if others else 0
-        for key in [*bases, *others[shift:], *others[:shift]]:
+        shift = index % len(order) if order else 0
+        waiting: list[tuple[RunKey, Decoded]] = []
+        for key in [*order[shift:], *order[:shift]]:
             if hooks.should_stop():
                 raise Cancelled()
             if key is not None and index in restored.get(key, ()):
@@ -182,14 +186,18 @@ def _decode_all(
                 _decode_floor(runner, floor, tallies[floor.key], index, hooks)
             elif tallies[key].failed is None and tallies[key].enough is None:
                 meter.mark()
-                _decode_one(runner, tallies, key, index, hooks)
+                decoded = _decode_one(runner, tallies, key, index, hooks)
                 tallies[key].loads.append(meter.read())
+                if decoded is not None:
+                    waiting.append((key, decoded))
+                    waiting = _judge_ready(runner, tallies, index, hooks, waiting)
             done += 1
             hooks.progress(done, total)
+        _judge_ready(runner, tallies, index, hooks, waiting, last=True)
         runner.side_measure(index)
     if floor is None:
         return None
-    return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])))
+    return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])), len(floor.decoded))
 
 
 def _floor_key(bases: list[RunKey]) -> RunKey | None:
@@ -207,7 +215,7 @@ def _quiet(hooks: Hooks) -> DecodeContext:
 
 def _decode_floor(runner: Runner, floor: RunTally, baseline: RunTally, index: int, hooks: Hooks) -> None:
     """The target alone on prompt `index` a second time, for the A/A check: timed as every run is, never stored."""
-    if baseline.failed is not None or index not in baseline.decoded:
+    if baseline.failed is not None:
         return
     t0 = time.perf_counter()
     try:
@@ -217,8 +225,10 @@ def _decode_floor(runner: Runner, floor: RunTally, baseline: RunTally, index: in
     floor.add(index, decoded, time.perf_counter() - t0)
 
 
-def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, index: int, hooks: Hooks) -> None:
-    """One prompt through one configuration; its output is judged and handed to the hooks as soon as it is done."""
+def _decode_one(
+    runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, index: int, hooks: Hooks
+) -> Decoded | None:
+    """One prompt through one configuration, counted in its tally; None when it failed or was capped."""
     tally = tallies[key]
 
     def on_step(record: Any) -> None:
@@ -232,27 +242,50 @@ def _decode_one(runner: Runner, tallies: dict[RunKey, RunTally], key: RunKey, in
         decoded = runner.decode(key, index, ctx, reference=key.kind == "baseline")
     except RunFailed as exc:
         _fail(tally, hooks, f"{key.label()}: {exc}")
-        return
+        return None
     except Enough as exc:
         tally.enough = str(exc)
         if not tally.outputs:
             _fail(tally, hooks, f"{key.label()}: {exc}")
-        return
+        return None
     tally.add(index, decoded, time.perf_counter() - t0)
-    divergence = None
-    reference = _baseline_output(tallies, key, index)
-    if key.kind != "baseline" and reference is not None and "fidelity" not in runner.unavailable:
-        greedy = key.temperature == 0
-        divergence = classify(reference, decoded.output, runner.dtype, greedy).__dict__
-    tally.divergences.append(divergence)
-    hooks.output(tally.handle, decoded.output, divergence)
+    return decoded
+
+
+def _judge_ready(
+    runner: Runner, tallies: dict[RunKey, RunTally], index: int, hooks: Hooks,
+    waiting: list[tuple[RunKey, Decoded]], last: bool = False,
+) -> list[tuple[RunKey, Decoded]]:  # fmt: skip
+    """Judge each waiting output of prompt `index` against its baseline's and hand it to the hooks, in the order
+    decoded; those whose baseline has not decoded the prompt yet keep waiting (`last`: the round is over, the rest
+    go without a verdict). Returns what still waits."""
+    still: list[tuple[RunKey, Decoded]] = []
+    for key, decoded in waiting:
+        tally = tallies[key]
+        reference = _baseline_output(tallies, key, index)
+        if key.kind != "baseline" and reference is None and not last and _baseline_pending(tallies, key, index):
+            still.append((key, decoded))
+            continue
+        divergence = None
+        if key.kind != "baseline" and reference is not None and "fidelity" not in runner.unavailable:
+            divergence = classify(reference, decoded.output, runner.dtype, key.temperature == 0).__dict__
+        tally.divergences.append(divergence)
+        hooks.output(tally.handle, decoded.output, divergence)
+    return still
+
+
+def _baseline_pending(tallies: dict[RunKey, RunTally], key: RunKey, index: int) -> bool:
+    """Whether `key`'s baseline may still decode prompt `index` in this round (it has not, and has not failed)."""
+    base = tallies.get(key.baseline())
+    return base is not None and base.failed is None and base.enough is None and index not in base.decoded
 
 
 def _baseline_output(tallies: dict[RunKey, RunTally], key: RunKey, index: int) -> PromptOutput | None:
+    """The baseline's output of prompt `index` (None where it has none)."""
     base = tallies.get(key.baseline())
-    if base is None or base.failed is not None or len(base.outputs) <= index:
+    if base is None or base.failed is not None:
         return None
-    return base.outputs[index]
+    return base.by_index.get(index)
 
 
 def _fail(tally: RunTally, hooks: Hooks, message: str) -> None:
