@@ -16,6 +16,7 @@ import streamlit as st
 
 from engine.errors import SpectuneError
 from engine.service.api import Recommendation
+from engine.service.decisions import Decision, DecisionQuery, decision_for
 from engine.service.policies import PolicyReport, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 from foundation.paths import default_database_url
@@ -88,6 +89,20 @@ def session_recommendations(store: Any, session: Mapping[str, Any]) -> dict[floa
             found = recommended(store, [int(session["id"])], "latency", None, batch, None, None, None,
                                 float(temperature), None)  # fmt: skip
             out[float(temperature)] = found.recommendation
+        except SpectuneError:
+            out[float(temperature)] = None
+    return out
+
+
+def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Decision | None]:
+    """The stored decision (engine.service.decisions: made once when the session ended) at each temperature the
+    session measured, for its serving batch and the default objective; None where there is nothing to decide."""
+    batch = int((session.get("options") or {}).get("serving_batch") or 1)
+    out: dict[float, Decision | None] = {}
+    for temperature in session.get("temperatures") or [0.0]:
+        try:
+            query = DecisionQuery(batch_size=batch, temperature=float(temperature))
+            out[float(temperature)] = decision_for(store, [int(session["id"])], query)
         except SpectuneError:
             out[float(temperature)] = None
     return out

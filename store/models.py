@@ -198,6 +198,23 @@ class Recommendation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Decision(Base):
+    """The one decision a query over some sessions led to (the configuration or off, what it rests on), made once
+    and read by every page, the CLI, the report and the exports. `session_key`: the sessions' ids, sorted, joined
+    by commas; `query_key`: the query (objective, serving batch, temperature, ...) as one string; `runs_seen`: the
+    newest run id of those sessions when it was made (a run stored since makes it stale)."""
+
+    __tablename__ = "decisions"
+    __table_args__ = (UniqueConstraint("session_key", "query_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(200))
+    query_key: Mapped[str] = mapped_column(String(300))
+    runs_seen: Mapped[int] = mapped_column(Integer, default=0)
+    payload: Mapped[JsonDict]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Export(Base):
     """A file generated from a recommendation (e.g. a server config), kept so it can be downloaded again."""
 

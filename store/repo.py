@@ -6,6 +6,7 @@ this class only assembles them. Get one from store.open_store(), which migrates 
 
 from __future__ import annotations
 
+from store.decisions import DecisionsMixin
 from store.endpoints import EndpointsMixin
 from store.prompt_sets import PromptSetsMixin
 from store.readers import ReadersMixin
@@ -14,7 +15,9 @@ from store.runs import RunsMixin
 from store.sessions import SessionsMixin
 
 
-class Store(PromptSetsMixin, SessionsMixin, RunsMixin, ReadersMixin, RecommendationsMixin, EndpointsMixin):
+class Store(
+    PromptSetsMixin, SessionsMixin, RunsMixin, ReadersMixin, RecommendationsMixin, EndpointsMixin, DecisionsMixin
+):
     """Repository over one database; thread-safe (each call uses its own short transaction)."""
 
     def __enter__(self) -> Store:

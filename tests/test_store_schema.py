@@ -39,9 +39,10 @@ TABLES = {
     "recommendations",
     "exports",
     "endpoint_requests",
+    "decisions",
     "alembic_version",
 }
-HEAD = "0007"  # the newest migration in store/migrations/versions
+HEAD = "0008"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 

@@ -3,7 +3,8 @@
 The one model may recommend a γ the grid did not measure (an extrapolation). With `confirm` set, the worker asks
 it for its recommendation from the stored grid (the decision a quick session confirms, engine.service.quick.decide)
 and, when that configuration was not measured, runs it live beside the target alone at every level of the session.
-One round: what the confirmation measured is stored like any run, and the pages recommend from everything stored."""
+Up to two rounds (engine.service.quick.confirm_after): what a round measured is stored like any run, and where it
+changes the decision to an unmeasured configuration, that one runs too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.models.pool import ModelPool
-from engine.service.quick import confirm_after, decision_record
+from engine.service.quick import confirm_after, decision_record, mark_floor
 from engine.session.hooks import Hooks
 from engine.session.quick import confirm_reserve
 from engine.session.runner import PromptText
@@ -34,6 +35,7 @@ def run_full(
     hooks.phase("checking the recommendation against the grid", 0, 1, None)
     checked = time.perf_counter()
     report, decision, plan = confirm_after(store, session_id, spec, grid, prompts, hooks, pool)
+    mark_floor(store, session_id, report)
     report.confirmation = {
         "ran": [k.label() for k in plan if k.kind != "baseline"],
         **decision_record(report, decision),

@@ -10,6 +10,7 @@ from typing import Any
 from engine.core.policy import FixedGamma, parse_policy
 from engine.engines import registry
 from engine.errors import SpectuneError
+from engine.measure.noise import floor_off
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
 from engine.session.quick import Choice, Decision, confirm_plan, confirm_reserve, merged, probe_plan
@@ -100,6 +101,7 @@ def run_quick(
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
     report, decision, _ = confirm_after(store, session_id, spec, probe, prompts, hooks, pool)
+    mark_floor(store, session_id, report)
     report.quick = {
         "probe": [k.label() for k in plan],
         **decision_record(report, decision),
@@ -109,24 +111,88 @@ def run_quick(
     return report
 
 
+CONFIRM_ROUNDS = 2  # a confirmation that changes the decision confirms the new one, at most this many rounds in all
+
+
 def confirm_after(
     store: Any, session_id: int, spec: SessionSpec, first: SweepReport, prompts: list[PromptText], hooks: Hooks,
     pool: ModelPool,
 ) -> tuple[SweepReport, Decision, list[RunKey]]:  # fmt: skip
     """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
-    run live beside a fresh target alone at every level: (one merged report, the decision, the confirmation's
-    plan — empty when `first` measured every choice)."""
+    run live beside a fresh target alone at every level; then, where what they measured changes the decision to a
+    configuration no run measured, that one too, up to CONFIRM_ROUNDS rounds: (one merged report, the decision, every
+    confirmation's plan — empty when `first` measured every choice)."""
     decision = decide(store, session_id, spec)
-    plan = confirm_plan(spec, decision, measured_keys(first), registry.levels_of(spec))
-    hooks.next_sweep()
-    if not plan:
-        hooks.progress(0, 0)  # nothing to confirm: the decodes reserved for it go, and the bar is full
-    confirm = (registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False)
-               if plan else None)  # fmt: skip
-    return merged(first, confirm), decision, plan
+    levels = registry.levels_of(spec)
+    plan = confirm_plan(spec, decision, measured_keys(first), levels)
+    report, ran = first, list(plan)
+    for round_no in range(1, CONFIRM_ROUNDS + 1):
+        hooks.next_sweep()
+        if not plan:
+            hooks.progress(0, 0)  # nothing to confirm: the decodes reserved for it go, and the bar is full
+            break
+        confirm = registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False)
+        report = merged(report, confirm)
+        if round_no == CONFIRM_ROUNDS or report.stopped:
+            break
+        plan = changed_plan(store, session_id, spec, decision, measured_keys(report), levels)
+        ran += plan
+    return report, decision, ran
+
+
+def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: Decision, measured: list[RunKey],
+                 levels: list[int]) -> list[RunKey]:  # fmt: skip
+    """What the decision became once the confirmation's runs were stored, where no run measured it: the new choice
+    (added to `decision`, with why) and its plan; [] where the decision stands or is measured."""
+    from engine.service.decisions import DecisionQuery, make_decision
+
+    fresh: list[Choice] = []
+    for temperature in spec.temperatures:
+        query = DecisionQuery(batch_size=spec.serving_batch, temperature=temperature)
+        try:
+            now = make_decision(store, [session_id], query, in_progress=session_id)
+        except SpectuneError:
+            continue
+        if now.off or now.measured is not None or now.draft is None or now.predicted_speedup is None:
+            continue
+        policy = parse_policy(now.policy) if now.policy else None
+        choice = Choice("recommended", now.draft, now.gamma, temperature, now.predicted_speedup, policy)
+        was = [c.key().label() for c in decision.choices if c.temperature == temperature]
+        decision.notes.append(f"T={temperature:g}: what the confirmation measured ({', '.join(was)}) changed the "
+                              f"decision to {now.configuration} (predicted {now.predicted_speedup:.2f}×), which no "
+                              "run had measured: it was confirmed live too")  # fmt: skip
+        fresh.append(choice)
+    decision.choices.extend(fresh)
+    return confirm_plan(spec, Decision(choices=fresh), measured, levels)
 
 
 def decision_record(report: SweepReport, decision: Decision) -> dict[str, Any]:
     """What a session's summary keeps of a confirmation: each choice as measured, off per temperature, the notes."""
     return {"confirmed": confirmed_rows(report, decision), "off": {str(t): off for t, off in decision.off.items()},
             "notes": decision.notes}  # fmt: skip
+
+
+def mark_floor(store: Any, session_id: int, report: SweepReport) -> None:
+    """Where the session's floor over all its sweeps does not hold, every speedup of the session is too noisy to
+    tell: the stored runs and the report say so, those a sweep whose own floor held stored included."""
+    if not floor_off(report.measurement_floor):
+        return
+    for run in report.runs:
+        _too_noisy(run)
+        run["speedup_noisy"] = True
+    for run in store.list_runs(session_id):
+        summary = dict(run.get("summary") or {})
+        if run.get("kind") != "speculative" or not _too_noisy(summary):
+            continue
+        store.update_run(int(run["id"]), summary=summary)
+
+
+def _too_noisy(figures: dict[str, Any]) -> bool:
+    """Mark a run's spread (a live policy's too) too noisy to tell; whether it had one to mark."""
+    marked = False
+    for where in (figures, figures.get("policy_live") or {}):
+        spread = where.get("speedup_spread")
+        if isinstance(spread, dict) and spread.get("verdict") != "too noisy to tell":
+            where["speedup_spread"] = {**spread, "verdict": "too noisy to tell"}
+            marked = True
+    return marked

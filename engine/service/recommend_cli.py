@@ -21,6 +21,7 @@ from engine.analysis.export import VLLM_VERSION, check_vllm_version, format_name
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
+from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.outputs import check_output_folder, output_file, output_folder, write_output
 from engine.service.policies import PolicyReport, export_best, policy_verdict, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
@@ -69,9 +70,23 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         if args.out is None:
             return 0  # the export went to stdout: nothing may follow it
     else:
+        print_decision(store, args, result)
         print_recommendation(result)
     print_policy(store, args, result)
     return 0
+
+
+def print_decision(store: Any, args: argparse.Namespace, result: Recommended) -> None:
+    """The stored decision for this query (engine.service.decisions): the one answer every page shows."""
+    query = DecisionQuery(args.objective, args.batch_size, args.temperature, args.budget, args.price, args.regime,
+                          result.engine)  # fmt: skip
+    decision = decision_for(store, args.session, query)
+    print(f"decision: {decision.headline()}")
+    if decision.runner_up:
+        print(f"runner-up: {decision.runner_up['configuration']}, predicted "
+              f"{decision.runner_up['predicted_speedup']:.2f}×")  # fmt: skip
+    if decision.floor and not decision.floor["holds"]:
+        print(f"floor: {decision.floor['sentence']}")
 
 
 def write_export(result: Recommended, fmt: str, out: str | None) -> None:

@@ -42,7 +42,6 @@ from store.orphans import STALE_AFTER_S
 log = logging.getLogger("spectune.worker")
 
 
-
 def run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id: str) -> str:
     """Run one claimed session to its end state; returns that state. Never raises for session errors.
 
@@ -98,6 +97,8 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
             report = run_full(store, session_id, settings, prompts, hooks, pool).to_dict()
         else:
             report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
+        if not report.get("stopped"):
+            hooks.all_decoded()  # what a confirmation reserved and did not need counts as done
         sampler.stop()
         if settings.detect_regime and entry.in_process and not TERMINATING.is_set():
             _regime_evidence(store, session_id, pool, report, settings, hooks)
@@ -107,7 +108,10 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         hooks.phase("done", 1, 1, 0.0)
         if report.get("stopped"):  # the engine stopped early: what it measured is kept, the session failed
             return _end(store, session_id, hooks, "failed", report["stopped"], summary=jsonable(summary))
-        return _end(store, session_id, hooks, "done", None, summary=jsonable(summary))
+        status = _end(store, session_id, hooks, "done", None, summary=jsonable(summary))
+        if status == "done":
+            _decide(store, session_id, settings)
+        return status
     except Cancelled:
         return _stopped(store, session_id, hooks)
     except SpectuneError as exc:
@@ -132,6 +136,21 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         hooks.stop_heartbeat()
         if sampler is not None and sampler.running:
             sampler.stop()
+
+
+def _decide(store: Any, session_id: int, spec: SessionSpec) -> None:
+    """The session's decision at each temperature it measured, for its serving batch and the default objective,
+    made once now and stored (engine.service.decisions): every page reads it from here on."""
+    from engine.service.decisions import DecisionQuery, decision_for
+
+    for temperature in spec.temperatures:
+        query = DecisionQuery(batch_size=spec.serving_batch, temperature=float(temperature))
+        try:
+            decision_for(store, [session_id], query)
+        except SpectuneError as exc:  # nothing to decide from (no draft measured): the pages say so when read
+            log.info("session %s: no decision at T=%g: %s", session_id, temperature, exc)
+        except Exception:  # noqa: BLE001 - the session is done and stored; a reader decides again
+            log.error("session %s: its decision failed:\n%s", session_id, traceback.format_exc())
 
 
 def _ran_before(store: Any, session_id: int) -> bool:

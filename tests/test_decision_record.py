@@ -1,0 +1,123 @@
+"""One decision per query, made once when a session ends, stored, and read by every place that shows it.
+
+A real quick session runs through the worker (real SQLite, tiny in-process models); then the stored decision, the
+Run page's summary, the Recommend page, `engine recommend` and a second read are compared: one configuration,
+one predicted figure, its measured run or the words "not measured"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.models.pool import ModelPool
+from engine.service.decisions import Decision, DecisionQuery, decision_for, make_decision
+from engine.service.jobs import submit_session
+from engine.service.worker import run_session
+from engine.session.spec import SessionSpec
+from store import Store, open_store
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "tiny:1:48:2:64"
+DRAFT = "tiny:1:48:2:64~0.15"
+PROMPTS = [f"count {i}: one two three four five six seven eight" for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, int, Path]]:
+    home = tmp_path_factory.mktemp("home")
+    store = open_store(f"sqlite:///{home / 'spectune.db'}")
+    set_id, _, _ = store.add_prompt_set("q", "q.txt", [{"text": p, "category": None} for p in PROMPTS])
+    spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=[1, 2, 3], temperatures=[0.0],
+                       max_new_tokens=24, dtype="float32", device="cpu", chat_template=False, detect_regime=False,
+                       mode="quick")  # fmt: skip
+    sid = submit_session(store, spec, set_id)
+    assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+    yield store, sid, home
+    store.close()
+
+
+def test_the_worker_stores_one_decision_and_every_reader_reads_it(session) -> None:
+    store, sid, _ = session
+    query = DecisionQuery(temperature=0.0)
+    stored = store.get_decision([sid], _key(store, sid))
+    assert stored is not None, "the worker stored the decision when the session ended"
+    decision = Decision.from_dict(stored["payload"])
+    assert decision_for(store, [sid], query) == decision
+    again = decision_for(store, [sid], DecisionQuery())  # the same question asked without its defaults spelled out
+    assert again == decision
+    assert decision.floor is not None and "Measurement floor" in decision.floor["sentence"]
+    if decision.off:
+        assert decision.headline().startswith("Speculation off")
+        return
+    assert decision.predicted_speedup is not None
+    figure = f"predicted {decision.predicted_speedup:.2f}×"
+    assert figure in decision.headline()
+    assert (decision.measured is None) == ("not measured" in decision.headline())
+    # a quick session confirms the configuration its final decision names
+    assert decision.measured is not None, decision.headline()
+    assert decision.measured["session_id"] == sid and decision.measured["speedup"] > 0
+
+
+def _key(store: Store, sid: int) -> str:
+    from engine.service.decisions import canonical
+
+    return canonical(store, [sid], DecisionQuery(temperature=0.0)).key()
+
+
+def test_the_run_page_and_the_cli_say_the_stored_decision(session) -> None:
+    from app.run_view import choice_lines
+
+    store, sid, home = session
+    decision = decision_for(store, [sid], DecisionQuery(temperature=0.0))
+    runs = store.list_runs(sid)
+    lines = choice_lines(store.get_session(sid), runs, {0.0: decision})
+    assert lines.count(f"Decision: {decision.headline()}") == 1
+    recommended = [line for line in lines if line.startswith("Recommended")]
+    assert len(recommended) <= 1, lines  # one answer: never a second configuration called recommended
+    if not decision.off and decision.measured is not None:
+        assert len(recommended) == 1 and (decision.policy or f"γ={decision.gamma}") in recommended[0], lines
+        assert f"predicted {decision.predicted_speedup:.2f}×" in recommended[0], lines  # one figure, not two
+    env = {**os.environ, "SPECTUNE_HOME": str(home), "SPECTUNE_DB_URL": f"sqlite:///{home / 'spectune.db'}"}
+    done = subprocess.run([sys.executable, "-m", "engine", "recommend", "--session", str(sid)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"decision: {decision.headline()}" in done.stdout
+
+
+def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:
+    """A stored decision is read as it is (nothing predicts again); a run stored since makes it stale."""
+    import engine.service.decisions as decisions
+
+    store, sid, _ = session
+    query = DecisionQuery(temperature=0.0)
+    decision_for(store, [sid], query)
+    calls: list[int] = []
+    monkeypatch.setattr(decisions, "make_decision", lambda *a, **k: calls.append(1) or make_decision(*a, **k))
+    decision_for(store, [sid], query)
+    assert calls == [], "a stored decision was made again on a read"
+    store.create_run(sid, "ngram", 9, 0.0, "speculative")  # the last test of the module: the session changes
+    decision_for(store, [sid], query)
+    assert calls == [1]
+
+
+def test_the_recommend_page_shows_the_stored_decision(session, monkeypatch) -> None:
+    from tests.test_app_pages import assert_clean
+    from tests.test_app_pages import page as app_page
+
+    store, sid, home = session
+    decision = decision_for(store, [sid], DecisionQuery(temperature=0.0))
+    monkeypatch.setenv("SPECTUNE_HOME", str(home))
+    monkeypatch.setenv("SPECTUNE_DB_URL", f"sqlite:///{home / 'spectune.db'}")
+    at = app_page("pages/5_Recommend.py", {"session": str(sid)})
+    assert_clean(at)
+    banners = [b.value.replace("\\", "").replace("**", "") for b in [*at.success, *at.warning]]
+    assert sum(f"Decision: {decision.headline()}" in b for b in banners) == 1, banners
+    if decision.measured is None and not decision.off:
+        assert any(b.startswith("Not measured") for b in banners), banners
