@@ -9,6 +9,7 @@ path closes and marks every open run.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -215,8 +216,10 @@ def test_store_hooks_keep_one_writer_per_open_run_and_close_them_all() -> None:
     hooks.run_finished(a, _summary())
     assert ("close", a) in store.log and store.runs[a]["status"] == "done"
     assert sorted(hooks.open_runs) == [b, c]
-    hooks.phase("decoding prompt 1 of 2", 3, 8, 12.5)
-    assert store.phases[-1] == {"name": "decoding prompt 1 of 2", "done": 3, "total": 8, "eta_s": 12.5}
+    hooks.phase("agreement pass", 3, 8, 12.5)
+    said = store.phases[-1]
+    assert said == {"name": "agreement pass", "done": 3, "total": 8, "eta_s": 12.5, "at": said["at"]}
+    assert abs(said["at"] - time.time()) < 60  # when it was said: the pages count the time left down from it
     hooks.discard_writer()  # the worker's failure path
     _mark_open_run(store, hooks, "cancelled")
     assert ("close", b) in store.log and ("close", c) in store.log

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from engine.service.resume import EarlierRuns, Measured, measured_prompts
+from engine.service.session_progress import SessionProgress, is_decoding_phase
 from engine.session.hooks import Hooks
 from engine.session.summary import RunSummary
 
@@ -18,6 +19,12 @@ HEARTBEAT_S = 2.0
 
 
 CANCEL_POLL_S = 0.0  # every step: a cancel lands within one verification step
+
+
+def _identity(key: dict[str, Any]) -> dict[str, Any]:
+    """What a new run's summary says of it before it finishes: its policy and concurrency, which the store has no
+    column for (the pages name a running policy run by its policy, not by γ=0)."""
+    return {name: key[name] for name in ("policy", "concurrency") if name in key}
 
 
 class StoreHooks(Hooks):
@@ -41,9 +48,7 @@ class StoreHooks(Hooks):
         self.lost = False
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
-        self._progress = (0, 0)  # the last (done, total) reported
-        self._before = (0, 0)  # what earlier sweeps of the session did: a later sweep's progress counts on
-        self._reserved = 0  # decodes a later sweep may add (a confirmation not yet decided)
+        self._progress = SessionProgress()  # the bar over every sweep of the session, and the decodes' time left
         self._resume = resume
         self._earlier: EarlierRuns | None = None  # a resumed session's runs from earlier attempts (read once)
         self._reopened: set[int] = set()
@@ -55,7 +60,7 @@ class StoreHooks(Hooks):
         run_id = self._earlier.take(key) if self._earlier is not None else None
         if run_id is None:
             run_id = self.store.create_run(self.session_id, key["draft"], key["gamma"], key["temperature"], key["kind"])
-            self.store.update_run(run_id, status="running")
+            self.store.update_run(run_id, status="running", summary=_identity(key) or None)
         else:
             self._reopened.add(run_id)
         self.run_id = run_id
@@ -135,20 +140,26 @@ class StoreHooks(Hooks):
             self._unfinished.remove(run)
 
     def phase(self, name: str, done: int, total: int, eta_s: float | None) -> None:
+        """The phase as the pages show it, with when it started (`at`, Unix seconds: the pages count its time
+        left down from there); a decoding phase's time left is the session's decodes' (SessionProgress)."""
+        self._progress.phase(name)
+        if is_decoding_phase(name):
+            eta_s = self._progress.eta_s()
         eta = None if eta_s is None else round(float(eta_s), 1)
-        self.store.set_phase(self.session_id, {"name": name, "done": done, "total": total, "eta_s": eta})
+        phase = {"name": name, "done": done, "total": total, "eta_s": eta, "at": round(time.time(), 1)}
+        self.store.set_phase(self.session_id, phase)
 
     def progress(self, done: int, total: int) -> None:
-        self._progress = (done, total)
-        self.store.set_progress(self.session_id, self._before[0] + done, self._before[1] + total + self._reserved)
+        self.store.set_progress(self.session_id, *self._progress.update(done, total))
 
     def next_sweep(self) -> None:
-        self._before = (self._before[0] + self._progress[0], self._before[1] + self._progress[1])
-        self._progress = (0, 0)
-        self._reserved = 0
+        self._progress.next_sweep()
 
     def reserve(self, decodes: int) -> None:
-        self._reserved = decodes
+        self._progress.reserve(decodes)
+
+    def all_decoded(self) -> None:
+        self.store.set_progress(self.session_id, *self._progress.all_decoded())
 
     def should_stop(self) -> bool:
         if TERMINATING.is_set():  # the worker was told to exit: stop within this step

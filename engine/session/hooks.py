@@ -28,11 +28,16 @@ class Hooks:
         pass
 
     def next_sweep(self) -> None:
-        """A second sweep of the same session follows (a confirmation): its progress counts on from this one's."""
+        """A second sweep of the same session follows (a confirmation): its progress counts on from this one's,
+        within the decodes reserved for it."""
 
     def reserve(self, decodes: int) -> None:
         """At most `decodes` more prompt decodes may follow this sweep (a confirmation not yet decided): the
-        progress total counts them until the next sweep starts, so it never grows mid-run."""
+        progress total counts them from now on and never changes; those the later sweeps do not need count as
+        done once the session's sweeps are over (all_decoded)."""
+
+    def all_decoded(self) -> None:
+        """The session's sweeps are over: the decodes reserved for a later sweep and not needed count as done."""
 
     def should_stop(self) -> bool:
         return False
