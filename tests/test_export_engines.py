@@ -58,6 +58,9 @@ def cases() -> dict[str, tuple[Recommendation, str | None, dict[int, int] | None
     odd.model_ref = "/models/my draft's dir"
     gguf = draft_rec()
     gguf.model_ref = "/models/draft-q4_k_m.gguf"
+    in_llamacpp = ngram_rec()  # measured in llama-server's ngram-simple: one n-gram length, min = max
+    assert in_llamacpp.measurement is not None
+    in_llamacpp.measurement.llamacpp_loop = True
     return {
         "draft-bundled": (bundled, TARGET, None),
         "draft-hub-id": (draft_rec(), None, None),
@@ -65,6 +68,7 @@ def cases() -> dict[str, tuple[Recommendation, str | None, dict[int, int] | None
         "draft-odd-path": (odd, None, None),
         "draft-gguf-file": (gguf, None, None),
         "ngram": (ngram_rec(), None, None),
+        "ngram-measured-in-llamacpp": (in_llamacpp, None, None),
         "off": (off_rec(), None, None),
         "varying-schedule": (scheduled, TARGET, {1: scheduled.gamma, 4: scheduled.gamma, 16: 1, 32: 0}),
         "other-tokenizer": (smol, TARGET, None),

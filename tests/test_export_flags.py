@@ -40,7 +40,7 @@ def test_the_three_flag_forms() -> None:
                                                "--spec-draft-p-min", "0.6"]  # fmt: skip
     assert draft.speculation_flags("legacy") == ["-md", "d.gguf", "--draft-max", "8", "--draft-min", "2",
                                                  "--draft-p-min", "0.6"]  # fmt: skip
-    ngram = speculative_server(Path("t.gguf"), ngram_size=3, policy=FixedGamma(5))
+    ngram = speculative_server(Path("t.gguf"), ngram_window=(1, 3), policy=FixedGamma(5))
     assert ngram.speculation_flags() == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
                                          "--spec-ngram-simple-size-m", "5", "--spec-draft-n-max", "5",
                                          "--spec-draft-n-min", "0"]  # fmt: skip
@@ -65,7 +65,7 @@ def test_the_llamacpp_export_carries_the_servers_own_flags(build: int | None) ->
                               policy=ConfidenceStop(0.6, 16, 2))  # fmt: skip
     assert args_of(policy.text) == stop.speculation_flags("legacy" if legacy else "user")
     ng = ngram_rec()
-    ngram = speculative_server(Path("t.gguf"), ngram_size=min(3, ng.gamma), policy=FixedGamma(ng.gamma))
+    ngram = speculative_server(Path("t.gguf"), ngram_window=(2, 3), policy=FixedGamma(ng.gamma))
     assert args_of(export(ng, "llamacpp")[1]) == ngram.speculation_flags("user")
 
 

@@ -9,6 +9,7 @@ from engine.analysis.feasibility import OBJECTIVES as OBJECTIVES
 from engine.analysis.feasibility import TIE as TIE
 from engine.analysis.prediction import Prediction
 from engine.analysis.step_overhead import StepOverhead
+from engine.drafts.refs import NGRAM_DEFAULT
 
 METHODS = ("draft_model", "ngram", "suffix", "none")
 DEFAULT_GAMMAS = range(1, 33)
@@ -35,8 +36,8 @@ class DraftMeasurement:
     noisy_speedup: dict[int, str] = field(default_factory=dict)  # γ -> why that measurement is too noisy to fit
     session_ids: list[int] = field(default_factory=list)
     c_hat: float = 0.0  # draft arithmetic / target arithmetic (≈ parameter ratio); 0 reproduces the chapter
-    ngram_max: int = 4  # n-gram window the session used (method == "ngram" only)
-    ngram_min: int = 1
+    ngram_max: int = NGRAM_DEFAULT[1]  # n-gram window the draft reference names (method == "ngram" only)
+    ngram_min: int = NGRAM_DEFAULT[0]
     measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's tokens per target call
     # γ -> the flag the run was stored with (engine.session.summarise.speedup_flag: decided once, when the sweep
     # summarised it, from the whole run and its own loop), None where it stands; absent: judged from the figures

@@ -98,8 +98,8 @@ def server_configs(
         if key.kind == "baseline":
             return speculative_server(target, threads=threads)
         if is_ngram(key.draft):
-            _, longest = parse_ngram_spec(key.draft)
-            return speculative_server(target, ngram_size=longest, policy=FixedGamma(key.gamma), threads=threads)
+            window = parse_ngram_spec(key.draft)
+            return speculative_server(target, ngram_window=window, policy=FixedGamma(key.gamma), threads=threads)
         policy = key.policy if key.policy is not None else FixedGamma(key.gamma)
         return speculative_server(target, draft=drafts[key.draft], policy=policy, threads=threads)
 

@@ -91,8 +91,8 @@ def server_config(args: argparse.Namespace) -> Any:
     if draft == "none":
         return speculative_server(target, **common)
     if is_ngram(draft):
-        _, longest = parse_ngram_spec(draft)
-        return speculative_server(target, ngram_size=longest, policy=FixedGamma(args.gamma), **common)
+        window = parse_ngram_spec(draft)
+        return speculative_server(target, ngram_window=window, policy=FixedGamma(args.gamma), **common)
     return speculative_server(target, draft=gguf_for(draft, "draft"), policy=FixedGamma(args.gamma), **common)
 
 

@@ -21,10 +21,11 @@ from typing import Any, TypeGuard
 
 from engine.analysis.export.files import Fit
 from engine.analysis.export.formats import LLAMACPP_BUILD, VLLM_VERSION
-from engine.analysis.recommend import Recommendation
+from engine.analysis.recommend import DraftMeasurement, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy
-from engine.drafts.refs import SuffixParams, is_suffix, parse_suffix_spec
+from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, is_suffix, parse_suffix_spec
+from engine.llamacpp.launch import ngram_simple_size
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,50 @@ class Deployment:
             raise ValueError(f"draft {self.rec.draft_name!r} has no model reference to export")
         return self.rec.model_ref
 
-    def ngram_window(self) -> tuple[int, int]:
-        """The longest and shortest n-gram the measurement looked up (suffix decoding: up to its depth − 1)."""
+    def ngram_lookup(self) -> NgramLookup:
+        """The n-gram lookup the measurement ran (suffix decoding: matches of up to its depth − 1 tokens)."""
         if self.suffix:
-            return max(1, self.suffix_params().max_tree_depth - 1), 1
-        m = self.rec.measurement
-        return (m.ngram_max, m.ngram_min) if m is not None else (4, 1)
+            return NgramLookup(1, max(1, self.suffix_params().max_tree_depth - 1))
+        return ngram_lookup(self.rec.measurement)
+
+
+@dataclass(frozen=True)
+class NgramLookup:
+    """The n-gram lookup a recommendation was measured with: the draft's (shortest, longest) window, and whether
+    it ran in llama-server's ngram-simple, which its sessions launch with one length (ngram_simple_size)."""
+
+    shortest: int
+    longest: int
+    in_llamacpp: bool = False
+
+    @property
+    def window(self) -> tuple[int, int]:
+        """The (shortest, longest) window the draft reference names."""
+        return self.shortest, self.longest
+
+    @property
+    def looked_up(self) -> tuple[int, int]:
+        """The (shortest, longest) n-gram lengths the measurement actually looked up."""
+        if self.in_llamacpp:
+            size = ngram_simple_size(self.window)
+            return size, size
+        return self.window
+
+    def said(self) -> str:
+        """What was measured, in words, for an export's comment."""
+        lo, hi = self.looked_up
+        if self.in_llamacpp:
+            return f"llama.cpp's ngram-simple, a lookup of exactly the last {hi} tokens (size-n {hi})"
+        if lo == hi:
+            return f"a lookup of exactly the last {hi} tokens"
+        return f"a lookup of the last {hi} down to {lo} tokens, the longest match first"
+
+
+def ngram_lookup(m: DraftMeasurement | None) -> NgramLookup:
+    """The n-gram lookup of an n-gram measurement (the default window where there is none)."""
+    if m is None:
+        return NgramLookup(*NGRAM_DEFAULT)
+    return NgramLookup(m.ngram_min, m.ngram_max, m.llamacpp_loop)
 
 
 def varies(policy: SpeculationPolicy) -> TypeGuard[BatchSchedule]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from engine.analysis.export.deployment import Deployment, head_lines, varies
+from engine.analysis.export.deployment import Deployment, NgramLookup, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
 from engine.analysis.export.formats import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
@@ -51,14 +51,9 @@ def config(dep: Deployment) -> FlagsFile:
                 f"{LLAMACPP_SPEC_PARAMS_BUILD} or later (--spec-type ngram-simple)"
             )
             return FlagsFile((*comments, *notes), (), fit)
-        window_max, window_min = dep.ngram_window()
-        gamma = runnable.max_draft()
-        size_n = max(1, min(window_max, gamma))
-        server = speculative_server(Path(model), ngram_size=size_n, policy=runnable)
-        comments.append(
-            f"ngram-simple looks up the last {size_n} tokens only (spectune tried {window_max} down to {window_min}) "
-            "and drafts the m = γ tokens that followed; it drafts nothing when fewer than n follow"
-        )
+        lookup = dep.ngram_lookup()
+        server = speculative_server(Path(model), ngram_window=lookup.window, policy=runnable)
+        comments.append(_ngram_comment(server.ngram_size_n or 0, None if dep.suffix else lookup))
         if dep.suffix:
             comments.append(fit.lost[-1])
     else:
@@ -84,6 +79,16 @@ def config(dep: Deployment) -> FlagsFile:
         )
     flags = server.speculation_flags("legacy" if legacy else "user")
     return FlagsFile((*comments, *notes), tuple(flags), fit)
+
+
+def _ngram_comment(size_n: int, lookup: NgramLookup | None) -> str:
+    """What ngram-simple looks up, beside what the n-gram measurement `lookup` looked up where that was more."""
+    runs = f"ngram-simple looks up exactly the last {size_n} tokens and drafts the m = γ tokens that followed"
+    if lookup is None:
+        return runs
+    if lookup.looked_up == (size_n, size_n):
+        return f"{runs}, as measured"
+    return f"{runs}; measured: {lookup.said()} (ngram-simple has no shorter fallback, so it drafts less often)"
 
 
 def _build_line(build: int) -> str:

@@ -35,18 +35,24 @@ def config(dep: Deployment) -> FlagsFile:
     ]
     gamma = dep.gamma
     if dep.ngram:
-        window_max, _ = dep.ngram_window()
+        lookup = dep.ngram_lookup()
+        _, longest = lookup.looked_up
         flags = [
             "--speculative-algorithm", "NGRAM",
             "--speculative-num-draft-tokens", str(gamma + 1),
             "--speculative-ngram-max-bfs-breadth", "1",
-            "--speculative-ngram-max-trie-depth", str(window_max + gamma),
+            "--speculative-ngram-max-trie-depth", str(longest + gamma),
         ]  # fmt: skip
         comments.append(
             "NGRAM needs CUDA; --speculative-num-draft-tokens counts the verified root token (γ+1); SGLang matches "
-            f"suffixes of up to {window_max} tokens plus γ drafted in a trie of recent n-grams (trie depth "
-            f"{window_max}+γ), not spectune's prompt lookup, so acceptance can differ"
+            f"suffixes of up to {longest} tokens plus γ drafted in a trie of recent n-grams (trie depth "
+            f"{longest}+γ), not spectune's prompt lookup, so acceptance can differ"
         )
+        if not dep.suffix:
+            comments.append(
+                f"measured: {lookup.said()}; SGLang {SGLANG_VERSION} cannot set the shortest match (the "
+                "--speculative-ngram-min-match-window-size flag was removed in 0.5.10): it matches any suffix length"
+            )
         if dep.suffix:
             comments.append(fit.lost[-1])
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from engine.analysis.export.deployment import Deployment
+from engine.analysis.export.deployment import Deployment, ngram_lookup
 from engine.analysis.export.files import Fit, JsonFile
 from engine.analysis.export.formats import SPECTUNE_FORMAT, ExportFormat
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation
@@ -96,7 +96,17 @@ def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:
         "agreement_tokens": sum(len(r) for r in m.agreement_runs),
         "ngram_max": m.ngram_max,
         "ngram_min": m.ngram_min,
+        **_ngram_looked_up(m),
     }
+
+
+def _ngram_looked_up(m: DraftMeasurement) -> dict[str, Any]:
+    """For n-gram lookup, the lengths the measurement looked up and where (its engine may look up fewer)."""
+    if m.method != "ngram":
+        return {}
+    lookup = ngram_lookup(m)
+    shortest, longest = lookup.looked_up
+    return {"ngram_looked_up": {"shortest": shortest, "longest": longest, "measured": lookup.said()}}
 
 
 FORMAT = ExportFormat(

@@ -45,10 +45,7 @@ def config(dep: Deployment) -> JsonFile:
         doc = {**head, "speculation": "off", "generate_kwargs": sampling,
                "note": f"No assistant model or prompt lookup: {rec.explanation}"}  # fmt: skip
     elif dep.ngram:
-        window_max, _ = dep.ngram_window()
-        kwargs = {"prompt_lookup_num_tokens": dep.gamma, "max_matching_ngram_size": window_max, **sampling}
-        doc = {**head, "spectune": dep.headline, "speculation": rec.method, "generate_kwargs": kwargs,
-               "note": PROMPT_LOOKUP_NOTE}  # fmt: skip
+        doc = _prompt_lookup(dep, head, sampling)
         if dep.suffix:
             doc |= {"speculation": "prompt_lookup", "lost": fit.lost[-1]}
     else:
@@ -62,6 +59,23 @@ def config(dep: Deployment) -> JsonFile:
             doc |= {"assistant_generation_config": assistant, "spectune": dep.headline, "policy": policy,
                     "note": POLICY_NOTE}  # fmt: skip
     return JsonFile(with_notes(doc, dep.notes), fit)
+
+
+def _prompt_lookup(dep: Deployment, head: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:
+    """Prompt lookup up to the longest n-gram the measurement looked up; transformers always falls back to
+    shorter matches down to one token, so a longer shortest match that was measured is named as lost."""
+    lookup = dep.ngram_lookup()
+    shortest, longest = lookup.looked_up
+    kwargs = {"prompt_lookup_num_tokens": dep.gamma, "max_matching_ngram_size": longest, **sampling}
+    doc = {**head, "spectune": dep.headline, "speculation": dep.rec.method, "generate_kwargs": kwargs,
+           "note": PROMPT_LOOKUP_NOTE}  # fmt: skip
+    if shortest > 1 and not dep.suffix:
+        doc["comments"] = [
+            f"measured: {lookup.said()}; transformers has no shortest match (prompt lookup tries "
+            f"max_matching_ngram_size = {longest} down to 1 token), so it also drafts after matches shorter than "
+            f"{shortest} tokens, which was not measured"
+        ]
+    return doc
 
 
 def _assisted(

@@ -157,6 +157,22 @@ def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     return config, comments
 
 
+def _ngram_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's n-gram lookup with the lengths the measurement looked up, and a comment where the draft's window
+    names more (llama.cpp's ngram-simple looked up its longest only: vLLM runs exactly that)."""
+    lookup = dep.ngram_lookup()
+    lo, hi = lookup.looked_up
+    config = {"method": "ngram", "num_speculative_tokens": dep.gamma, "prompt_lookup_max": hi,
+              "prompt_lookup_min": lo}  # fmt: skip
+    comments: list[str] = []
+    if lookup.looked_up != lookup.window:
+        comments.append(
+            f"prompt_lookup_min = prompt_lookup_max = {hi}: measured in {lookup.said()}; the draft's window "
+            f"{lookup.shortest}-{lookup.longest} also falls back to shorter n-grams, which was not measured"
+        )
+    return config, comments
+
+
 def _speculative_config(dep: Deployment, version: str) -> tuple[dict[str, Any], list[str], list[str]]:
     """vLLM's speculative_config, the comments on it, and the note when a γ schedule had to become a fixed γ
     (a vLLM before VLLM_SCHEDULE_SINCE)."""
@@ -166,9 +182,7 @@ def _speculative_config(dep: Deployment, version: str) -> tuple[dict[str, Any], 
     if dep.suffix:
         config, comments = _suffix_config(dep)
     elif dep.ngram:
-        window_max, window_min = dep.ngram_window()
-        config = {"method": "ngram", "num_speculative_tokens": dep.gamma, "prompt_lookup_max": window_max,
-                  "prompt_lookup_min": window_min}  # fmt: skip
+        config, comments = _ngram_config(dep)
     else:
         draft = engine_ref(dep.draft_ref(), "hf")
         config = {"method": "draft_model", "model": draft.value, "num_speculative_tokens": dep.gamma}
