@@ -357,6 +357,7 @@ def recommendation_history(store: Any) -> None:
     if not recs:
         st.caption("None saved yet: download an export or press “Save to history”." if recs is not None else "")
         return
+    st.caption("Every saved recommendation, from any sessions: not only the ones chosen above.")
     table(rv.history_frame(recs), numbers={"speedup": "%.2f×"}, dates=["created"])
     by_rec = {r["id"]: r for r in recs}
     chosen = st.selectbox("Download a saved recommendation's files again", list(by_rec), key="rec_history_pick",
@@ -365,6 +366,7 @@ def recommendation_history(store: Any) -> None:
     if exports == []:
         st.caption("No files were saved with this recommendation.")
     for col, item in zip(st.columns(len(exports or []) or 1), exports or [], strict=False):
-        col.download_button(f"⬇ {format_label(item['format'])}", data=item["content"] or "",
-                            file_name=item["filename"] or "export.txt", key=f"rec_hist_dl_{item['id']}",
-                            on_click="ignore", width="stretch", help=item["filename"])  # fmt: skip
+        label = rv.history_download_label(format_label(item["format"]), by_rec[chosen])
+        col.download_button(label, data=item["content"] or "", file_name=item["filename"] or "export.txt",
+                            key=f"rec_hist_dl_{item['id']}", on_click="ignore", width="stretch",
+                            help=item["filename"])  # fmt: skip

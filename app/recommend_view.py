@@ -700,25 +700,48 @@ def fingerprint(inputs: Mapping[str, Any], spectune_text: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
+def _payload(saved: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored recommendation's payload ({} where older code or the CLI left none)."""
+    payload = saved.get("payload")
+    return payload if isinstance(payload, Mapping) else {}
+
+
+def saved_configuration(saved: Mapping[str, Any]) -> str:
+    """What a stored recommendation configures: its draft and γ (or policy), or speculation off."""
+    p = _payload(saved)
+    record = p.get("record") if isinstance(p.get("record"), Mapping) else {}
+    policy = record.get("policy") if isinstance(record.get("policy"), Mapping) else {}
+    if p.get("speculation") == "off" or p.get("gamma") == 0:
+        return "speculation OFF"
+    if p.get("draft") is None:
+        return "—"
+    if policy.get("spec"):
+        return f"{p.get('draft')} policy {policy['spec']}"
+    return f"{p.get('draft')} γ={p.get('gamma')}"
+
+
+def saved_sessions(saved: Mapping[str, Any]) -> str:
+    """The sessions a stored recommendation was made from: 'session #3' or 'sessions #3, #4'."""
+    ids = [f"#{s}" for s in saved.get("session_ids") or []]
+    return f"session{'s' if len(ids) != 1 else ''} {', '.join(ids) or '—'}"
+
+
 def history_label(saved: Mapping[str, Any]) -> str:
-    """One stored recommendation in the re-download picker."""
-    sessions = ", ".join(f"#{s}" for s in saved.get("session_ids") or [])
-    return f"#{saved.get('id')} · {saved.get('objective')} · sessions {sessions}"
+    """One stored recommendation in the re-download picker: its id, configuration, sessions and objective."""
+    return f"#{saved.get('id')} · {saved_configuration(saved)} · {saved_sessions(saved)} · {saved.get('objective')}"
+
+
+def history_download_label(format_label: str, saved: Mapping[str, Any]) -> str:
+    """A saved file's download button: whose file it is, so it is never mistaken for the current export."""
+    return f"⬇ {format_label} · saved #{saved.get('id')}: {saved_configuration(saved)}, {saved_sessions(saved)}"
 
 
 def history_frame(recommendations: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Stored recommendations (newest first), tolerant of payloads written by older code or the CLI."""
     rows = []
     for r in recommendations:
-        p = r.get("payload") if isinstance(r.get("payload"), Mapping) else {}
-        speculation = p.get("speculation")
-        gamma = p.get("gamma")
-        if speculation == "off" or gamma == 0:
-            decision = "speculation OFF"
-        elif p.get("draft") is not None:
-            decision = f"{p.get('draft')} γ={gamma}"
-        else:
-            decision = "—"
+        p = _payload(r)
+        decision = saved_configuration(r)
         speedup = p.get("headline_speedup", p.get("predicted_speedup"))
         inputs = p.get("inputs") if isinstance(p.get("inputs"), Mapping) else {}
         rows.append(
