@@ -6,6 +6,7 @@ one predicted figure, its measured run or the words "not measured"."""
 
 from __future__ import annotations
 
+import html
 import os
 import subprocess
 import sys
@@ -89,6 +90,11 @@ def test_the_run_page_and_the_cli_say_the_stored_decision(session) -> None:
                           capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"decision: {decision.headline()}" in done.stdout
+    out = home / "report.html"
+    done = subprocess.run([sys.executable, "-m", "engine", "report", "--session", str(sid), "--html", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert html.escape(decision.headline(), quote=False) in out.read_text(), "the report says the stored decision"
 
 
 def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:

@@ -44,9 +44,9 @@ class ScriptedRunner:
         self.broken, self.fail_at = broken, fail_at
         self.stopped = 0
 
-    def start(self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext) -> dict[
-        RunKey, str
-    ]:
+    def start(
+        self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
+    ) -> dict[RunKey, str]:
         return {}
 
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
@@ -129,10 +129,10 @@ def test_the_order_rotates_and_every_run_gets_a_noise_verdict() -> None:
     report = run_sweep(runner, spec(gammas=[1, 2, 3], temperatures=[0.0]), PROMPTS).to_dict()
     rounds = [[key for i, key in runner.order if i == index] for index in range(len(PROMPTS))]
     assert runner.primed == list(range(len(PROMPTS))), "every prompt is primed, untimed, before its round"
-    assert all(r[0] == RunKey("none", 0, 0.0) for r in rounds), "the baseline opens every prompt's round"
-    # 3 configurations and the A/A measurement of the target alone rotate: each follows the baseline once
-    assert len({r[1] for r in rounds}) == 4, "a different configuration follows the baseline on each prompt"
-    assert all(r.count(RunKey("none", 0, 0.0)) == 2 for r in rounds) and len({r.index(r[0], 1) for r in rounds}) == 4
+    # the baseline, 3 configurations and the A/A measurement of the target alone rotate, the baseline included:
+    # the first decode after each prime falls on another configuration
+    assert rounds[0][0] == RunKey("none", 0, 0.0) and len({r[0] for r in rounds}) == 4, rounds
+    assert all(r.count(RunKey("none", 0, 0.0)) == 2 for r in rounds)  # the baseline and its A/A twin
     assert report["measurement_floor"]["spread"]["median"] == 1.0 and report["measurement_floor"]["holds"]
     for run in report["runs"]:
         assert run["speedup_spread"]["verdict"] == "faster" and run["speedup_noisy"] is False
@@ -212,7 +212,8 @@ def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_repor
         assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0, 0.8]
         assert [(r["gamma"], r["temperature"]) for r in report["runs"]] == [(2, 0.0), (2, 0.8)]
         for run in report["runs"]:
-            assert isinstance(run["speedup_noisy"], bool) and run["speedup_spread"]["n"] == 2
+            spread = run["speedup_spread"]  # every prompt: in the verdict, or left out above its bound
+            assert isinstance(run["speedup_noisy"], bool) and spread["n"] + spread["dropped"] == 2
             assert len(run["divergences"]) == 2 and 1.0 <= run["tokens_per_call"] <= 3.0
             assert 0.0 <= run["drafting_fraction"] <= 1.0 and run["engine"] == report["engine"]
     assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]]
@@ -237,7 +238,8 @@ def test_parity_a_running_deployment_reports_what_every_engine_reports() -> None
     assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]] and set(a["baseline"]) == set(b["baseline"])
     for report in (a, b):
         assert report["failed"] == [] and [x["temperature"] for x in report["baselines"]] == [0.0]
-        assert all(isinstance(r["speedup_noisy"], bool) and r["speedup_spread"]["n"] == 3 for r in report["runs"])
+        assert all(isinstance(r["speedup_noisy"], bool) and r["speedup_spread"]["n"] + r["speedup_spread"]["dropped"]
+                   == 3 for r in report["runs"])  # fmt: skip
 
 
 def test_the_worker_stops_every_engines_processes_through_the_registry(monkeypatch) -> None:

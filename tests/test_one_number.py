@@ -200,7 +200,7 @@ def test_the_run_page_takes_its_figures_from_the_stored_runs_and_says_off_as_rec
     at = page("pages/2_Run.py", {"session": str(sid)})
     assert_clean(at)
     shown = unescape_md(texts(at.caption))
-    assert "Recommendation (T=0, as on the Recommend page): speculation OFF — serve the target alone." in shown
+    assert "Decision: Speculation off at T=0: serve the target alone" in shown
     assert (
         "Speculation OFF; best candidate, not recommended: ngram γ=1 T=0 — predicted 1.01×, measured 0.90× over "
         "the whole run (0.88–0.93× (median 0.91×))."

@@ -144,7 +144,7 @@ class MeasurementFloor:
 
     def to_dict(self) -> dict[str, object]:
         spread = self.spread
-        return {"ratios": [round(r, 4) for r in self.ratios], "prompts": self.n_prompts,
+        return {"ratios": [round(r, 4) for r in self.ratios], "prompts": self.prompts,
                 "spread": spread.to_dict() if spread else None, "holds": self.holds,
                 "sentence": self.sentence()}  # fmt: skip
 

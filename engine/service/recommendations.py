@@ -34,6 +34,7 @@ class Recommended:
     inputs: dict[str, Any]  # engine.analysis.export.payload_inputs
     files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), as registered
     failed: dict[str, Exception] = field(default_factory=dict)  # format -> why its export failed
+    decision: Any = None  # the stored decision for the same query (engine.service.decisions), where one was read
 
     @property
     def triple(self) -> tuple[Recommendation, Evidence, RegimeReport]:

@@ -62,6 +62,15 @@ def decision(result: Recommended) -> list[Html]:
         ]
     measured = [tag("p", sentence, "flag" if rec.prefers_measurement else "")] if (
         sentence := rec.measured_sentence()) else []  # fmt: skip
+    if result.decision is not None:  # the one answer every page gives, above the fixed γ's figures
+        measured.insert(
+            0,
+            tag(
+                "p",
+                [tag("strong", "Decision: "), result.decision.headline()],
+                "flag" if result.decision.measured is None and not result.decision.off else "",
+            ),
+        )
     return [banner, *measured, facts(rows), tag("p", rec.explanation), bullets(rec.notes)]
 
 
@@ -155,6 +164,7 @@ def curve(result: Recommended) -> list[Html]:
 def schedule(rec: Recommendation) -> list[Html]:
     if rec.off or not rec.schedule:
         return []
+
     def source(b: int) -> str:
         return "headline" if b == rec.batch_size else "measured" if b in rec.schedule_measured else "predicted"
 
