@@ -231,6 +231,16 @@ def no_sessions_text(stored: int) -> str:
     )
 
 
+NOT_MEASURED = ("Not measured: no run of this configuration is stored, so the figure above is a prediction only. "
+                "Confirm it with a run before deploying (a quick session on these prompts confirms what it decides).")
+
+
+def best_fixed_caption(rec: Recommendation) -> str:
+    """Under a decision that is a drafting policy: what the fixed-γ figures below are."""
+    return (f"The decision is a drafting policy; below, the best fixed γ ({rec.draft_name} γ={rec.gamma}), its "
+            "runner-up, and the figures the policy is compared against.")  # fmt: skip
+
+
 def decision_banner(rec: Recommendation, escape: Callable[[Any], str]) -> str:
     """The decision in one markdown line; `escape` (the page's md_escape) is applied to every piece of text."""
     parts = decision_parts(rec)
