@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,20 +68,37 @@ PROBE_HELP = ("Time the target alone in the chosen engine and dtype (its load, t
               "prompt, in a child process), so the estimate has a pace before any such session has run here.")
 
 
-def estimate_lines(store: Any, state: Mapping[str, Any], probe: bool = False) -> list[str]:
+def estimate_lines(
+    store: Any, state: Mapping[str, Any], probe: bool = False, on_progress: Callable[[Any], None] | None = None
+) -> list[str]:
     """What the form's session would take (engine.service.estimate), one sentence each, after timing the target
-    alone when `probe` (engine.service.pace_probe); SpectuneError when the form is invalid (the same message Start
-    would give) or the probe fails."""
+    alone when `probe` (engine.service.pace_probe; `on_progress` is told where the probe is while it runs);
+    SpectuneError when the form is invalid (the same message Start would give) or the probe fails."""
     from engine.service.estimate import estimate_for, estimate_with_probe
     from engine.service.pace_probe import first_prompt
 
     spec, set_id, count = session_spec(RunForm.from_state(state))
     if not probe:
         return estimate_for(store, spec, count).sentences()
-    done = estimate_with_probe(store, spec, count, first_prompt(store, set_id))
+    done = estimate_with_probe(store, spec, count, first_prompt(store, set_id), on_progress)
     if done.probe_s is None:
         return ["Not probed: a finished session on this machine gives the pace.", *done.estimate.sentences()]
-    return [f"Probed the target alone in {done.probe_s:.0f} s.", *done.estimate.sentences()]
+    timed = f": {done.probe.timed()}" if done.probe is not None else ""
+    return [f"Probed the target alone in {done.probe_s:.0f} s{timed}.", *done.estimate.sentences()]
+
+
+def probe_progress_text(progress: Any) -> str:
+    """A running pace probe (engine.service.pace_probe.ProbeProgress) in words: loading and for how long, then
+    its untimed first pass, then the tokens timed so far beside the bound on its decoding."""
+    from engine.service.pace_probe import DECODE_BOUND_S, PROBE_TOKENS
+
+    if progress.load_s is None:
+        return f"Probing the pace: loading the target… {progress.elapsed_s:.0f} s so far."
+    loaded = f"Probing the pace: loaded in {progress.load_s:.0f} s"
+    if progress.stage == "priming":
+        return f"{loaded}; a first, untimed pass over the prompt… {progress.stage_s:.0f} s."
+    return (f"{loaded}; decoding: {progress.tokens} of {PROBE_TOKENS} tokens timed in {progress.stage_s:.0f} s "
+            f"(decoding stops after {DECODE_BOUND_S:.0f} s).")  # fmt: skip
 
 
 def default_dtype(hw: Mapping[str, Any]) -> str:
@@ -273,6 +291,23 @@ FORM_KEYS = (  # the new-session form's inputs, kept when the user visits anothe
     "session_name", "top_k", "top_p", "seed", "device", "chat_template", "measure_verify", "detect_regime",
     "serving_batch", "concurrency_text", "loop", "threads",
 )  # fmt: skip
+SUBMITTED_FORM = "run_form_submitted"  # no widget owns this key: Streamlit keeps it while the Run page is not drawn
+
+
+def save_form(state: Any) -> None:
+    """Copy the form's values, as just submitted, under a key no widget owns (a widget's own key is dropped after a
+    run of another page, which does not draw it)."""
+    state[SUBMITTED_FORM] = {key: state[key] for key in FORM_KEYS if key in state}
+
+
+def restore_form(state: Any) -> None:
+    """Before the form is drawn: every value Streamlit dropped while another page was shown set again as it was
+    last submitted, so the widgets start from it (a value still there, changed since, is left as it is)."""
+    for key, value in (state.get(SUBMITTED_FORM) or {}).items():
+        if key not in state:
+            state[key] = value
+
+
 MODE_LABELS = {
     "quick": "Quick: each draft once, every γ and policy predicted, the best confirmed live",
     "full": "Full grid: every draft × γ × policy measured",
@@ -623,9 +658,10 @@ def fmt_eta(seconds: float | None) -> str | None:
     return f"about {int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
 
 
-def phase_text(phase: Mapping[str, Any] | None, status: str | None = None) -> str | None:
-    """'Phase: decoding prompt 3 of 8 — 17 / 40 (42%), about 1 min left'; for a session that has ended, the phase it
-    stopped in ('Stopped during: …'), or None when it finished (its banner says so) or there is no phase."""
+def phase_text(phase: Mapping[str, Any] | None, status: str | None = None, now: float | None = None) -> str | None:
+    """'Phase: decoding prompt 3 of 8 — 17 / 40 (42%), about 1 min left' (at Unix time `now`, by default the
+    clock's: phase_eta); for a session that has ended, the phase it stopped in ('Stopped during: …'), or None when it
+    finished (its banner says so) or there is no phase."""
     if not phase or not phase.get("name"):
         return None
     name = str(phase["name"])
@@ -635,9 +671,25 @@ def phase_text(phase: Mapping[str, Any] | None, status: str | None = None) -> st
     parts = [f"Phase: {name}"]
     if total > 1 and name != "done" and not is_decoding(phase):  # decoding counts the progress bar's prompt decodes
         parts.append(f"{done} / {total} ({min(1.0, done / total):.0%})")
-    eta = fmt_eta(phase.get("eta_s")) if status in (None, "running") and name != "done" else None
+    eta = phase_eta(phase, now) if status in (None, "running") and name != "done" else None
     text = " — ".join(parts)
-    return f"{text}, {eta} left" if eta else text
+    return f"{text}, {eta}" if eta else text
+
+
+def phase_eta(phase: Mapping[str, Any], now: float | None = None) -> str | None:
+    """The phase's time left, counted down from when the worker estimated it (its `at`, Unix seconds) to `now`:
+    'about 90 s left'; once that time has passed, 'taking longer than estimated (about 2 min)', never the stale
+    figure. None when there is no estimate."""
+    eta = phase.get("eta_s")
+    if eta is None or float(eta) <= 0:
+        return None
+    at = phase.get("at")
+    if at is None:
+        return f"{fmt_eta(eta)} left"
+    passed = max(0.0, (time.time() if now is None else now) - float(at))
+    if passed < float(eta):
+        return f"{fmt_eta(float(eta) - passed)} left"
+    return f"taking longer than estimated ({fmt_eta(eta)})"
 
 
 def phase_fraction(phase: Mapping[str, Any] | None) -> float:

@@ -388,6 +388,30 @@ def test_start_session_queues_it_and_starts_the_worker(env):
     assert f"Progress: 0 / {planned} " in at.get("progress")[0].proto.text
 
 
+def test_the_run_form_is_as_submitted_after_a_visit_to_another_page(env):
+    add_prompts(env.store, [(f"p{i}", None) for i in range(10)])
+    at = page("pages/2_Run.py")
+    at.text_input(key="target_text").input(TARGET)
+    at.multiselect(key="drafts_choice").set_value(["ngram"])
+    at.text_input(key="drafts_text").input(DRAFT)
+    at.number_input(key="max_new").set_value(16)
+    at.number_input(key="n_prompts").set_value(3)
+    at.text_input(key="session_name").input("kept")
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert [(s["n_prompts"], s["max_new_tokens"], s["name"]) for s in env.store.list_sessions()] == [(3, 16, "kept")]
+    at.switch_page("pages/3_Sessions.py").run()
+    assert_clean(at)
+    for key in ("target_text", "drafts_choice", "drafts_text", "max_new", "n_prompts", "session_name"):
+        del at.session_state[key]  # as a browser's session loses them while the live view polls (test_browser_e2e)
+    at.switch_page("pages/2_Run.py").run()
+    assert_clean(at)
+    assert at.number_input(key="n_prompts").value == 3 and at.number_input(key="max_new").value == 16
+    assert at.multiselect(key="drafts_choice").value == ["ngram"] and at.text_input(key="drafts_text").value == DRAFT
+    assert at.text_input(key="session_name").value == "kept" and at.text_input(key="target_text").value == TARGET
+
+
 def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
     add_prompts(env.store, [("p1", None), ("p2", None)])
     at = page("pages/2_Run.py")
@@ -404,6 +428,7 @@ def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
     assert_clean(at)
     said = unescape_md(texts(at.info))
     assert "Probed the target alone in " in said and "here (from a probe of the target alone: " in said, said
+    assert re.search(r"\d+ s to load, then \d+ token\(s\) timed in \d+ s", said), said  # load and decode apart
     assert env.store.list_sessions() == [] and env.worker_calls == []
 
 

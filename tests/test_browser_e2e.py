@@ -210,3 +210,48 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
         assert all(r["status"] == "done" for r in runs)
     finally:
         store.close()
+
+
+def test_the_run_form_is_as_submitted_after_another_page_while_a_session_runs(dashboard):
+    """Start, let the live view poll a while, open Sessions from the sidebar and come back: the form is as submitted
+    (Streamlit dropped the Run page's widget values meanwhile, and the form once came back at its defaults)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from store import open_store
+
+    url, home = dashboard
+    home.mkdir(parents=True, exist_ok=True)
+    store = open_store(f"sqlite:///{home / 'spectune.db'}")
+    store.add_prompt_set("ten", "ten.txt", [{"text": f"count to {i}", "category": None} for i in range(10)])
+    store.close()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(TIMEOUT_MS)
+        try:
+            page.goto(f"{url}/Run")
+            page.get_by_label("…or another target", exact=True).fill(TARGET)
+            page.get_by_label("…and other drafts (comma-separated)", exact=True).fill(DRAFT)
+            page.locator("[data-testid=stMultiSelect]").first.click()
+            page.get_by_role("option", name="ngram").click()
+            page.keyboard.press("Escape")
+            page.get_by_label("Max new tokens", exact=True).fill("16")
+            page.get_by_label("How many prompts", exact=True).fill("3")
+            page.get_by_label("Session name (optional)", exact=True).fill("kept")
+            page.get_by_role("button", name="Start session").click()
+            expect(page.get_by_text(re.compile(r"Session #\d+ queued"))).to_be_visible()
+            page.wait_for_timeout(15_000)  # the live view polls meanwhile
+            page.locator("[data-testid=stSidebarNav] a", has_text="Sessions").click()
+            expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+            page.locator("[data-testid=stSidebarNav] a", has_text="Run").click()
+            expect(page.get_by_label("Max new tokens", exact=True)).to_be_visible()
+            page.wait_for_timeout(2000)
+            values = {label: page.get_by_label(label, exact=True).input_value()
+                      for label in ("…or another target", "Max new tokens", "How many prompts",
+                                    "Session name (optional)")}  # fmt: skip
+            assert values == {"…or another target": TARGET, "Max new tokens": "16", "How many prompts": "3",
+                              "Session name (optional)": "kept"}, values  # fmt: skip
+            drafts = page.locator("[data-testid=stMultiSelect]").first.inner_text()
+            assert "ngram" in drafts and "qwen2.5-coder-0.5b" in drafts, drafts
+        finally:
+            browser.close()

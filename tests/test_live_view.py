@@ -32,6 +32,43 @@ def test_the_phase_is_shown_with_its_progress_and_time_left(env) -> None:  # noq
     assert "Phase: batch sweep up to batch 2, about 10 min left" in bars
 
 
+def test_a_phase_time_left_counts_down_and_never_goes_stale(env) -> None:  # noqa: F811
+    sid = make_session(env.store, "running", name="counting")
+    said_at = time.time()
+    env.store.set_phase(sid, {"name": "batch sweep up to batch 2", "done": 0, "total": 1, "eta_s": 120.0,
+                              "at": said_at - 30})  # fmt: skip
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    bars = [unescape_md(b.proto.text) for b in at.get("progress")]
+    assert "Phase: batch sweep up to batch 2, about 90 s left" in bars, bars
+    env.store.set_phase(sid, {"name": "batch sweep up to batch 2", "done": 0, "total": 1, "eta_s": 120.0,
+                              "at": said_at - 240})  # fmt: skip
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    bars = [unescape_md(b.proto.text) for b in at.get("progress")]
+    assert "Phase: batch sweep up to batch 2, taking longer than estimated (about 2 min)" in bars, bars
+    decoding = {"name": "decoding prompt 2 of 3", "done": 4, "total": 9, "eta_s": 200.0, "at": 1000.0}
+    assert rv.phase_text(decoding, "running", now=1010.0) == "Phase: decoding prompt 2 of 3, about 3 min left"
+    assert rv.phase_text(decoding, "running", now=1140.0) == "Phase: decoding prompt 2 of 3, about 60 s left"
+
+
+def test_the_latest_output_of_a_policy_run_names_its_policy(env) -> None:  # noqa: F811
+    from engine.core.records import PromptOutput
+    from engine.service.store_hooks import StoreHooks
+
+    sid = make_session(env.store, "running", name="policy live")
+    hooks = StoreHooks(env.store, sid, "test-worker")
+    policy = "confidence:0.6:4:0"
+    run = hooks.run_started({"draft": DRAFT, "gamma": 0, "temperature": 0.0, "kind": "speculative",
+                             "policy": policy})  # fmt: skip
+    hooks.step(run, StepRecord(0, 0, 3, 2, [True, True, False], [0.9, 0.8, 0.1], 0.002, 0.01, 3, 3, [2, 3, 4]))
+    hooks.output(run, PromptOutput(0, "1", 5, [2, 3, 4], "bcd", [True, True, False], 0.05, 1), None)
+    hooks.close_writer()
+    at = page("pages/2_Run.py", {"session": str(sid)})
+    assert_clean(at)
+    latest = [unescape_md(m.value) for m in at.markdown if "Latest output" in m.value]
+    assert latest == [f"**Latest output** — {DRAFT} policy {policy} T=0, prompt 1"], latest
+    assert policy in unescape_md(texts(at.caption))  # the run caption above the numbers too
+
+
 def test_phase_text_and_poll_pace() -> None:
     assert rv.phase_text(None) is None
     assert rv.phase_text({"name": "loading models", "done": 0, "total": 1, "eta_s": None}) == "Phase: loading models"

@@ -18,11 +18,12 @@ import psutil
 import pytest
 from processes import RUN_VARIABLE, live_llama_servers, ours
 
+from app import run_view as rv
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import describe_hardware
 from engine.service.estimate import _minutes, estimate_for, estimate_with_probe, planned_configurations
-from engine.service.pace_probe import PROBE_TOKENS, kept, latest, probe_for, run_probe
+from engine.service.pace_probe import PROBE_TOKENS, ProbeProgress, kept, latest, probe_for, run_probe
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
 from store import Store, open_store
@@ -87,6 +88,26 @@ def test_the_probe_gives_a_fresh_machine_a_pace_and_a_session_replaces_it(store:
     done = estimate_with_probe(store, TINY, 5, PROMPT)
     assert done.probe_s is None and kept() == [again] and f"session #{sid}" in done.estimate.sentences()[0]
     assert probe_children() == []
+
+
+def test_a_running_probe_says_where_it_is_and_its_decoding_is_bounded(home: Path) -> None:
+    seen: list[ProbeProgress] = []
+    probe = run_probe(TINY, PROMPT, "test", on_progress=seen.append)
+    stages = [p.stage for p in seen]
+    assert [s for i, s in enumerate(stages) if not i or stages[i - 1] != s] == ["loading", "priming", "decoding"]
+    assert [p.elapsed_s for p in seen] == sorted(p.elapsed_s for p in seen)
+    assert all(p.load_s is None for p in seen if p.stage == "loading")
+    assert 0 < seen[-1].load_s <= seen[-1].elapsed_s  # the load is counted apart from the decoding
+    tokens = [p.tokens for p in seen if p.stage == "decoding"]
+    assert tokens == sorted(tokens) and tokens[-1] == probe.tokens and not probe.bounded
+    assert rv.probe_progress_text(seen[0]).startswith("Probing the pace: loading the target… ")
+    said = rv.probe_progress_text(seen[-1])
+    assert f"; decoding: {probe.tokens} of {PROBE_TOKENS} tokens timed in " in said and "after 60 s" in said, said
+    # a target slower than the bound times fewer tokens, at least one, and says so
+    bounded = run_probe(TINY, PROMPT, "test", bound_s=0.0)
+    assert bounded.bounded and bounded.tokens == 1 < probe.tokens and bounded.token_s > 0 and bounded.setup_s > 0
+    assert "then 1 token(s) timed in " in bounded.timed() and "decoding stops after 60 s" in bounded.timed()
+    assert latest(TINY, "test") == bounded and probe_children() == []
 
 
 def test_a_probe_waits_for_a_running_session_and_a_bad_target_is_one_line(store: Store, home: Path) -> None:

@@ -15,6 +15,7 @@ from app.common import ACTIVE_STATUSES, fmt_num, md_escape
 from engine.service.jobs import submit_session
 
 common.page_setup("Run", keep=rv.FORM_KEYS)  # the form is as the user left it
+rv.restore_form(st.session_state)  # and at least as last submitted, whatever Streamlit dropped meanwhile
 rv.skip_gc_after_each_run()  # the live view reruns every second: a full GC after each run would cost most of it
 st.title("Run a tuning session")
 common.hardware_banner()
@@ -98,9 +99,19 @@ with st.container(border=True):
         estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
         probe = st.form_submit_button("Probe the pace, then estimate", key="probe_pace", help=rv.PROBE_HELP)
 
+if submitted or estimate or probe:
+    rv.save_form(st.session_state)
+
 if estimate or probe:
+    where = st.empty()  # a probe's stage, tokens timed and seconds, while it runs
+
+    def probing(progress: object) -> None:
+        where.caption(md_escape(rv.probe_progress_text(progress)))
+
     with st.spinner("Timing the target alone…" if probe else "Estimating…"):
-        lines = common.attempt(rv.estimate_lines, store, st.session_state, probe, action="estimate the session")
+        lines = common.attempt(rv.estimate_lines, store, st.session_state, probe, probing if probe else None,
+                               action="estimate the session")  # fmt: skip
+    where.empty()
     if lines:
         st.info(md_escape(" ".join(lines)))
 

@@ -9,7 +9,7 @@ come on top: the session's own plan says them before the servers start, engine.l
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
-from engine.service.pace_probe import PaceProbe, latest, probe_for
+from engine.service.pace_probe import PaceProbe, ProbeProgress, latest, probe_for
 from engine.session.quick import confirm_reserve, confirm_runs, probe_plan
 from engine.session.runner import PromptText, RunKey, decodes_per_prompt
 from engine.session.spec import SessionSpec, session_engine
@@ -192,13 +192,18 @@ def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstima
 class ProbedEstimate:
     estimate: SessionEstimate
     probe_s: float | None  # how long the probe took; None: not probed, a finished session here gives the pace
+    probe: PaceProbe | None = None  # what the probe measured: its load, the tokens it timed
 
 
-def estimate_with_probe(store: Any, spec: SessionSpec, n_prompts: int, prompt: PromptText) -> ProbedEstimate:
-    """The estimate after probing the target's pace on `prompt` (engine.service.pace_probe), unless a finished
-    comparable session already gives the pace: what the Run page's Probe and `submit --estimate --probe` show."""
+def estimate_with_probe(
+    store: Any, spec: SessionSpec, n_prompts: int, prompt: PromptText,
+    on_progress: Callable[[ProbeProgress], None] | None = None,
+) -> ProbedEstimate:  # fmt: skip
+    """The estimate after probing the target's pace on `prompt` (engine.service.pace_probe; `on_progress` told
+    where it is while it runs), unless a finished comparable session already gives the pace: what the Run page's
+    Probe and `submit --estimate --probe` show."""
     before = estimate_for(store, spec, n_prompts)
     if before.seconds is not None and not before.rough:
         return ProbedEstimate(before, None)
-    took = probe_for(store, spec, prompt, n_prompts)[1]
-    return ProbedEstimate(estimate_for(store, spec, n_prompts), took)
+    probe, took = probe_for(store, spec, prompt, n_prompts, on_progress)
+    return ProbedEstimate(estimate_for(store, spec, n_prompts), took, probe)
