@@ -328,7 +328,7 @@ CONFIRM_HELP = (
 
 
 def confirmation_lines(
-    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), recs: Mapping[float, Any] | None = None
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), decisions: Mapping[float, Any] | None = None
 ) -> list[str]:
     """A full session's confirmation in words: what the grid's recommendation was and how it measured (each
     configuration's figures as stored, the Sessions page's; the recommendation as the Recommend page gives it)."""
@@ -339,25 +339,25 @@ def confirmation_lines(
         rows = done.get("confirmed") or []
         named = ", ".join(c["configuration"] for c in rows) or "nothing to confirm"
         return [f"Recommendation checked against the grid: {named} — measured by the grid itself.",
-                *headline_lines(recs)]  # fmt: skip
+                *headline_lines(decisions)]  # fmt: skip
     took, grid = done.get("confirm_s", 0.0) / 60.0, done.get("grid_s", 0.0) / 60.0
     lines = [f"The grid's recommendation was not in the grid: ran {', '.join(done['ran'])} live "
              f"({took:.1f} min after the grid's {grid:.1f} min)."]  # fmt: skip
-    return lines + _choice_lines(done, runs, recs)
+    return lines + _choice_lines(done, runs, decisions)
 
 
 def quick_lines(
-    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), recs: Mapping[float, Any] | None = None
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), decisions: Mapping[float, Any] | None = None
 ) -> list[str]:
     """A finished quick session in words: how long to a confirmed recommendation, the recommendation as the
-    Recommend page gives it (`recs`: per temperature, engine.analysis.recommend.Recommendation or None), and each
+    stored decision (`decisions`: per temperature, engine.service.decisions.Decision or None), and each
     choice as its stored run measured it (`runs`: the session's runs)."""
     quick = (session.get("summary") or {}).get("quick")
     if not quick:
         return []
     minutes = quick.get("time_to_confirmed_s", 0.0) / 60.0
     lines = [f"Quick session: confirmed in {minutes:.1f} min (probe {quick.get('probe_s', 0.0) / 60.0:.1f} min)."]
-    return lines + _choice_lines(quick, runs, recs) + unchosen_gamma_lines(session, quick)
+    return lines + _choice_lines(quick, runs, decisions) + unchosen_gamma_lines(session, quick)
 
 
 def unchosen_gamma_lines(session: Mapping[str, Any], done: Mapping[str, Any]) -> list[str]:
@@ -376,11 +376,11 @@ def unchosen_gamma_lines(session: Mapping[str, Any], done: Mapping[str, Any]) ->
 
 
 def choice_lines(
-    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], recs: Mapping[float, Any] | None
+    session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], decisions: Mapping[float, Any] | None
 ) -> list[str]:
     """A finished session's confirmed choices in words: a quick session's (quick_lines), else a full session's
     confirmation (confirmation_lines)."""
-    return quick_lines(session, runs, recs) or confirmation_lines(session, runs, recs)
+    return quick_lines(session, runs, decisions) or confirmation_lines(session, runs, decisions)
 
 
 def has_choices(session: Mapping[str, Any]) -> bool:
@@ -390,41 +390,46 @@ def has_choices(session: Mapping[str, Any]) -> bool:
     return bool(summary.get("quick") or summary.get("confirmation"))
 
 
-def headline_lines(recs: Mapping[float, Any] | None) -> list[str]:
-    """The recommendation per temperature, as the Recommend page's headline says it: off, or the draft, γ and
-    its speedup (a measured run of it preferred where it disagrees with the prediction beyond the noise)."""
-    lines = []
-    for temperature, rec in sorted((recs or {}).items()):
-        if rec is None:
-            continue
-        if rec.off:
-            lines.append(f"Recommendation (T={temperature:g}, as on the Recommend page): speculation OFF — serve the "
-                         "target alone.")  # fmt: skip
-        else:
-            lines.append(f"Recommendation (T={temperature:g}, as on the Recommend page): {rec.draft_name} "
-                         f"γ={rec.gamma}, {rec.speedup_phrase()}.")  # fmt: skip
-    return lines
+def headline_lines(decisions: Mapping[float, Any] | None) -> list[str]:
+    """The session's decision per temperature (engine.service.decisions.Decision, stored when it ended): the one
+    answer the Recommend page, the CLI, the report and the exports give."""
+    return [f"Decision: {d.headline()}" for _, d in sorted((decisions or {}).items()) if d is not None]
 
 
 def _choice_lines(
-    done: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], recs: Mapping[float, Any] | None
+    done: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], decisions: Mapping[float, Any] | None
 ) -> list[str]:
-    """Each confirmed choice as its stored run measured it (the figures the Sessions page shows: the stored
-    prediction, the whole run's speedup and the per-prompt spread, its flag), said off where the recommendation
-    is; then the notes."""
-    lines = headline_lines(recs)
+    """The decision, then each configuration the session confirmed as its stored run measured it (the figures the
+    Sessions page shows: the stored prediction, the whole run's speedup and the per-prompt spread, its flag): the
+    decision's own configuration called recommended, the others what they are; then the notes."""
+    lines = headline_lines(decisions)
     stored_off = {float(t) for t, is_off in (done.get("off") or {}).items() if is_off}
     for c in done.get("confirmed") or []:
         temperature = float(c["temperature"])
-        rec = (recs or {}).get(temperature)
-        off = rec.off if rec is not None else temperature in stored_off
-        role = "Speculation OFF; best candidate, not recommended" if off else c["role"].capitalize()
-        lines.append(f"{role}: {c['configuration']} — {_choice_figures(c, runs)}.")
+        decision = (decisions or {}).get(temperature)
+        off = decision.off if decision is not None else temperature in stored_off
+        predicted = None
+        if off:
+            role = "Speculation OFF; best candidate, not recommended"
+        elif decision is not None and _is_decided(c, decision):
+            role, predicted = "Recommended (the decision)", decision.predicted_speedup  # one figure: the decision's
+        else:
+            role = "Also confirmed, not the decision"
+        lines.append(f"{role}: {c['configuration']} — {_choice_figures(c, runs, predicted)}.")
     lines += [f"Note: {n}" for n in done.get("notes") or []]
     return lines
 
 
-def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
+def _is_decided(choice: Mapping[str, Any], decision: Any) -> bool:
+    """Whether a confirmed choice is the decision's configuration (its draft and policy, or its draft and γ)."""
+    if choice.get("draft") != decision.draft:
+        return False
+    if decision.policy:
+        return choice.get("policy") == decision.policy
+    return not choice.get("policy") and int(choice.get("gamma") or 0) == int(decision.gamma)
+
+
+def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], decided: float | None = None) -> str:
     """'predicted 1.01×, measured 0.90× over the whole run (0.85–0.95× (median 0.91×))' from the choice's stored
     run; a session stored without its runs says what the choice itself kept (the prediction when chosen)."""
     from engine.service.api import stored_noisy, stored_speedup_flag
@@ -441,6 +446,8 @@ def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
         median, predicted, when = choice.get("measured_speedup"), choice.get("predicted_speedup"), " (when chosen)"
         spread = f"per-prompt median {median:.2f}×" if median else None
         flag, noisy = choice.get("flag"), choice.get("noisy")
+    if decided is not None:  # the decision's own prediction, the figure every other place shows for it
+        predicted, when = decided, ""
     said = f"predicted {predicted:.2f}×{when}" if predicted else "no prediction stored"
     got = f"measured {measured:.2f}× over the whole run" + (f" ({spread})" if spread else "") if measured else (
         "not measured")  # fmt: skip

@@ -152,7 +152,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
                 st.info("The session had already finished.")
 
     if status == "done" and rv.has_choices(session):  # the Recommend page's answer beside the runs as stored
-        lines = rv.choice_lines(session, frame.runs, memo.session_recommendations(store, session))
+        lines = rv.choice_lines(session, frame.runs, memo.session_decisions(store, session))
         st.caption("  \n".join(md_escape(line) for line in lines))
     current = frame.current
     if current is None:
