@@ -15,7 +15,6 @@ from typing import Any
 import streamlit as st
 
 from engine.errors import SpectuneError
-from engine.service.api import Recommendation
 from engine.service.decisions import Decision, DecisionQuery, decision_for
 from engine.service.policies import PolicyReport, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
@@ -76,22 +75,6 @@ def policies(
     if key is None:
         return _replay(key, args, store, recommended_triple)
     return _kept_policies(key, args, store, recommended_triple)
-
-
-def session_recommendations(store: Any, session: Mapping[str, Any]) -> dict[float, Recommendation | None]:
-    """The Recommend page's answer (recommended, with its defaults: latency, no budget, no price, the regime
-    measured, the engine the session measured with) for one finished session at each temperature it measured, at
-    its serving batch; None at a temperature with no answer (SpectuneError: nothing to recommend from)."""
-    batch = int((session.get("options") or {}).get("serving_batch") or 1)
-    out: dict[float, Recommendation | None] = {}
-    for temperature in session.get("temperatures") or [0.0]:
-        try:
-            found = recommended(store, [int(session["id"])], "latency", None, batch, None, None, None,
-                                float(temperature), None)  # fmt: skip
-            out[float(temperature)] = found.recommendation
-        except SpectuneError:
-            out[float(temperature)] = None
-    return out
 
 
 def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Decision | None]:
