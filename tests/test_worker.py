@@ -443,10 +443,15 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     assert listing.returncode == 0, listing.stderr
     row = next(line for line in listing.stdout.splitlines() if line.split()[:1] == ["1"])
     stored = json.loads(engine_cli(home, "sessions", "--json").stdout)[0]
-    ran = stored["summary"]["confirmation"]["ran"]  # the CLI's full mode confirms an unmeasured headline
-    # 2 prompts × (baseline + 2 drafts × 2 γ + the A/A), and a confirmation's baseline, runs and A/A where the grid
-    # lacked one
-    runs = 12 + (2 * (1 + len(ran) + 1) if ran else 0)
+    # 2 prompts × (baseline + 2 drafts × 2 γ + the A/A), and the most the confirmation of an unmeasured headline may
+    # add (the CLI's full mode confirms): the total planned never changes, what the confirmation did not need is done
+    from engine.service.estimate import planned_decodes
+    from engine.session.quick import confirm_reserve
+    from engine.session.spec import SessionSpec
+
+    settings = SessionSpec.from_row(stored)
+    runs = 2 * (6 + confirm_reserve(settings))
+    assert runs == planned_decodes(settings, 2)
     assert row.split()[1:3] == ["done", f"{runs}/{runs}"], listing.stdout
 
     rec = engine_cli(home, "recommend", "--session", "1", "--export", "vllm")
