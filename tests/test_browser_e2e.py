@@ -124,6 +124,9 @@ def _progress_text(page) -> str:
 def test_upload_run_watch_and_review(dashboard, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
+    from engine.session.quick import confirm_reserve
+    from engine.session.spec import SessionSpec
+
     url, home = dashboard
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     prompt_file = tmp_path / "e2e_prompts.txt"
@@ -183,7 +186,10 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
             expect(page.get_by_text("Done.", exact=True)).to_be_visible()
             final = _progress_text(page)
             done, total = map(int, re.search(r"Progress: (\d+) / (\d+)", final).groups())
-            assert done == total == 2 * (1 + 2 + 1), final  # baseline, 2 γ values and the A/A decode, 2 prompts each
+            # 2 prompts × (baseline, 2 γ values and the A/A decode), and the most the headline's confirmation may add
+            # (planned from the start; what it did not need counts as done)
+            reserved = confirm_reserve(SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[1, 3]))
+            assert done == total == 2 * (1 + 2 + 1 + reserved), final
 
             # A refresh keeps watching the same session (its id is in the address)
             page.reload()
