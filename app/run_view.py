@@ -64,8 +64,9 @@ ESTIMATE_HELP = ("The form's session, not queued: its live configurations, the t
                  "models' weights or servers hold.")
 
 
-PROBE_HELP = ("Time the target alone in the chosen engine and dtype (its load, then a few tokens of the set's first "
-              "prompt, in a child process), so the estimate has a pace before any such session has run here.")
+PROBE_HELP = ("Time the target alone in the chosen engine and dtype (its load, then up to 16 tokens of the set's "
+              "first prompt, at most 60 s of decoding, in a child process), so the estimate has a pace before any "
+              "such session has run here. Its stage, the tokens timed and the seconds gone show while it runs.")
 
 
 def estimate_lines(
