@@ -185,6 +185,22 @@ def full_grid_confirm(mode: str) -> None:
         st.checkbox(run_view.CONFIRM_LABEL, value=True, key="confirm", help=run_view.CONFIRM_HELP)
 
 
+def estimate(store: Any, probe: bool) -> None:
+    """The form's session estimated (after a pace probe when `probe`, whose stage, tokens timed and seconds show
+    while it runs), in one info line; an invalid form or a failed probe is one error line."""
+    where = st.empty()
+
+    def probing(progress: Any) -> None:
+        where.caption(md_escape(run_view.probe_progress_text(progress)))
+
+    with st.spinner("Timing the target alone…" if probe else "Estimating…"):
+        lines = common.attempt(run_view.estimate_lines, store, st.session_state, probe, probing if probe else None,
+                               action="estimate the session")  # fmt: skip
+    where.empty()
+    if lines:
+        st.info(md_escape(" ".join(lines)))
+
+
 def status_banner(session: Mapping[str, Any], here: str) -> None:
     """One line on where a session stands, with the way on: start the worker, watch it live, open its results.
 

@@ -101,19 +101,8 @@ with st.container(border=True):
 
 if submitted or estimate or probe:
     rv.save_form(st.session_state)
-
 if estimate or probe:
-    where = st.empty()  # a probe's stage, tokens timed and seconds, while it runs
-
-    def probing(progress: object) -> None:
-        where.caption(md_escape(rv.probe_progress_text(progress)))
-
-    with st.spinner("Timing the target alone…" if probe else "Estimating…"):
-        lines = common.attempt(rv.estimate_lines, store, st.session_state, probe, probing if probe else None,
-                               action="estimate the session")  # fmt: skip
-    where.empty()
-    if lines:
-        st.info(md_escape(" ".join(lines)))
+    components.estimate(store, probe)
 
 if submitted:
     try:
