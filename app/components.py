@@ -4,7 +4,7 @@ Recommend page's sections that read the store beyond the recommendation (the pol
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 import streamlit as st
@@ -36,21 +36,27 @@ def table(
     numbers: Mapping[str, str] | None = None,
     dates: Sequence[str] = (),
     helps: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    widths: Mapping[str, Literal["small", "medium", "large"] | int] | None = None,
     **kwargs: Any,
 ) -> None:
     """A table without the index, full width, missing values shown as "—" (never a literal None).
 
     ``numbers`` maps columns to a printf format ("%.2f×"), ``dates`` lists datetime columns and
-    ``helps`` gives column tooltips.
+    ``helps`` gives column tooltips; ``labels`` shows a column under a shorter header than its name and
+    ``widths`` caps a column's width (a long text column would push the others out of view).
     """
-    helps = helps or {}
+    helps, labels, widths = helps or {}, labels or {}, widths or {}
     config: dict[str, Any] = {}
     for column, fmt in (numbers or {}).items():
-        config[column] = st.column_config.NumberColumn(format=fmt, help=helps.get(column))
+        config[column] = st.column_config.NumberColumn(labels.get(column), format=fmt, help=helps.get(column),
+                                                       width=widths.get(column))  # fmt: skip
     for column in dates:
-        config[column] = st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm", help=helps.get(column))
-    for column, text in helps.items():
-        config.setdefault(column, st.column_config.Column(help=text))
+        config[column] = st.column_config.DatetimeColumn(labels.get(column), format="YYYY-MM-DD HH:mm",
+                                                         help=helps.get(column), width=widths.get(column))  # fmt: skip
+    for column in {**helps, **labels, **widths}:
+        config.setdefault(column, st.column_config.Column(labels.get(column), help=helps.get(column),
+                                                          width=widths.get(column)))  # fmt: skip
     st.dataframe(frame, hide_index=True, width="stretch", placeholder=MISSING, column_config=config or None, **kwargs)
 
 

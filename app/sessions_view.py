@@ -6,7 +6,7 @@ Strings here may carry user input (names, model references); the page escapes th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -37,7 +37,16 @@ RUN_HELPS = {
     "engine measured a wider forward cheaper, + the draft's share of a call): impossible, a measurement error, "
     "never calibrated to (why: below the table)",
 }
+# the runs table's columns in the order shown: at 1400 px the judgement of each speedup is in view, unscrolled
+# the runs table's columns in the order shown: on a 1400 px screen the measured speedup, its bound and verdict and
+# the prediction are in view unscrolled; the throughputs they come from follow, and the spread, the widest text, last
+RUN_THROUGHPUTS = ["tokens/s", "baseline tokens/s"]
+RUN_ORDER = [*(c for c in data.RUN_COLUMNS if c not in RUN_THROUGHPUTS and c != "speedup predicted"), "bound",
+             "verdict", "speedup predicted", *RUN_THROUGHPUTS, "per-prompt spread"]  # fmt: skip
+RUN_LABELS = {"tokens per call": "tokens/call", "baseline tokens/s": "baseline tok/s"}  # shorter headers
+RUN_WIDTHS: dict[str, Literal["small", "medium", "large"] | int] = {"bound": 90, "verdict": 110}
 HISTORY_NUMBERS: dict[str, str] = {}  # "best speedup" is text: BestSpeedup.text
+HISTORY_WIDTHS: dict[str, Literal["small", "medium", "large"] | int] = {"name": "medium", "drafts": "medium"}
 FIDELITY_NUMBERS = {"logit margin": "%.4f", "tolerance": "%.4f"}
 CATEGORY_BASIS = (
     "Each category's requests timed end to end (prefill and the engine's round trip included), against the target "
@@ -92,17 +101,25 @@ def regime_details(regime: Any) -> tuple[str, list[str], dict[str, Any]] | None:
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The runs table; the status column only while some run is not done. Speculative runs measured side by
-    side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say."""
+    side show the spread of their per-prompt speedups (lowest–highest prompt) and what it allows us to say.
+
+    The bound and the verdict follow the measured speedup they judge (an impossible speedup is never read as a
+    win), the prediction follows them, and the spread, the widest text, comes last (RUN_ORDER); the policy and
+    temperature columns only where they tell runs apart."""
     table = data.runs_frame(runs)
-    spreads = [run_spread(r) for r in runs]
-    at = list(table.columns).index("speedup measured") + 1
-    if any(spreads):
-        table.insert(at, "per-prompt spread", [spread_text(r) for r in runs])
-        table.insert(at + 1, "verdict", [run_verdict(r) for r in runs])
+    if any(run_spread(r) for r in runs):
+        table["per-prompt spread"] = [spread_text(r) for r in runs]
+        table["verdict"] = [run_verdict(r) for r in runs]
     flags = [stored_speedup_flag(r) for r in runs]
-    if any(flags):  # beside the number it flags: an impossible speedup is never read as a win
-        table.insert(at, "bound", ["⚠ impossible" if f else None for f in flags])
-    return table.drop(columns=["status"]) if (table["status"] == "done").all() else table
+    if any(flags):
+        table["bound"] = ["⚠ impossible" if f else None for f in flags]
+    table = table[[c for c in RUN_ORDER if c in table.columns]]
+    says_nothing = {
+        "status": (table["status"] == "done").all(),
+        "policy": table["policy"].isna().all(),
+        "T": table["T"].nunique() <= 1,  # one temperature: the line above the table names it
+    }
+    return table.drop(columns=[c for c, nothing in says_nothing.items() if nothing])
 
 
 def unfinished_note(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str | None:

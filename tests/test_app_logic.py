@@ -152,6 +152,34 @@ def test_a_policy_run_shows_its_live_spread_and_verdict_beside_its_live_speedup(
     assert figures.spread == spread and figures.verdict == "slower (noisy)"
 
 
+def test_the_runs_table_shows_each_speedups_judgement_before_the_wide_columns():
+    """The Sessions page's runs table: measured speedup, bound, verdict and prediction side by side, before the
+    throughputs and the spread (on a 1400 px screen they are in view unscrolled, tests/test_browser_walk.py);
+    a column that is the same on every row (no policy, one temperature) is left out."""
+    from app import sessions_view as sv
+
+    spread = {"min": 0.9, "median": 1.1, "max": 1.3, "verdict": "faster", "n": 3}
+    runs = [
+        {"id": 1, "kind": "baseline", "draft": "none", "gamma": 0, "temperature": 0.0, "tokens_per_s": 10.0,
+         "status": "done"},
+        {"id": 2, "kind": "speculative", "draft": "ngram", "gamma": 3, "temperature": 0.0, "tokens_per_s": 11.0,
+         "tokens_per_call": 1.5, "speedup_measured": 1.1, "speedup_predicted": 1.2, "status": "done",
+         "summary": {"speedup_spread": spread}},
+        {"id": 3, "kind": "speculative", "draft": "ngram", "gamma": 5, "temperature": 0.0, "tokens_per_s": 30.0,
+         "tokens_per_call": 1.5, "speedup_measured": 3.0, "speedup_predicted": 1.3, "status": "done",
+         "summary": {"speedup_spread": spread, "speedup_flag": "impossible: 3.00× above 1.50 tokens per call"}},
+    ]  # fmt: skip
+    table = sv.runs_table(runs)
+    columns = list(table.columns)
+    judged = ["speedup measured", "bound", "verdict", "speedup predicted"]
+    assert columns[columns.index("speedup measured") : columns.index("speedup measured") + 4] == judged
+    assert columns[-3:] == ["tokens/s", "baseline tokens/s", "per-prompt spread"]
+    assert "policy" not in columns and "T" not in columns and "status" not in columns
+    assert table.iloc[2]["bound"] == "⚠ impossible" and "impossible" in table.iloc[2]["verdict"]
+    runs[2]["temperature"] = 0.7
+    assert "T" in sv.runs_table(runs).columns  # two temperatures: the column tells the runs apart
+
+
 def test_fidelity_and_categories_map_outputs_to_prompts():
     prompts = [{"id": 10, "text": "a", "category": "code"}, {"id": 11, "text": "b", "category": "prose"}]
     runs = [{"id": 1, "kind": "baseline"}, {"id": 2, "kind": "speculative", "draft": "d", "gamma": 2, "temperature": 0}]

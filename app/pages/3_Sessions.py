@@ -47,7 +47,7 @@ def _best(session: dict[str, Any]) -> data.BestSpeedup | None:
 st.subheader("History")
 with common.guard("build the history table"):
     history = data.sessions_frame(sessions, {s["id"]: _best(s) for s in sessions})
-    components.table(history, numbers=sv.HISTORY_NUMBERS, dates=["created"])
+    components.table(history, numbers=sv.HISTORY_NUMBERS, dates=["created"], widths=sv.HISTORY_WIDTHS)
 
 
 def show_fidelity(fidelity: Any) -> None:
@@ -123,7 +123,9 @@ def show_session(session: dict[str, Any]) -> None:
         st.caption("No runs yet.")
     else:
         st.markdown("#### Runs")
-        components.table(sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS)
+        components.table(
+            sv.runs_table(runs), numbers=sv.RUN_NUMBERS, helps=sv.RUN_HELPS, labels=sv.RUN_LABELS, widths=sv.RUN_WIDTHS
+        )
         if unfinished := sv.unfinished_note(session, runs):
             st.caption(unfinished)
         if impossible := sv.impossible_note(runs):
