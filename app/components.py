@@ -15,6 +15,7 @@ from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.service import evidence
 from engine.service.api import session_engine
+from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.policies import policy_verdict
 from engine.service.recommendations import format_label
 from engine.service.surface import surfaces
@@ -392,3 +393,20 @@ def recommendation_history(store: Any) -> None:
         col.download_button(label, data=item["content"] or "", file_name=item["filename"] or "export.txt",
                             key=f"rec_hist_dl_{item['id']}", on_click="ignore", width="stretch",
                             help=item["filename"])  # fmt: skip
+
+
+def stored_decision(store: Any, session_ids: Sequence[int], rec: Any, *query: Any) -> None:
+    """The stored decision (engine.service.decisions; `query`: DecisionQuery's fields in order) as the Recommend
+    page's banner, what it rests on said beside it, then the fixed γ's banner: the decision's own where it is a
+    fixed γ, its runner-up's where it is a policy."""
+    decision = decision_for(store, session_ids, DecisionQuery(*query))
+    banner = st.warning if decision.off else st.success
+    banner(f"**Decision:** {md_escape(decision.headline())}", icon=common.ICONS["off" if decision.off else "on"])
+    if not decision.off and decision.measured is None:
+        st.warning(md_escape(rv.NOT_MEASURED), icon=common.ICONS["info"])
+    if decision.floor and not decision.floor["holds"]:
+        st.warning(md_escape(decision.floor["sentence"]), icon=common.ICONS["info"])
+    if decision.policy:
+        st.caption(md_escape(rv.best_fixed_caption(rec)))
+    fixed = st.info if decision.policy else st.warning if rec.off else st.success
+    fixed(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])

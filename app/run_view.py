@@ -412,7 +412,9 @@ def _choice_lines(
         predicted = None
         if off:
             role = "Speculation OFF; best candidate, not recommended"
-        elif decision is not None and _is_decided(c, decision):
+        elif decision is None:  # nothing to decide from stored (its runs are gone): the role it was chosen in
+            role = str(c["role"]).capitalize()
+        elif _is_decided(c, decision):
             role, predicted = "Recommended (the decision)", decision.predicted_speedup  # one figure: the decision's
         else:
             role = "Also confirmed, not the decision"

@@ -15,7 +15,6 @@ from app import recommend_view as rv
 from app.common import md_escape
 from engine.errors import SpectuneError
 from engine.service.api import VLLM_VERSION
-from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.recommendations import Recommended, export_format, format_label, save_result
 from engine.service.session_report import report_filename, report_or_error
 
@@ -73,18 +72,8 @@ with common.guard("compute the recommendation"):
 
 def show_decision(rec: Any) -> None:
     st.subheader("Recommendation")
-    decision = decision_for(store, chosen_ids, DecisionQuery(objective, int(batch_size), temperature, budget,
-                                                             price_per_hour, override, engine))  # fmt: skip
-    banner = st.warning if decision.off else st.success
-    banner(f"**Decision:** {md_escape(decision.headline())}", icon=common.ICONS["off" if decision.off else "on"])
-    if not decision.off and decision.measured is None:
-        st.warning(md_escape(rv.NOT_MEASURED), icon=common.ICONS["info"])
-    if decision.floor and not decision.floor["holds"]:
-        st.warning(md_escape(decision.floor["sentence"]), icon=common.ICONS["info"])
-    if decision.policy:  # the decision is a policy: the fixed-γ figures below are its runner-up's
-        st.caption(md_escape(rv.best_fixed_caption(rec)))
-    (st.info if decision.policy else banner)(rv.decision_banner(rec, md_escape),
-                                             icon=common.ICONS["off" if rec.off else "on"])  # fmt: skip
+    components.stored_decision(store, chosen_ids, rec, objective, int(batch_size), temperature, budget, price_per_hour,
+                               override, engine)  # fmt: skip
     if measured := rec.measured_sentence():  # a measured run of this configuration, beside the headline
         (st.warning if rec.prefers_measurement else st.info)(md_escape(measured), icon=common.ICONS["info"])
     st.markdown(md_escape(rec.explanation))
