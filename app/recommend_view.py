@@ -135,8 +135,6 @@ def export_caption(rec: Recommendation) -> str:
     )
 
 
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # inputs
 
@@ -231,8 +229,19 @@ def no_sessions_text(stored: int) -> str:
     )
 
 
-NOT_MEASURED = ("Not measured: no run of this configuration is stored, so the figure above is a prediction only. "
-                "Confirm it with a run before deploying (a quick session on these prompts confirms what it decides).")
+NOT_MEASURED = (
+    "Not measured: no run of this configuration is stored, so the figure above is a prediction only. "
+    "Confirm it with a run before deploying."
+)
+
+
+def confirm_queued_text(new_id: int, session_ids: Sequence[int], worker: str) -> str:
+    """What the page says once a confirmation is queued: which session, and how to read its answer."""
+    ids = ", ".join(f"#{i}" for i in [*session_ids, new_id])
+    return (
+        f"Session #{new_id} queued: the target alone and this configuration, on the same prompts. When it is "
+        f"done, pick sessions {ids} above: the decision then rests on its measurement. {worker}"
+    )
 
 
 def best_fixed_caption(rec: Recommendation) -> str:
@@ -662,8 +671,9 @@ def surface_table(surface: Surface) -> pd.DataFrame:
     stops = {(s.configuration, s.gamma): s for s in surface.stops}
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     for cell in surface.cells:
-        row = rows.setdefault((cell.configuration, cell.gamma),
-                              {"configuration": cell.configuration, "γ": gamma_text(cell.gamma)})
+        row = rows.setdefault(
+            (cell.configuration, cell.gamma), {"configuration": cell.configuration, "γ": gamma_text(cell.gamma)}
+        )
         mark = f" {IMPOSSIBLE_MARK}" if cell.flag else f" {NOISY_MARK}" if cell.noisy else ""
         row[level_column(cell.concurrency)] = f"{cell.speedup:.2f}×{mark}"
     for key, row in rows.items():

@@ -97,6 +97,33 @@ def test_the_run_page_and_the_cli_say_the_stored_decision(session) -> None:
     assert html.escape(decision.headline(), quote=False) in out.read_text(), "the report says the stored decision"
 
 
+def test_confirm_it_queues_that_configuration_alone_and_its_run_is_then_the_measurement(session) -> None:
+    """A decision no run measured (a γ the session never ran) queues a session of that configuration alone, on the
+    same prompts; once it has run, the decision's measured run is found for it."""
+    from dataclasses import replace
+
+    from engine.errors import SpectuneError
+    from engine.service.decisions import measured_run, queue_confirmation
+
+    store, sid, _ = session
+    decided = decision_for(store, [sid], DecisionQuery(temperature=0.0))
+    if decided.measured is not None:  # a quick session confirmed what it decided: nothing more to queue
+        with pytest.raises(SpectuneError, match="measured already"):
+            queue_confirmation(store, [sid], decided)
+    unmeasured = replace(decided, configuration="ngram γ=5", draft="ngram", gamma=5, policy=None, measured=None)
+    new = queue_confirmation(store, [sid], unmeasured)
+    row = store.get_session(new)
+    assert row["drafts"] == ["ngram"] and row["gammas"] == [5] and row["prompt_set_id"] == store.get_session(sid)[
+        "prompt_set_id"]  # fmt: skip
+    assert run_session(store, store.claim_next_session("testhost:1"), ModelPool(), "testhost:1") == "done"
+    runs = [r for i in (sid, new) for r in store.list_runs(i)]
+    found = measured_run(store, runs, {"draft": "ngram", "gamma": 5, "policy": None}, 0.0)
+    assert found is not None and found["session_id"] == new and found["speedup"] > 0
+    assert [r["kind"] for r in store.list_runs(new)] == ["baseline", "speculative"]  # that configuration alone
+    with pytest.raises(SpectuneError, match="off"):
+        queue_confirmation(store, [sid], replace(decided, configuration=None, draft=None, gamma=0, measured=None))
+
+
 def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:
     """A stored decision is read as it is (nothing predicts again); a run stored since makes it stale."""
     import engine.service.decisions as decisions

@@ -100,6 +100,7 @@ def show_session(session: dict[str, Any]) -> None:
     for note in (sv.machine_note(session), sv.noisy_note(session)):
         if note:
             st.warning(md_escape(note), icon=common.ICONS["warning"])
+    components.session_decision(store, session)
     components.measurement_notes(session)
     st.markdown(" · ".join(f"**{label}** {md_escape(value)}" for label, value in sv.facts(session)))
     if suffix_note := sv.suffix_cache_note(session):

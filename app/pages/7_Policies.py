@@ -64,7 +64,9 @@ if not report.drafts:
     st.info(components.NOTHING_TO_REPLAY if report.notes else components.NO_POLICY_TRACE)
     st.stop()
 
-st.subheader("Recommended policy")
+st.subheader("Best drafting policy")
+components.query_decision(store, chosen_ids, objective, int(batch_size), temperature, budget, None,
+                          rv.override_or_none(regime_choice))  # fmt: skip
 components.policy_headline(report)
 st.divider()
 

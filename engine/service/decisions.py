@@ -220,3 +220,27 @@ def sessions_floor(store: Any, ids: Sequence[int]) -> dict[str, Any] | None:
     if not notes:
         return None
     return {"holds": not any(n.off for n in notes), "sentence": " ".join(n.text for n in notes)}
+
+
+def queue_confirmation(store: Any, session_ids: Sequence[int], decision: Decision) -> int:
+    """Queue a session that measures the decision's configuration alone beside the target alone, on the first
+    session's prompts and settings; the decision over these sessions and the new one then rests on a measurement.
+    Returns the new session's id. SpectuneError when there is nothing to confirm (off) or it was measured."""
+    from engine.service.jobs import submit_session
+    from engine.session.spec import SessionSpec
+
+    if decision.off or decision.draft is None:
+        raise SpectuneError("speculation off: there is no configuration to confirm")
+    if decision.measured is not None:
+        raise SpectuneError(f"{decision.configuration} is measured already (run {decision.measured['run_id']})")
+    session = store.get_session(int(session_ids[0]))
+    if session is None or session.get("prompt_set_id") is None:
+        raise SpectuneError(f"session {session_ids[0]} and its prompts are gone: nothing to confirm on")
+    spec = SessionSpec.from_row(session)
+    spec.drafts = [decision.draft]
+    spec.gammas = [] if decision.policy else [decision.gamma]
+    spec.policies = [decision.policy] if decision.policy else []
+    spec.temperatures = [decision.temperature]
+    spec.mode, spec.confirm, spec.detect_regime = "full", False, False
+    name = f"confirm {decision.configuration} (from {', '.join(f'#{i}' for i in session_ids)})"
+    return submit_session(store, spec, int(session["prompt_set_id"]), session.get("n_prompts"), name)
