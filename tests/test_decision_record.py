@@ -154,3 +154,25 @@ def test_the_recommend_page_shows_the_stored_decision(session, monkeypatch) -> N
     assert sum(f"Decision: {decision.headline()}" in b for b in banners) == 1, banners
     if decision.measured is None and not decision.off:
         assert any(b.startswith("Not measured") for b in banners), banners
+
+
+def test_every_export_is_the_stored_decision(session) -> None:
+    """The Recommend page's and `recommend --export`'s files deploy the decision's configuration: its drafting
+    policy's files (the Policies page's) where it is a policy, its fixed γ's otherwise; the saved payload keeps it."""
+    import json
+
+    from engine.service.policies import export_best, session_policies
+    from engine.service.recommendations import recommend_and_export
+
+    store, sid, _ = session
+    result = recommend_and_export(store, [sid], temperature=0.0)
+    decision = decision_for(store, [sid], DecisionQuery(temperature=0.0))
+    assert result.decision == decision and result.payload["decision"] == decision.to_dict()
+    record = json.loads(result.files["spectune"][1])
+    if decision.policy:
+        report = session_policies(store, [sid], temperature=0.0)
+        assert result.files["vllm"][1] == export_best(report, "vllm").text
+    elif decision.off:
+        assert "off" in json.dumps(record).lower()
+    else:
+        assert decision.draft in json.dumps(record) and f'"gamma": {decision.gamma}' in json.dumps(record), record

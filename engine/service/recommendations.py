@@ -20,6 +20,8 @@ from engine.analysis.export import export_formats as export_formats
 from engine.analysis.export import format_label as format_label
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
+from engine.errors import SpectuneError
+from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.evidence import Evidence, choose_engine, recommend_from_store, store_recommendation
 
 
@@ -45,7 +47,10 @@ class Recommended:
     def payload(self) -> dict[str, Any]:
         """What the store keeps (engine.analysis.export.recommendation_payload), from the spectune export if made."""
         spectune_text = self.files.get("spectune", ("", ""))[1] or None
-        return recommendation_payload(self.recommendation, self.inputs, self.regime, spectune_text)
+        payload = recommendation_payload(self.recommendation, self.inputs, self.regime, spectune_text)
+        if self.decision is not None:  # what every page shows: the stored decision, over the fixed γ's figures
+            payload["decision"] = self.decision.to_dict()
+        return payload
 
 
 def recommend_and_export(
@@ -77,14 +82,43 @@ def recommend_and_export(
                                            regime_override, engine, temperature)  # fmt: skip
     inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override, vllm_version)
     result = Recommended(rec, ev, report, engine, inputs)
+    query = DecisionQuery(objective, batch_size, rec.temperature, budget, price_per_hour, regime_override, engine)
+    try:
+        result.decision = decision_for(store, ids, query)
+    except SpectuneError:  # nothing decided: the fixed γ's exports stand alone
+        result.decision = None
+    policy = _policy_report(store, ids, result) if result.decision is not None and result.decision.policy else None
     for fmt in formats:
         try:
-            result.files[fmt] = export(rec, fmt, regime=report, target=ev.target, vllm_version=vllm_version)
+            result.files[fmt] = _export(result, fmt, policy, vllm_version)
         except Exception as exc:  # noqa: BLE001 - kept per format: the others still export
             result.failed[fmt] = exc
     if save and not result.failed:
         save_result(store, result, list(result.files))
     return result
+
+
+def _policy_report(store: Any, ids: list[int], result: Recommended) -> Any:
+    """The policy report the decision's policy comes from (engine.service.policies.session_policies), built on the
+    recommendation already made."""
+    from engine.service.policies import session_policies
+
+    inputs = result.inputs
+    return session_policies(store, ids, inputs["objective"], inputs.get("budget"), int(inputs["batch_size"]),
+                            inputs.get("regime_override"), engine=result.engine, recommended=result.triple,
+                            temperature=result.recommendation.temperature)  # fmt: skip
+
+
+def _export(result: Recommended, fmt: str, policy: Any, vllm_version: str | None) -> tuple[str, str]:
+    """One format's file of the decision: its drafting policy's (the Policies page's export, engine.service.policies
+    .export_best) where the decision is a policy, else the fixed γ's (or off)."""
+    if policy is not None:
+        from engine.service.policies import export_best
+
+        made = export_best(policy, fmt, vllm_version)
+        return made.filename, made.text
+    rec, ev = result.recommendation, result.evidence
+    return export(rec, fmt, regime=result.regime, target=ev.target, vllm_version=vllm_version)
 
 
 def save_result(

@@ -16,7 +16,6 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
-from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.evidence import measured_temperatures
 from engine.service.measurement_notes import floor_note, loop_note
 from engine.service.policies import PolicyReport, session_policies
@@ -128,24 +127,12 @@ def _recommendations(
             except SpectuneError as exc:
                 out.append((None, None, str(exc)))
     for result in given:
-        result.decision = _decision(store, ids, options, price, result)
         try:
             report = session_policies(store, ids, engine=result.engine, recommended=result.triple, **options)
             out.append((result, report, None))
         except SpectuneError as exc:
             out.append((result, None, f"policy not available: {exc}"))
     return out
-
-
-def _decision(store: Any, ids: list[int], options: dict[str, Any], price: float | None, result: Recommended) -> Any:
-    """The stored decision for the report's query (engine.service.decisions); None where none can be made."""
-    query = DecisionQuery(options.get("objective", "latency"), int(options.get("batch_size") or 1),
-                          result.recommendation.temperature, options.get("budget"), price,
-                          options.get("regime_override"), result.engine)  # fmt: skip
-    try:
-        return decision_for(store, ids, query)
-    except SpectuneError:
-        return None
 
 
 def recommendation_section(result: Recommended | None, policies: PolicyReport | None, why: str | None,
