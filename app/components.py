@@ -428,8 +428,7 @@ def stored_decision(store: Any, session_ids: Sequence[int], rec: Any, *query: An
         st.warning(md_escape(decision.floor["sentence"]), icon=common.ICONS["info"])
     if decision.policy:
         st.caption(md_escape(rv.best_fixed_caption(rec)))
-    fixed = st.info if decision.policy else st.warning if rec.off else st.success
-    fixed(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])
+    st.info(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])  # its figures
 
 
 def query_decision(store: Any, session_ids: Sequence[int], *query: Any) -> None:

@@ -280,6 +280,22 @@ def headline_violations(text: str, measured: Sequence[MeasuredRun]) -> list[str]
     return bad
 
 
+def decision_violations(text: str, headline: str, measured: bool) -> list[str]:
+    """The page against the stored decision (engine.service.decisions): its headline shown once, word for word, and
+    measured or saying "not measured"; no other configuration called the decision."""
+    flat = " ".join(text.split())
+    bad = []
+    shown = flat.count(f"Decision: {' '.join(headline.split())}")
+    if shown != 1:
+        bad.append(f"the stored decision is shown {shown} times, not once: {headline!r}")
+    if not measured and "not measured" not in headline:
+        bad.append(f"an unmeasured decision does not say so: {headline!r}")
+    others = [d for d in re.findall(r"Decision: (.{1,120}?) at T=", flat) if d not in headline]
+    if others:
+        bad.append(f"another configuration is called the decision: {others}")
+    return bad
+
+
 def vllm_gamma(text: str) -> int | None:
     """num_speculative_tokens of a vLLM export (None: speculation off, speculative_config null)."""
     config = json.loads(text).get("speculative_config")
@@ -425,6 +441,16 @@ def test_out_of_view_catches_a_missing_or_cut_header() -> None:
         "'verdict' not in view at 1400 px (in view: ['draft', 'kind', 'speedup measured', 'verdict'])",
         "'speedup predicted' not in view at 1400 px (in view: ['draft', 'kind', 'speedup measured', 'verdict'])",
     ]
+
+
+def test_decision_check_catches_a_second_answer_and_an_unsaid_measurement() -> None:
+    said = "ngram γ=2 at T=0: predicted 1.33×, measured 1.21× over the whole run (faster)."
+    assert decision_violations(f"Decision: {said}\nmore", said, True) == []
+    assert decision_violations("Recommendation: ngram γ=2", said, True)[0].startswith("the stored decision is shown 0")
+    twice = f"Decision: {said} Decision: qwen γ=3 at T=0: predicted 1.5×."
+    assert any("another configuration" in p for p in decision_violations(twice, said, True))
+    unmeasured = "ngram γ=2 at T=0: predicted 1.33×."
+    assert any("does not say so" in p for p in decision_violations(f"Decision: {unmeasured}", unmeasured, False))
 
 
 def test_export_gamma_readers() -> None:
@@ -821,6 +847,18 @@ def measured_runs(home: Path, ids: Iterable[int]) -> list[MeasuredRun]:
         store.close()
 
 
+def stored_decision(home: Path, sid: int) -> Any:
+    """The session's stored decision at its serving batch, greedy, the default objective (as the worker stored it)."""
+    from engine.service.decisions import DecisionQuery, decision_for
+    from store import open_store
+
+    store = open_store(f"sqlite:///{home / 'spectune.db'}")
+    try:
+        return decision_for(store, [sid], DecisionQuery(temperature=0.0))
+    finally:
+        store.close()
+
+
 @pytest.mark.browser
 def test_every_page_shows_speedups_within_their_bounds_and_off_names_no_gamma(walk) -> None:
     problems: list[str] = []
@@ -841,6 +879,17 @@ def test_every_page_shows_speedups_within_their_bounds_and_off_names_no_gamma(wa
     assert any("tokens per call" in g.head for g in seen["recommend_tiny"].grids)
     assert any(TPC_HEADER.search(m.label) for g in seen["run_tiny"].metrics for m in g)
     assert "llama.cpp" in seen["sessions_llamacpp"].text
+    # one question, one answer: each session's stored decision, word for word, on every page that answers it
+    for kind, sid in ids.items():
+        decision = stored_decision(walk["home"], sid)
+        pages = [f"run_{kind}", f"sessions_{kind}", f"recommend_{kind}"] + (["policies_tiny"] if kind == "tiny" else [])
+        for name in pages:
+            problems += [f"{name} (decision): {p}" for p in decision_violations(
+                seen[name].text, decision.headline(), decision.off or decision.measured is not None)]  # fmt: skip
+        floor = decision.floor or {}
+        said = "it does not hold" in seen[f"sessions_{kind}"].text
+        if floor and said == bool(floor["holds"]):
+            problems.append(f"sessions_{kind} (floor): the page and the floor rule disagree: {floor['sentence']}")
     # n-gram lookup in llama.cpp has no policy to replay: the page says that, not "sessions from before policies"
     assert "No draft of these sessions has a policy to replay" in seen["policies_llamacpp"].text
     assert "from before policies" not in seen["policies_llamacpp"].text
