@@ -428,7 +428,8 @@ def stored_decision(store: Any, session_ids: Sequence[int], rec: Any, *query: An
         st.warning(md_escape(decision.floor["sentence"]), icon=common.ICONS["info"])
     if decision.policy:
         st.caption(md_escape(rv.best_fixed_caption(rec)))
-    st.info(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])  # its figures
+    fixed = st.info if decision.policy else st.warning if rec.off else st.success  # its figures, or its runner-up's
+    fixed(rv.decision_banner(rec, md_escape), icon=common.ICONS["off" if rec.off else "on"])
 
 
 def query_decision(store: Any, session_ids: Sequence[int], *query: Any) -> None:
