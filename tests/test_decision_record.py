@@ -124,6 +124,29 @@ def test_confirm_it_queues_that_configuration_alone_and_its_run_is_then_the_meas
         queue_confirmation(store, [sid], replace(decided, configuration=None, draft=None, gamma=0, measured=None))
 
 
+def test_a_read_only_store_still_answers_and_is_left_untouched(session, tmp_path) -> None:
+    """A query never asked before, on a database that cannot be written: the decision is made and shown, nothing
+    is written, and the file is byte for byte what it was."""
+    import hashlib
+    import shutil
+
+    store, sid, home = session
+    copy = tmp_path / "ro.db"
+    store.engine.dispose()  # the WAL checkpointed into the file before it is copied
+    shutil.copy(home / "spectune.db", copy)
+    copy.chmod(0o444)
+    digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    ro = open_store(f"sqlite:///{copy}")
+    try:
+        assert ro.read_only
+        asked = DecisionQuery(objective="cost", batch_size=3, temperature=0.0)  # stored by nobody yet
+        decision = decision_for(ro, [sid], asked)
+        assert decision.query["objective"] == "cost" and decision.headline()
+    finally:
+        ro.close()
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
+
+
 def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:
     """A stored decision is read as it is (nothing predicts again); a run stored since makes it stale."""
     import engine.service.decisions as decisions

@@ -14,6 +14,7 @@ else off.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -25,6 +26,9 @@ from engine.service.measurement_notes import floor_note
 from engine.service.report_runs import configuration_run, run_verdict
 from engine.session.spec import session_engine
 from engine.session.summarise import run_speedup, stored_speedup_flag
+from store.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,13 @@ class Decision:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # type: ignore[arg-type]
 
 
-def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
-                 store_it: bool = True) -> Decision:  # fmt: skip
+def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery,
+                 in_progress: int | None = None) -> Decision:  # fmt: skip
     """The stored decision for the query over these sessions; made and stored when none is, or when a run was
     stored since it was made. Sessions not yet finished (`in_progress`, or any not done) are decided, never stored:
-    their runs are still coming. SpectuneError when the sessions give nothing to decide from."""
+    their runs are still coming. A store that cannot be written (read-only, or another reader stored the same
+    decision a moment before) still gets the decision, unstored. SpectuneError when the sessions give nothing to
+    decide from."""
     ids = sorted({int(i) for i in session_ids})
     query = canonical(store, ids, query)
     seen = store.newest_run_id(ids)
@@ -108,8 +114,11 @@ def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, i
     if stored is not None and int(stored["runs_seen"]) == seen and in_progress is None:
         return Decision.from_dict(stored["payload"])
     decision = make_decision(store, ids, query, in_progress)
-    if store_it and in_progress is None and _all_finished(store, ids):
-        store.save_decision(ids, query.key(), seen, decision.to_dict())
+    if in_progress is None and not getattr(store, "read_only", False) and _all_finished(store, ids):
+        try:
+            store.save_decision(ids, query.key(), seen, decision.to_dict())
+        except StoreError as exc:
+            log.warning("decision for sessions %s not stored: %s", ids, exc)
     return decision
 
 
