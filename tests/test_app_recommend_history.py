@@ -8,34 +8,17 @@ the page shares a label with another.
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
-import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from engine.analysis.export import format_names
-from foundation.paths import default_database_url
-from store import open_store
 from tests.t5_sessions import T5, store_session
 from tests.test_app_pages import assert_clean
 from tests.test_app_pages import page as app_page
+from tests.test_app_recommend import env as env  # noqa: F401 - the fixture: a fresh data home, no worker
 
 PAGE = "pages/5_Recommend.py"
 NGRAM = {"ngram": (0.6, 0.0, 1.6)}
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
-
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
-    st.cache_data.clear()
-    store = open_store(default_database_url())
-    yield SimpleNamespace(store=store)
-    store.close()
 
 
 def saved_on_the_page(sid: int) -> None:
