@@ -12,7 +12,7 @@ import pandas as pd
 
 from app import data
 from engine.service.api import registry, session_engine, stored_speedup_flag
-from engine.service.measurement_notes import floor_note, loop_note
+from engine.service.measurement_notes import floor_note, loop_note, overhead_note
 from engine.service.report_runs import run_spread, run_verdict, spread_text
 from engine.service.session_status import UNFINISHED_RUNS
 from engine.service.surface import stops_paying as surface_stops
@@ -183,10 +183,11 @@ def floor_warning(session: Mapping[str, Any]) -> str | None:
 
 
 def measurement_captions(session: Mapping[str, Any]) -> list[str]:
-    """How the session measured, as captions: a floor that holds, the loop and its threads."""
-    found = floor_note(session.get("summary"))
+    """How the session measured, as captions: a floor that holds, what measuring cost, the loop and its threads."""
+    summary = session.get("summary")
+    found = floor_note(summary)
     lines = [found.text] if found is not None and not found.off else []
-    return lines + [text for text in (loop_note(session.get("summary")),) if text]
+    return lines + [text for text in (overhead_note(summary), loop_note(summary)) if text]
 
 
 def noisy_note(session: Mapping[str, Any]) -> str | None:

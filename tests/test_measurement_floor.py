@@ -204,3 +204,23 @@ def test_a_slow_first_decode_after_the_prime_cancels(monkeypatch):
     run = report["runs"][0]
     assert run["speedup_measured"] <= run["tokens_per_call"] * 1.10, run
     assert all(d is not None for d in run["divergences"]), "every output judged, its baseline decoded before or after"
+
+
+def test_what_measuring_costs_is_measured_and_said(slow_sweep):
+    """The primes and the A/A decodes are timed beside the configurations' decodes; the share is said in words and
+    a quick session adds its sweeps up."""
+    from engine.measure.noise import MeasurementOverhead
+    from engine.session.quick import merged_overhead
+
+    overhead = MeasurementOverhead.from_dict(slow_sweep["measurement_overhead"])
+    assert overhead is not None and overhead.prime_s > 0 and overhead.aa_s > 0 and overhead.decoding_s > 0
+    # this target's prime pays every first pass (it sleeps at each new length): the cost lands on the prime
+    assert (
+        overhead.prime_s > overhead.aa_s and overhead.share == (overhead.prime_s + overhead.aa_s) / overhead.decoding_s
+    )
+    assert slow_sweep["measurement_overhead"]["sentence"].startswith(f"Measuring cost {overhead.share:.0%}")
+    assert "more than the 25% aimed at" in MeasurementOverhead(1.0, 1.0, 4.0).sentence()
+    assert "aimed at" not in MeasurementOverhead(0.5, 0.5, 8.0).sentence()
+    twice = MeasurementOverhead.from_dict(merged_overhead(slow_sweep["measurement_overhead"],
+                                                          slow_sweep["measurement_overhead"]))  # fmt: skip
+    assert twice is not None and abs(twice.share - overhead.share) < 1e-3 and twice.decoding_s > overhead.decoding_s

@@ -161,6 +161,52 @@ class MeasurementFloor:
             return None
 
 
+OVERHEAD_GOAL = 0.25  # the prime and the A/A decode together should cost at most this share of the decoding
+
+
+@dataclass(frozen=True)
+class MeasurementOverhead:
+    """What measuring honestly cost a session, in wall seconds: each prompt's untimed prime and its A/A decode of
+    the target alone, beside the timed decodes of every configuration. `share` is (prime + A/A) ÷ decoding."""
+
+    prime_s: float = 0.0
+    aa_s: float = 0.0
+    decoding_s: float = 0.0
+
+    @property
+    def share(self) -> float | None:
+        return (self.prime_s + self.aa_s) / self.decoding_s if self.decoding_s > 0 else None
+
+    def plus(self, other: MeasurementOverhead) -> MeasurementOverhead:
+        return MeasurementOverhead(self.prime_s + other.prime_s, self.aa_s + other.aa_s,
+                                   self.decoding_s + other.decoding_s)  # fmt: skip
+
+    def sentence(self) -> str | None:
+        """'Measuring cost 31% on top of decoding (prime 12 s, A/A check 9 s, decoding 68 s)', None when nothing
+        was decoded."""
+        share = self.share
+        if share is None:
+            return None
+        over = f"; more than the {OVERHEAD_GOAL:.0%} aimed at" if share > OVERHEAD_GOAL else ""
+        return (f"Measuring cost {share:.0%} on top of decoding (the prime {self.prime_s:.0f} s, the A/A check "
+                f"{self.aa_s:.0f} s, the configurations' decodes {self.decoding_s:.0f} s){over}.")  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        share = self.share
+        return {"prime_s": round(self.prime_s, 3), "aa_s": round(self.aa_s, 3), "decoding_s": round(self.decoding_s, 3),
+                "share": None if share is None else round(share, 4), "sentence": self.sentence()}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementOverhead | None:
+        """A stored overhead (to_dict), or None when none was stored or it cannot be read."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return cls(float(data["prime_s"]), float(data["aa_s"]), float(data["decoding_s"]))  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
 def floor_off(floor: Mapping[str, object] | None) -> bool:
     """Whether a stored measurement floor says the session's speedups are biased (False when none was stored)."""
     judged = MeasurementFloor.from_dict(floor)

@@ -213,6 +213,8 @@ def run_judgement(flat: dict[str, Any]) -> list[str]:
     floor = flat.get("measurement_floor") or {}
     if floor.get("sentence"):
         lines.append(str(floor["sentence"]))
+    if (flat.get("measurement_overhead") or {}).get("sentence"):
+        lines.append(str(flat["measurement_overhead"]["sentence"]))
     if flat.get("loop"):
         threads = f"; threads {flat['threads_basis']}" if flat.get("threads_basis") else ""
         lines.append(f"loop: {flat['loop_basis'] and flat['loop'] + ' (' + flat['loop_basis'] + ')'}{threads}")
@@ -262,6 +264,7 @@ def flatten_report(report: dict[str, Any], gamma: int) -> dict[str, Any]:
         "speedup_whole_run": run.get("speedup_whole_run") if run else None,
         "speedup_predicted": src.get("speedup_predicted"),
         "measurement_floor": report.get("measurement_floor"),  # the A/A check: target ÷ target, side by side
+        "measurement_overhead": report.get("measurement_overhead"),  # the prime's and the A/A's cost beside decoding
         "loop": report.get("loop"),  # spectune's loop: eager or compiled, and why
         "loop_basis": report.get("loop_basis"),
         "compile_s": report.get("compile_s"),

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.measure.noise import MeasurementFloor
+from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 
 
 @dataclass(frozen=True)
@@ -37,3 +37,9 @@ def loop_note(summary: Mapping[str, Any] | None) -> str | None:
     if summary.get("threads_basis"):
         text += f"; threads: {summary['threads_basis']}"
     return text + "."
+
+
+def overhead_note(summary: Mapping[str, Any] | None) -> str | None:
+    """What the prime and the A/A check cost beside the decoding (MeasurementOverhead.sentence); None without it."""
+    found = MeasurementOverhead.from_dict((summary or {}).get("measurement_overhead"))
+    return None if found is None else found.sentence()

@@ -17,7 +17,7 @@ from typing import Any
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.service.evidence import measured_temperatures
-from engine.service.measurement_notes import floor_note, loop_note
+from engine.service.measurement_notes import floor_note, loop_note, overhead_note
 from engine.service.policies import PolicyReport, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
 from engine.service.report_html import Html, bullets, document, facts, note, number, section, table, tag
@@ -219,6 +219,8 @@ def session_notes(session: Mapping[str, Any]) -> list[Html]:
         out.append(note(summary["machine_note"]))
     if (floor := floor_note(summary)) is not None:
         out.append(note(floor.text) if floor.off else note(floor.text, "info"))
+    if (overhead := overhead_note(summary)) is not None:
+        out.append(note(overhead, "info"))
     if (loop := loop_note(summary)) is not None:
         out.append(note(loop, "info"))
     if summary.get("noisy_runs"):

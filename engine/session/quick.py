@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.core.policy import SpeculationPolicy
 from engine.drafts.refs import draft_method
-from engine.measure.noise import MeasurementFloor
+from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies
 from engine.session.sweep import SweepReport
@@ -127,7 +127,19 @@ def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
         impossible_runs=probe.impossible_runs + confirm.impossible_runs,
         phase_times_s=times, engine_info=probe.engine_info | confirm.engine_info,
         measurement_floor=merged_floor(probe.measurement_floor, confirm.measurement_floor),
+        measurement_overhead=merged_overhead(probe.measurement_overhead, confirm.measurement_overhead),
     )  # fmt: skip
+
+
+def merged_overhead(*stored: dict | None) -> dict | None:
+    """What measuring cost over every sweep of a session (None where no sweep kept it)."""
+    parts = [o for data in stored if (o := MeasurementOverhead.from_dict(data)) is not None]
+    if not parts:
+        return None
+    total = parts[0]
+    for part in parts[1:]:
+        total = total.plus(part)
+    return total.to_dict()
 
 
 def merged_floor(*floors: dict | None) -> dict | None:

@@ -27,7 +27,7 @@ from engine.core.records import Cancelled, PromptOutput
 from engine.drafts.refs import draft_method
 from engine.measure import noise
 from engine.measure.fidelity import classify
-from engine.measure.noise import MeasurementFloor
+from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.measure.telemetry import LoadMeter
 from engine.session.hooks import Hooks, PhaseClock
 from engine.session.runner import (
@@ -75,6 +75,7 @@ class SweepReport:
     confirmation: dict[str, Any] | None = None  # a full session's headline confirmed (engine.service.confirm)
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
     measurement_floor: dict[str, Any] | None = None  # the A/A check (noise.MeasurementFloor.to_dict())
+    measurement_overhead: dict[str, Any] | None = None  # the prime's and the A/A's cost (noise.MeasurementOverhead)
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "engine_info"}
@@ -108,12 +109,14 @@ def run_sweep(
         verify_cost, notes = (verify_cost, []) if verify_cost is not None else _verify_cost(runner, spec, clock)
         clock.start("warming up", 0, 1)
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
-        floor = _decode_all(runner, prompts, tallies, hooks, clock, restored)
+        floor, overhead = _decode_all(runner, prompts, tallies, hooks, clock, restored)
         baselines = _baselines(tallies)
         lowest = min(key.concurrency for key in plan) if plan else 1
         alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == lowest}
         extra = runner.finish(alone, ctx)
-        return _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock, floor)
+        report = _report(runner, spec, tallies, baselines, verify_cost, notes + extra.notes, extra, hooks, clock, floor)
+        report.measurement_overhead = overhead.to_dict()
+        return report
     finally:
         runner.stop()
 
@@ -146,14 +149,15 @@ def _restore(tallies: dict[RunKey, RunTally], hooks: Hooks) -> dict[RunKey, set[
 def _decode_all(
     runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock,
     restored: dict[RunKey, set[int]] | None = None,
-) -> MeasurementFloor | None:  # fmt: skip
+) -> tuple[MeasurementFloor | None, MeasurementOverhead]:  # fmt: skip
     """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed, then every configuration,
     the baselines and the A/A measurement included, in an order that rotates per prompt, so that whatever the first
     decode after a prime pays lands on each configuration in turn and cancels in the per-prompt median. A decode
     that ran before its baseline is judged once the baseline has decoded the prompt. A configuration × prompt in
     `restored` (measured by an earlier attempt) is not decoded again; a prompt all of whose configurations are
     restored is skipped whole, the others get a fresh A/A measurement of the target alone beside what they decode.
-    Returns the measurement floor (None without a baseline)."""
+    Returns the measurement floor (None without a baseline) and what the primes and the A/A decodes cost beside the
+    configurations' decodes."""
     restored = restored or {}
     plan = list(tallies)
     reference = _floor_key([key for key in plan if key.kind == "baseline"])
@@ -163,6 +167,7 @@ def _decode_all(
     meter = LoadMeter(gpu=str(runner.device).startswith("cuda"))
     done = 0
     started = time.perf_counter()
+    spent = {"prime": 0.0, "aa": 0.0, "decoding": 0.0}
     hooks.progress(0, total)
     for index in range(len(prompts)):
         if restored and all(index in restored.get(key, ()) for key in plan):  # measured whole by an earlier attempt
@@ -170,7 +175,9 @@ def _decode_all(
             hooks.progress(done, total)
             continue
         clock.start(f"priming prompt {index + 1} of {len(prompts)}", done, total, None)
+        t0 = time.perf_counter()
         runner.prime(index, _quiet(hooks))
+        spent["prime"] += time.perf_counter() - t0
         shift = index % len(order) if order else 0
         waiting: list[tuple[RunKey, Decoded]] = []
         for key in [*order[shift:], *order[:shift]]:
@@ -181,12 +188,15 @@ def _decode_all(
                 continue
             eta = (time.perf_counter() - started) / done * (total - done) if done else None
             clock.start(f"decoding prompt {index + 1} of {len(prompts)}", done, total, eta)
+            t0 = time.perf_counter()
             if key is None:
                 assert floor is not None
                 _decode_floor(runner, floor, tallies[floor.key], index, hooks)
+                spent["aa"] += time.perf_counter() - t0
             elif tallies[key].failed is None and tallies[key].enough is None:
                 meter.mark()
                 decoded = _decode_one(runner, tallies, key, index, hooks)
+                spent["decoding"] += time.perf_counter() - t0
                 tallies[key].loads.append(meter.read())
                 if decoded is not None:
                     waiting.append((key, decoded))
@@ -195,9 +205,10 @@ def _decode_all(
             hooks.progress(done, total)
         _judge_ready(runner, tallies, index, hooks, waiting, last=True)
         runner.side_measure(index)
+    overhead = MeasurementOverhead(spent["prime"], spent["aa"], spent["decoding"])
     if floor is None:
-        return None
-    return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])), len(floor.decoded))
+        return None, overhead
+    return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])), len(floor.decoded)), overhead
 
 
 def _floor_key(bases: list[RunKey]) -> RunKey | None:
