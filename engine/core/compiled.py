@@ -1,15 +1,23 @@
-"""The compiled loop: a model's short forwards compiled over one static KV cache (after gpt-fast's generate.py).
+"""The compiled loop: a model's short forwards over one static KV cache, one CUDA graph per width on a GPU.
 
-Every forward of width 1..`widest` (a draft's one-token decode, the target's verify of γ+1 tokens) runs one compiled
-call: torch.compile over transformers' StaticCache, on a GPU in "reduce-overhead" mode, which captures a CUDA graph
-per width, so a step costs its kernels rather than their launches. Longer forwards (a prompt's prefill) run eagerly
-into the same cache. A rollback after a rejection moves the cache's position back; nothing is copied. Greedy output
-in float32 is token-identical to the eager loop's (tests/test_compiled_loop.py)."""
+Every forward of width 1..`widest` (a draft's one-token decode, the target's verify of γ+1 tokens) runs one static
+step: the tokens are copied into a static input buffer, the cache position is a device tensor moved in place, and the
+step's kernels (torch.compile, fullgraph, no CUDA graphs of its own; or eager) read and write only static buffers.
+On a GPU each (sequence, width) step is captured once as a CUDA graph (warm-up on a side stream, one memory pool per
+model, after vLLM and SGLang), and a forward is a copy into the input buffer, `graph.replay()` and a read of the
+static output. On a CPU the very same step runs without the capture. Longer forwards (a prompt's prefill) run
+eagerly into the same cache. A rollback after a rejection writes the position in place; no tensor is reassigned or
+copied. Greedy output in float32 is token-identical to the eager loop's (tests/test_compiled_loop.py); what keeps
+the step capturable is checked by tests/test_graph_capture.py."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import time
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -18,6 +26,10 @@ from engine.core.model import LoadedModel
 
 CACHE_GRANULE = 256  # static caches come in powers of two from this many positions: sessions share compiled calls
 RECOMPILE_LIMIT = 64  # a worker compiles a few widths for each model it keeps; torch's default of 8 is too few
+KERNELS = "SPECTUNE_COMPILE_MODE"  # the step's kernels: a torch.compile mode ("default", ...) or "eager"
+STEP_BUFFER = 16  # a sequence's input buffer holds at least this many tokens: a wider γ later needs no new cache
+WARM_UPS = 2  # runs of a step on a side stream before its capture (lazy allocations, autotuning)
+log = logging.getLogger("spectune.compiled")
 
 
 def cache_length(need: int) -> int:
@@ -29,8 +41,14 @@ def cache_length(need: int) -> int:
 
 
 def compile_mode(device: str) -> str:
-    """torch.compile's mode: CUDA graphs on a GPU (launches are the cost there), fused kernels on a CPU."""
-    return "reduce-overhead" if str(device).startswith("cuda") else "default"
+    """How the step's kernels are built: torch.compile "default" on every device (the CUDA graph is captured here, not
+    by torch.compile), or as SPECTUNE_COMPILE_MODE says ("max-autotune-no-cudagraphs", or "eager" for no compile)."""
+    del device  # the same kernels everywhere; the capture alone depends on the device
+    return os.environ.get(KERNELS, "").strip() or "default"
+
+
+class Uncapturable(RuntimeError):
+    """A model whose step cannot run as one static graph (a graph break, a host sync, a failed capture)."""
 
 
 def _raise_recompile_limit() -> None:
@@ -40,13 +58,138 @@ def _raise_recompile_limit() -> None:
             setattr(config, name, RECOMPILE_LIMIT)
 
 
-class CompiledLoop:
-    """One model's compiled forward and its static KV cache, for sequences up to `cache_len` positions and forwards
-    of width up to `widest`. `active` turns it off without dropping what was compiled."""
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """Dynamo's and inductor's warnings silenced for a compile attempt: a failure is reported once, by the caller."""
+    loggers = [logging.getLogger(name) for name in ("torch._dynamo", "torch._inductor", "torch.fx")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
-    def __init__(self, model: LoadedModel, cache_len: int, widest: int) -> None:
+
+HOST_READS = frozenset({"item", "tolist", "_local_scalar_dense", "nonzero", "unique", "masked_select"})
+
+
+class HostRead(RuntimeError):
+    """A traced step holds an op that reads the device from the host or has a data-dependent shape."""
+
+
+def host_reads(gm: torch.fx.GraphModule) -> list[str]:
+    """The ops of `gm` that cannot be captured in a CUDA graph: host reads (.item(), .tolist()) and data-dependent
+    shapes (nonzero and its kin), by name, in graph order."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
+        if HOST_READS & set(str(name).split(".")):
+            found.append(str(name))
+    return found
+
+
+def checked(backend: Any) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
+    """`backend` (a callable or a registered name) behind a check of each traced graph: one with a host read raises
+    HostRead before compiling."""
+    if isinstance(backend, str):
+        backend = torch._dynamo.lookup_backend(backend)
+
+    def compile_checked(gm: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        reads = host_reads(gm)
+        if reads:
+            raise HostRead(f"its forward reads the device from the host ({', '.join(dict.fromkeys(reads))})")
+        return backend(gm, inputs)
+
+    return compile_checked
+
+
+def _first_line(exc: BaseException) -> str:
+    """The reason a one-line report gives: a HostRead's message where the chain holds one, else the exception's
+    first non-empty line, shortened."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, HostRead):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    guard = next((part for line in lines for part in line.split(". ") if "data-dependent" in part), None)
+    if guard is not None:
+        return f"its forward branches on a value read from the device ({guard.rstrip('.')})"[:200]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+class StaticSequence:
+    """One sequence's static KV cache (transformers' StaticCache) with its position as a device tensor.
+
+    Every buffer keeps its address for the sequence's life: the K/V tensors, `position` (int64 scalar), the input
+    ids (1, widest) and the position offsets. `length` is the host's count of cached positions, kept for the
+    caller's bookkeeping; the step itself reads only `position`."""
+
+    def __init__(self, config: Any, cache_len: int, widest: int, device: str) -> None:
         from transformers import StaticCache
 
+        self.cache = StaticCache(config=config, max_cache_len=cache_len)
+        self.position = torch.zeros((), dtype=torch.long, device=device)
+        self.ids = torch.zeros((1, widest), dtype=torch.long, device=device)
+        self.offsets = torch.arange(widest, dtype=torch.long, device=device)
+        self.length = 0
+        for buffer in (self.position, self.ids, self.offsets):
+            torch._dynamo.mark_static_address(buffer)
+
+    @property
+    def layers(self) -> list[Any]:
+        return self.cache.layers
+
+    def get_seq_length(self) -> int:
+        """Cached positions, as the host counts them (no device read)."""
+        return self.length
+
+    def rollback(self, length: int) -> None:
+        """Keep the first `length` positions: one in-place write of the position, no copy, no reassignment."""
+        if length < self.length:
+            with torch.inference_mode():  # the buffers are inference tensors, moved in place only in inference mode
+                self.position.fill_(length)
+            self.length = length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """transformers' crop by a negative count, as a rollback."""
+        self.rollback(self.length - abs(tokens_to_remove))
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the step reads or writes in place (each must keep its data_ptr)."""
+        own = [self.position, self.ids, self.offsets]
+        return own + [t for layer in self.layers for t in (layer.keys, layer.values, layer.cumulative_length)]
+
+
+def static_step(model: Any, seq: StaticSequence, width: int) -> torch.Tensor:
+    """One forward of `seq.ids[:, :width]` at `seq.position`, appended to the cache; its logits (width, V).
+
+    Only static buffers and device arithmetic: the position is never read on the host, so a step compiles once per
+    width and a CUDA graph of it replays at any position. The layers' own counters are set from the position first
+    (a rollback writes the position alone)."""
+    for layer in seq.cache.layers:
+        layer.cumulative_length.copy_(seq.position)
+    positions = (seq.position + seq.offsets[:width]).unsqueeze(0)
+    out = model(input_ids=seq.ids[:, :width], position_ids=positions, cache=seq.cache, use_cache=True,
+                logits_to_keep=0)  # fmt: skip
+    seq.position.add_(width)
+    return out.logits[0]
+
+
+class CompiledLoop:
+    """One model's static steps and its static KV caches, for sequences up to `cache_len` positions and forwards
+    of width up to `widest`. `active` turns it off without dropping what was compiled or captured.
+
+    `backend` is torch.compile's backend (None: inductor in compile_mode's mode; "eager" kernels skip compiling);
+    tests pass a recording or counting one."""
+
+    def __init__(self, model: LoadedModel, cache_len: int, widest: int, backend: Any = None) -> None:
         _raise_recompile_limit()
         self.model = model
         self.cache_len = cache_len
@@ -55,76 +198,156 @@ class CompiledLoop:
         self.mode = compile_mode(model.device)
         self.compile_s = 0.0
         self.compiled_widths: set[int] = set()
-        self._caches: dict[str, Any] = {}  # one static cache per sequence in flight: "target", "draft"
-        self._new_cache = lambda: StaticCache(config=model.model.config, max_cache_len=cache_len)
-        self._call = torch.compile(model.model.__call__, mode=self.mode, dynamic=None, fullgraph=False)
+        self._caches: dict[str, StaticSequence] = {}  # one per sequence in flight: "target", "draft"
         self._cuda = str(model.device).startswith("cuda")
+        self._graphs: dict[tuple[str, int], tuple[Any, torch.Tensor]] = {}  # (slot, width): graph, its output
+        self._pool = torch.cuda.graph_pool_handle() if self._cuda else None
+        self._step = self._compiled_step(backend)
+
+    def _compiled_step(self, backend: Any) -> Callable[[Any, StaticSequence, int], torch.Tensor]:
+        """static_step compiled whole (fullgraph: a graph break raises), one graph per width (dynamic=False), each
+        graph checked for host reads first; "eager" kernels trace it with the same check and run it eagerly."""
+        if backend is None:
+            backend = "eager" if self.mode == "eager" else torch._TorchCompileInductorWrapper(self.mode, None, False)
+        return torch.compile(static_step, backend=checked(backend), dynamic=False, fullgraph=True)
 
     def fits(self, need: int) -> bool:
         """Whether sequences of `need` positions fit this loop's static cache."""
         return need <= self.cache_len
 
     def owns(self, cache: object) -> bool:
+        """Whether `cache` is one of this loop's static sequences."""
         return any(cache is mine for mine in self._caches.values())
 
     def covers(self, width: int) -> bool:
+        """Whether a forward of `width` tokens runs as a static step (wider ones run eagerly)."""
         return 1 <= width <= self.widest
 
     @torch.inference_mode()  # the cache's tensors are inference tensors: moved in place only in inference mode
-    def empty_cache(self, slot: str = "target") -> Any:
-        """The static cache of `slot` (the model as a target, or as its own draft), rolled back to no positions; its
-        buffers stay where the compiled calls expect them."""
-        cache = self._caches.get(slot)
-        if cache is None:
-            cache = self._caches[slot] = self._initialised(self._new_cache())
-        current = int(cache.get_seq_length())
-        if current > 0:
-            cache.crop(-current)
-        return cache
+    def empty_cache(self, slot: str = "target") -> StaticSequence:
+        """The static sequence of `slot` (the model as a target, or as its own draft), rolled back to no positions;
+        its buffers stay where the steps expect them. A new slot runs (on a GPU: captures) every compiled width."""
+        seq = self._caches.get(slot)
+        if seq is None:
+            seq = self._caches[slot] = self._initialised(self._new_sequence())
+            for width in sorted(self.compiled_widths):
+                self._prepare(slot, width)
+        seq.rollback(0)
+        return seq
+
+    @property
+    def buffer_width(self) -> int:
+        """The widest step its sequences' input buffers hold."""
+        return max(self.widest, STEP_BUFFER)
+
+    def _new_sequence(self) -> StaticSequence:
+        return StaticSequence(self.model.model.config, self.cache_len, self.buffer_width, self.model.device)
+
+    def _initialised(self, seq: StaticSequence) -> StaticSequence:
+        """`seq` with its K/V buffers allocated by one eager forward, outside any compiled region and before any
+        capture (allocated inside one, their addresses would belong to it)."""
+        self.prefill(torch.zeros((1, 1), dtype=torch.long), seq)
+        seq.rollback(0)
+        return seq
+
+    def prefill(self, ids: torch.Tensor, seq: StaticSequence, keep: int = 1) -> torch.Tensor:
+        """An eager forward of `ids` (1, n) of any width into `seq` at its position; the last `keep` logits."""
+        width = ids.shape[1]
+        for layer in seq.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(seq.length)
+        ids = ids.to(self.model.device)
+        positions = torch.arange(seq.length, seq.length + width, device=self.model.device).unsqueeze(0)
+        out = self.model.model(input_ids=ids, position_ids=positions, cache=seq.cache, use_cache=True,
+                               logits_to_keep=keep)  # fmt: skip
+        seq.position.add_(width)
+        seq.length += width
+        return out.logits[0]
 
     @torch.inference_mode()
-    def _initialised(self, cache: Any) -> Any:
-        """`cache` with its buffers allocated by one eager forward, outside any compiled region: allocated there,
-        they would not be marked as static addresses, and CUDA graphs would be skipped for the in-place updates."""
-        ids = torch.zeros((1, 1), dtype=torch.long, device=self.model.device)
-        self.model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        return cache
+    def forward(self, ids: torch.Tensor, cache: StaticSequence, keep: int) -> torch.Tensor:
+        """The forward of `ids` (1, width) appended to `cache`; the last `keep` positions' logits, a copy (a CUDA
+        graph's output buffer is overwritten by its next replay). A covered width runs its static step."""
+        width = ids.shape[1]
+        if not self.covers(width):
+            return self.prefill(ids, cache, keep)[-keep:]
+        cache.ids[:, :width].copy_(ids)
+        slot = self._slot(cache)
+        graph = self._graphs.get((slot, width))
+        if graph is not None:
+            graph[0].replay()
+            logits = graph[1]
+        else:
+            logits = self._step(self.model.model, cache, width)
+        cache.length += width
+        return logits[-keep:].clone()
 
-    def forward(self, ids: torch.Tensor, cache: object, keep: int) -> torch.Tensor:
-        """The compiled forward of `ids` (1, width) appended to the cache; the last `keep` positions' logits, a copy
-        (a CUDA graph's output buffer is overwritten by its next replay)."""
-        if self._cuda:
-            torch.compiler.cudagraph_mark_step_begin()
-        out = self._call(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=0)
-        return out.logits[0, -keep:].clone()
+    def _slot(self, cache: StaticSequence) -> str:
+        return next(slot for slot, mine in self._caches.items() if mine is cache)
+
+    def _prepare(self, slot: str, width: int) -> None:
+        """Run `width`'s step on `slot` once (compiling it), and on a GPU capture it; the position is restored."""
+        seq = self._caches[slot]
+        with _quiet_dynamo():
+            try:
+                self._step(self.model.model, seq, width)
+            except Exception as exc:
+                raise Uncapturable(f"{self.model.ref} cannot run as one static graph: {_first_line(exc)}") from exc
+        seq.position.fill_(seq.length)
+        if self._cuda and (slot, width) not in self._graphs:
+            try:
+                self._graphs[(slot, width)] = self._capture(seq, width)
+            except Exception as exc:
+                raise Uncapturable(f"{self.model.ref} cannot be captured as a CUDA graph: {_first_line(exc)}") from exc
+
+    def _capture(self, seq: StaticSequence, width: int) -> tuple[Any, torch.Tensor]:
+        """`width`'s step captured as a CUDA graph after warm-ups on a side stream; the graph and its output."""
+        stream = torch.cuda.Stream(device=self.model.device)
+        stream.wait_stream(torch.cuda.current_stream(self.model.device))
+        with torch.cuda.stream(stream):
+            for _ in range(WARM_UPS):
+                self._step(self.model.model, seq, width)
+                seq.position.fill_(seq.length)
+        torch.cuda.current_stream(self.model.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            output = self._step(self.model.model, seq, width)
+        seq.position.fill_(seq.length)  # a capture records the step without running it; this keeps it that way
+        return graph, output
 
     @torch.inference_mode()
     def compile(self, widths: Iterable[int]) -> float:
-        """Compile (on a GPU: capture) each width now, on a scratch sequence, so that no timed step pays for it;
-        returns the seconds it took (a phase of its own in the live view)."""
+        """Compile each width now and, on a GPU, capture it for every sequence slot, so that no timed step pays for
+        it; returns the seconds it took (a phase of its own in the live view). Raises Uncapturable, in one line,
+        for a model whose step breaks into several graphs or cannot be captured."""
         todo = sorted({w for w in widths if self.covers(w)} - self.compiled_widths)
         if not todo:
             return 0.0
         start = time.perf_counter()
-        filler = torch.zeros((1, max(todo)), dtype=torch.long, device=self.model.device)
-        for width in todo:
-            for _ in range(3):  # compile, then (CUDA graphs) warm up and record, then replay once
-                cache = self.empty_cache()
-                self.forward(filler[:, :width], cache, 1)
-            self.compiled_widths.add(width)
         self.empty_cache()
+        for width in todo:
+            for slot in list(self._caches):
+                self._caches[slot].rollback(0)
+                self._prepare(slot, width)
+            self.compiled_widths.add(width)
+        for seq in self._caches.values():
+            seq.rollback(0)
         if self._cuda:
             torch.cuda.synchronize(self.model.device)
         elapsed = time.perf_counter() - start
         self.compile_s += elapsed
         return elapsed
 
+    def graph_count(self) -> int:
+        """How many CUDA graphs this loop holds (0 on a CPU)."""
+        return len(self._graphs)
+
 
 def use_compiled(model: LoadedModel, need: int, widest: int) -> CompiledLoop:
     """Make `model` decode in its compiled loop, for sequences of `need` positions and forwards up to `widest`
     tokens: the loop it already has when that fits, else a new one (a larger static cache compiles anew)."""
     loop = model.compiled
-    if loop is None or not loop.fits(need):
+    if loop is None or not loop.fits(need) or loop.buffer_width < widest:
         loop = CompiledLoop(model, cache_length(need), widest)
         model.compiled = loop
     loop.widest = max(loop.widest, widest)  # a new width compiles on its first call (CompiledLoop.compile)

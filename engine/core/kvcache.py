@@ -1,8 +1,9 @@
 """The KV cache: one forward step over a cache, cropping it back, a cache for a sequence, and the device sync.
 
 In the eager loop a sequence's cache is a DynamicCache that grows and is cropped by slicing. In the compiled loop
-(engine.core.compiled) it is the model's one static cache: a forward of a compiled width runs the compiled call,
-and a crop only moves the cache's position back."""
+(engine.core.compiled) it is one of the model's static sequences: every forward goes through the compiled loop (a
+compiled width as its static step, a longer one eagerly into the same buffers), and a crop writes the sequence's
+device position in place, reading nothing back from the device."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from engine.core.model import LoadedModel
 
 def forward_step(model: LoadedModel, input_ids: list[int], cache: object, keep: int) -> torch.Tensor:
     """One forward over `input_ids` appended to `cache`; logits of the last `keep` positions, (keep, V)."""
-    ids = torch.tensor([input_ids], dtype=torch.long, device=model.device)
     compiled = model.compiled
-    if compiled is not None and compiled.owns(cache) and compiled.covers(len(input_ids)):
-        return compiled.forward(ids, cache, keep)
+    if compiled is not None and compiled.owns(cache):  # copied into its static input buffer from the host
+        return compiled.forward(torch.tensor([input_ids], dtype=torch.long), cache, keep)
+    ids = torch.tensor([input_ids], dtype=torch.long, device=model.device)
     out = model.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
     return out.logits[0, -keep:]
 
@@ -24,6 +25,10 @@ def forward_step(model: LoadedModel, input_ids: list[int], cache: object, keep: 
 def crop_to(cache: object, length: int) -> None:
     """Roll a KV cache back to `length` positions (transformers 5 crops by a negative count; a static cache moves
     its position back and copies nothing)."""
+    rollback = getattr(cache, "rollback", None)
+    if rollback is not None:  # a static sequence: the position is written in place, nothing is read back
+        rollback(length)
+        return
     current = int(cache.get_seq_length())
     if current > length:
         cache.crop(length - current)

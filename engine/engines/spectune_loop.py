@@ -8,6 +8,7 @@ $SPECTUNE_HOME/loop_probes.json, so a machine probes a target once. SPECTUNE_LOO
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.compiled import use_compiled, use_eager
+from engine.core.compiled import Uncapturable, use_compiled, use_eager
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
 from engine.core.proposal import NoDraft
@@ -25,6 +26,7 @@ from foundation.paths import spectune_home
 PROBE_TOKENS = 16
 PROBE_MARGIN = 0.10  # the compiled loop must be this much faster to be chosen: compiling costs time of its own
 OVERRIDE = "SPECTUNE_LOOP"
+log = logging.getLogger("spectune.loop")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class LoopProbe:
 
     def sentence(self) -> str:
         if self.compiled_ms is None:
-            return f"eager: the compiled loop failed ({self.error})"
+            return f"eager: {self.error}"
         return (f"{self.loop}: the probe measured {self.eager_ms:.1f} ms per token eager and {self.compiled_ms:.1f} "
                 f"compiled (after a {self.compile_s:.0f} s compile)")  # fmt: skip
 
@@ -87,6 +89,15 @@ def _ms_per_token(target: LoadedModel, ids: list[int], tokens: int) -> float:
     return (out.wall_time_s - out.prefill_time_s) * 1000.0 / max(1, len(steps))
 
 
+def refusal(model: LoadedModel, exc: BaseException) -> str:
+    """One line naming the model and why its compiled loop was refused: Uncapturable's own line (it names both), or
+    the first line of any other failure."""
+    if isinstance(exc, Uncapturable):
+        return f"{exc}; decoding eagerly"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return f"{model.ref}: the compiled loop failed ({type(exc).__name__}: {first}); decoding eagerly"
+
+
 def probe(target: LoadedModel, ids: list[int], need: int, widest: int, hardware: str) -> LoopProbe:
     """Time the target alone in both loops on `ids` (PROBE_TOKENS tokens, rounds side by side) and choose."""
     use_eager(target)
@@ -104,7 +115,8 @@ def probe(target: LoadedModel, ids: list[int], need: int, widest: int, hardware:
             use_compiled(target, need, widest)
     except Exception as exc:  # noqa: BLE001 - a model or backend that does not compile decodes eagerly
         use_eager(target)
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        reason = refusal(target, exc)
+        log.warning("%s", reason)  # the one line a refused model gets; dynamo's own warnings were silenced
         return LoopProbe(hardware, target.ref, target.dtype, target.device, min(eager), None, 0.0, "eager", reason)
     use_eager(target)
     chosen = "compiled" if min(compiled) < min(eager) * (1.0 - PROBE_MARGIN) else "eager"
@@ -151,5 +163,7 @@ def setup_note(spec: Any, hardware: str) -> str | None:
     if asked == "auto" and found[-1].loop == "eager":
         return None
     took = f"about {found[-1].compile_s:.0f} s per model, as the probe here measured" if found else "not yet timed here"
-    return (f"Compiling: each model compiles once per worker before decoding ({took}); a phase of its own, "
-            "not counted in the time above.")
+    return (
+        f"Compiling: each model compiles once per worker before decoding ({took}); a phase of its own, "
+        "not counted in the time above."
+    )
