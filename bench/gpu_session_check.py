@@ -3,14 +3,20 @@ and a quick session on a GGUF given by path.
 
 Usage:
     python bench/gpu_session_check.py --tokenizer DIR [--gguf SmolLM2-135M-Instruct.Q4_1.gguf] [--prompts FILE]
-        [--parts loops,floor,quick] [--out gpu_session_check.json]
+        [--parts loops,floor,quick] [--budget PART=SECONDS ...] [--kernels default|eager|max-autotune-no-cudagraphs]
+        [--out gpu_session_check.json]
+    python bench/gpu_session_check.py --dry-run --out dry.json   # tiny models on the CPU: budgets and JSON only
 
-On a GPU host it runs, in about 5 minutes:
+Every part runs under a time budget of its own (PART_BUDGET_S, or --budget): past it, the part stops where it is,
+keeps what it measured and says `over_budget`; the JSON is written after every part. `--parts loops,floor` is sized
+for about 6 minutes on an H100, compiles included. On a GPU host it runs:
 - NVML sampling every 0.5 s throughout (the session's own sampler, source "nvml");
 - `loops`: a randomly initialised SmolLM2-1.7B-shaped target (a Llama config built on the GPU; no weights to carry)
   decoding alone in the eager loop and in the compiled loop (static KV cache, CUDA graphs), ms per token beside the
   memory roofline; and c of a 135M-shaped draft (SmolLM2-135M's config; its real weights when --gguf is given) in
-  both loops;
+  both loops; and per model and width (`per_call`): the compile and capture seconds, the wall time of a call, the
+  GPU kernel time of a call (the profiler's kernel events), their difference (the host's overhead), and the
+  cudaGraphLaunch and kernel-launch calls per call (one graph launch and no kernel launch when the graph replays);
 - `generate`: the same target in transformers' own `generate`, eager and with a static cache and torch.compile;
 - `floor`: a sweep on that target (n-gram γ 2 and 4, the 135M draft at γ 4) in the compiled loop and again in the
   eager loop: each session's A/A measurement floor and every speedup against its bound;
@@ -18,20 +24,25 @@ On a GPU host it runs, in about 5 minutes:
 
 It writes one JSON and prints a summary; exit 0 when every part ran and every goal held, 1 otherwise. It needs torch,
 transformers, gguf, SQLAlchemy, Alembic, nvidia-ml-py, psutil and prometheus-client: no Streamlit, no llama.cpp.
-Without a GPU it runs on the CPU (slowly, with smaller shapes: `--small`), which is how it is tested.
+Without a GPU it runs on the CPU (slowly, with smaller shapes: `--small`); `--dry-run` runs the parts' machinery on
+two tiny models in seconds, which is how it is tested (tests/test_gpu_session_check.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +56,39 @@ DRAFT_SHAPE = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers
 SMALL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                "num_key_value_heads": 2, "rope_theta": 10000.0}  # fmt: skip
 DECODE_TOKENS = 128
+PART_BUDGET_S = {"loops": 150.0, "generate": 120.0, "floor": 200.0, "quick": 900.0}  # loops + floor: about 6 minutes
+LOOP_WIDTHS = {"target": (1, 2, 3, 5), "draft": (1,)}  # what `loops` compiles; `floor` adds the rest of 1..5
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+TINY_TARGET, TINY_DRAFT = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"  # --dry-run's models
+
+
+class OverBudget(Exception):
+    """A part ran past its time budget."""
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float) -> Iterator[Callable[[str], None]]:
+    """Run a part under `seconds`: the check it yields raises OverBudget between steps once they are spent, and an
+    alarm (where there is SIGALRM, on the main thread) raises it inside a step that overruns."""
+    deadline = time.monotonic() + seconds
+
+    def check(what: str) -> None:
+        if time.monotonic() > deadline:
+            raise OverBudget(f"its budget of {seconds:g} s was spent before {what}")
+
+    def ring(signum: int, frame: Any) -> None:
+        raise OverBudget(f"its budget of {seconds:g} s was spent")
+
+    alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, ring) if alarm else None
+    if alarm:
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield check
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 def random_llama(ref: str, shape: dict[str, Any], tokenizer: Any, device: str, dtype: str, seed: int) -> Any:
@@ -109,8 +153,6 @@ def ms_per_token(model: Any, ids: list[int], tokens: int, rounds: int = 3) -> fl
 
 def forward_ms(model: Any, ids: list[int], width: int = 1, reps: int = 30) -> float:
     """Median ms of a `width`-token forward over a warm cache, in the loop `model` decodes in now."""
-    import statistics
-
     import torch
 
     from engine.core.kvcache import crop_to, forward_step, sequence_cache, sync
@@ -130,13 +172,73 @@ def forward_ms(model: Any, ids: list[int], width: int = 1, reps: int = 30) -> fl
     return statistics.median(times[3:]) * 1000.0
 
 
-def part_loops(ctx: dict[str, Any]) -> dict[str, Any]:
-    """Eager vs compiled ms/token of the target alone, the roofline, and c of the draft in both loops."""
-    from engine.core.compiled import use_compiled, use_eager
+def _launches(events: list[Any], reps: int) -> dict[str, Any]:
+    """Per call, from the profiler's events of `reps` calls: GPU kernel ms, and graph and kernel launches."""
+    from torch.autograd import DeviceType
 
-    target, draft, ids = ctx["target"], ctx["draft"], ctx["ids"]
-    need = len(ids) + DECODE_TOKENS + 16
-    out: dict[str, Any] = {"target_weights_gb": round(weights_gb(target), 3)}
+    def ms(event: Any) -> float:
+        return (event.time_range.end - event.time_range.start) / 1000.0
+
+    device = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in device if not e.name.startswith(("Memcpy", "Memset"))]
+    names = [e.name for e in events if e.device_type == DeviceType.CPU]
+    return {
+        "kernel_ms": round(sum(ms(e) for e in kernels) / reps, 4) if device else None,
+        "kernels": round(len(kernels) / reps, 1),
+        "graph_launches": round(sum("GraphLaunch" in n for n in names) / reps, 1),
+        "kernel_launches": round(sum(n in KERNEL_LAUNCHES for n in names) / reps, 1),
+    }
+
+
+def call_costs(model: Any, ids: list[int], width: int, reps: int) -> dict[str, Any]:
+    """One model's `width`-token call: wall ms (median), GPU kernel ms, the host's overhead (their difference), and
+    the launches a call makes, from `reps` calls under the profiler after the timed ones."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine.core.kvcache import crop_to, forward_step, sequence_cache
+
+    wall = forward_ms(model, ids, width, reps)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(model.device).startswith("cuda") else [])
+    with torch.inference_mode():
+        cache = sequence_cache(model)
+        forward_step(model, ids, cache, 1)
+        with profile(activities=activities) as prof:
+            for _ in range(reps):
+                forward_step(model, ids[:width], cache, width)
+                crop_to(cache, len(ids))
+    costs = {"wall_ms": round(wall, 4)} | _launches(list(prof.events()), reps)
+    if costs["kernel_ms"] is not None:
+        costs["host_overhead_ms"] = round(wall - costs["kernel_ms"], 4)
+    return costs
+
+
+def compiled_costs(ctx: dict[str, Any], out: dict[str, Any], need: int) -> None:
+    """Compile each model's widths for `loops` one at a time, and measure each call (`per_call`)."""
+    from engine.core.compiled import use_compiled
+
+    out["per_call"] = {}
+    for role in ("target", "draft"):
+        model, widths = ctx[role], ctx["widths"][role]
+        loop = use_compiled(model, need, max(widths))
+        for width in widths:
+            ctx["check"](f"compiling the {role} at width {width}")
+            compile_s = loop.compile([width])
+            costs = call_costs(model, ctx["ids"], width, ctx["reps"])
+            graphs = loop.graph_count()
+            out["per_call"].setdefault(role, {})[str(width)] = {"compile_s": round(compile_s, 2), "graphs": graphs,
+                                                                 **costs}  # fmt: skip
+            print(f"   {role} width {width}: {json.dumps(out['per_call'][role][str(width)])}", flush=True)
+
+
+def part_loops(ctx: dict[str, Any], out: dict[str, Any]) -> None:
+    """Eager vs compiled ms/token of the target alone, the roofline, c of the draft in both loops, and per model
+    and width the compile, wall, kernel and host time of a call and its launches."""
+    from engine.core.compiled import use_eager
+
+    target, draft, ids, tokens = ctx["target"], ctx["draft"], ctx["ids"], ctx["decode_tokens"]
+    need = len(ids) + tokens + 16
+    out["target_weights_gb"] = round(weights_gb(target), 3)
     bandwidth = copy_bandwidth_gb_s(target.device)
     if bandwidth:
         out["copy_gb_s"] = round(bandwidth, 1)
@@ -145,23 +247,22 @@ def part_loops(ctx: dict[str, Any]) -> dict[str, Any]:
     use_eager(target)
     use_eager(draft)
     ms_per_token(target, ids, 8, rounds=1)  # first pass over the shapes, untimed
-    out["eager_ms_per_token"] = round(ms_per_token(target, ids, DECODE_TOKENS), 3)
+    out["eager_ms_per_token"] = round(ms_per_token(target, ids, tokens), 3)
     out["eager_c"] = round(forward_ms(draft, ids) / forward_ms(target, ids), 3)
+    ctx["check"]("the compiled loop")
     started = time.perf_counter()
-    use_compiled(target, need, 9).compile(range(1, 10))
-    use_compiled(draft, need, 9).compile(range(1, 10))
-    out["compile_s"] = round(time.perf_counter() - started, 1)
-    out["compiled_ms_per_token"] = round(ms_per_token(target, ids, DECODE_TOKENS), 3)
-    target_ms, draft_ms = forward_ms(target, ids), forward_ms(draft, ids)
-    out["compiled_target_forward_ms"] = round(target_ms, 3)
-    out["compiled_draft_forward_ms"] = round(draft_ms, 3)
-    out["compiled_c"] = round(draft_ms / target_ms, 3)
-    out["compiled_v"] = {k: round(forward_ms(target, ids, k) / target_ms, 3) for k in (2, 3, 5, 9)}
+    compiled_costs(ctx, out, need)
+    out["compile_s"] = round(sum(w["compile_s"] for m in out["per_call"].values() for w in m.values()), 1)
+    out["loops_s_with_measuring"] = round(time.perf_counter() - started, 1)
+    ctx["check"]("the compiled decode")
+    out["compiled_ms_per_token"] = round(ms_per_token(target, ids, tokens), 3)
+    target_ms = out["per_call"]["target"]["1"]["wall_ms"]
+    out["compiled_c"] = round(out["per_call"]["draft"]["1"]["wall_ms"] / target_ms, 3)
+    out["compiled_v"] = {k: round(v["wall_ms"] / target_ms, 3) for k, v in out["per_call"]["target"].items()}
     out["eager_over_compiled"] = round(out["eager_ms_per_token"] / out["compiled_ms_per_token"], 2)
     if ctx["gpu"]:
         out["goal_compiled_ms"] = out["compiled_ms_per_token"] <= GOALS["compiled_ms_max"]
         out["goal_draft_c"] = out["compiled_c"] <= GOALS["draft_c_max"]
-    return out
 
 
 def generate_ms_per_token(model: Any, ids: list[int], tokens: int, static: bool) -> tuple[float, float]:
@@ -196,13 +297,15 @@ def generate_ms_per_token(model: Any, ids: list[int], tokens: int, static: bool)
     return best * 1000.0 / (tokens - 1), first
 
 
-def part_generate(ctx: dict[str, Any]) -> dict[str, Any]:
+def part_generate(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """The target alone in transformers' `generate`, eager and static + compiled, beside spectune's loops."""
     target, ids = ctx["target"], ctx["ids"]
-    eager_ms, _ = generate_ms_per_token(target, ids, DECODE_TOKENS, static=False)
-    static_ms, first_s = generate_ms_per_token(target, ids, DECODE_TOKENS, static=True)
-    return {"generate_eager_ms_per_token": round(eager_ms, 3), "generate_static_compiled_ms_per_token":
-            round(static_ms, 3), "generate_first_call_s": round(first_s, 1)}  # fmt: skip
+    eager_ms, _ = generate_ms_per_token(target, ids, ctx["decode_tokens"], static=False)
+    out["generate_eager_ms_per_token"] = round(eager_ms, 3)
+    ctx["check"]("the compiled generate")
+    static_ms, first_s = generate_ms_per_token(target, ids, ctx["decode_tokens"], static=True)
+    out["generate_static_compiled_ms_per_token"] = round(static_ms, 3)
+    out["generate_first_call_s"] = round(first_s, 1)
 
 
 def _bound(run: dict[str, Any]) -> float | None:
@@ -214,7 +317,7 @@ def _bound(run: dict[str, Any]) -> float | None:
     return per_call / (1.0 + share)
 
 
-def part_floor(ctx: dict[str, Any]) -> dict[str, Any]:
+def part_floor(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """A sweep on the target in each loop: its measurement floor and every speedup against its bound."""
     from engine.engines import registry
     from engine.models.pool import ModelPool
@@ -223,11 +326,11 @@ def part_floor(ctx: dict[str, Any]) -> dict[str, Any]:
     pool = ModelPool()
     pool.adopt(ctx["target"])
     pool.adopt(ctx["draft"])
-    out: dict[str, Any] = {}
     for loop in ("compiled", "eager"):
+        ctx["check"](f"the sweep in the {loop} loop")
         spec = SessionSpec(target=ctx["target"].ref, drafts=["ngram", ctx["draft"].ref], gammas=[2, 4],
                            max_new_tokens=ctx["floor_tokens"], dtype=ctx["dtype"], device=ctx["device"],
-                           chat_template=True, loop=LoopOptions(loop))  # fmt: skip
+                           chat_template=ctx["chat_template"], loop=LoopOptions(loop))  # fmt: skip
         started = time.perf_counter()
         report = registry.sweep(spec, ctx["prompts"][: ctx["floor_prompts"]], pool=pool).to_dict()
         runs = []
@@ -248,14 +351,14 @@ def part_floor(ctx: dict[str, Any]) -> dict[str, Any]:
         if ctx["gpu"] and spread.get("median") is not None:
             out[loop]["goal_floor"] = abs(spread["median"] - 1.0) <= GOALS["floor_within"]
         out[loop]["goal_bounds"] = not any(r["unflagged_above_bound"] for r in runs)
-    return out
 
 
-def part_quick(ctx: dict[str, Any]) -> dict[str, Any]:
+def part_quick(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """A quick session on the GGUF by path through the CLI, in a store of its own; its summary as stored."""
     gguf = ctx.get("gguf")
     if not gguf:
-        return {"skipped": "no --gguf given"}
+        out["skipped"] = "no --gguf given"
+        return
     home = Path(tempfile.mkdtemp(prefix="spectune-gpu-check-"))
     env = dict(os.environ, SPECTUNE_HOME=str(home), PYTHONUNBUFFERED="1")
     python = [sys.executable, "-m", "engine"]
@@ -266,17 +369,18 @@ def part_quick(ctx: dict[str, Any]) -> dict[str, Any]:
     root = Path(__file__).resolve().parent.parent
     started = time.perf_counter()
     steps = {}
-    for name, command in (
+    for name, command in (  # each step's timeout is what is left of the part's budget
         ("submit", submit),
         ("worker", python + ["worker", "--once"]),
         ("sessions", python + ["sessions"]),
         ("recommend", python + ["recommend", "--session", "1"]),
     ):
+        ctx["check"](f"the CLI's {name}")
         done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=ctx["quick_timeout"])
         steps[name] = {"rc": done.returncode, "tail": (done.stdout + done.stderr)[-1500:]}
         if done.returncode != 0 and name in ("submit", "worker"):
             break
-    out: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 1), "steps": steps}
+    out |= {"seconds": round(time.perf_counter() - started, 1), "steps": steps}
     from store.open import open_store
 
     store = open_store(f"sqlite:///{home / 'spectune.db'}")
@@ -296,7 +400,6 @@ def part_quick(ctx: dict[str, Any]) -> dict[str, Any]:
         r["whole_run"] and r["tokens_per_call"] and r["whole_run"] > r["tokens_per_call"] * 1.05 and not r["flag"]
         for r in out["runs"]
     )
-    return out
 
 
 def sampler_summary(sampler: Any) -> dict[str, Any]:
@@ -315,70 +418,132 @@ def sampler_summary(sampler: Any) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; --budget PART=SECONDS overrides PART_BUDGET_S, part by part."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default="gpu_session_check.json")
-    parser.add_argument("--tokenizer", required=True, help="a tokenizer directory (SmolLM2's: vocabulary 49152)")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer directory (SmolLM2's: vocabulary 49152)")
     parser.add_argument("--gguf", default=None, help="the bundled SmolLM2-135M GGUF, by path")
     parser.add_argument("--prompts", default=None, help="JSONL prompts (default: samples/prose.txt)")
     parser.add_argument("--parts", default="loops,floor,quick")
+    parser.add_argument("--budget", action="append", default=[], metavar="PART=SECONDS", help="a part's time budget")
+    parser.add_argument("--kernels", default=None, help="the compiled step's kernels: a torch.compile mode or eager")
     parser.add_argument("--small", action="store_true", help="small shapes and few tokens (a CPU run of the check)")
+    parser.add_argument("--dry-run", action="store_true", help="two tiny models on the CPU: the machinery only")
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PART_BUDGET_S))
+    if unknown:
+        parser.error(f"unknown part(s): {', '.join(unknown)}; the parts are {', '.join(PART_BUDGET_S)}")
+    args.parts = parts
+    args.budgets = dict(PART_BUDGET_S)
+    for item in args.budget:
+        name, _, seconds = item.partition("=")
+        try:
+            args.budgets[name.strip()] = float(seconds)
+        except ValueError:
+            parser.error(f"--budget {item}: use PART=SECONDS")
+    if not args.dry_run and not args.tokenizer:
+        parser.error("--tokenizer is required (or --dry-run)")
+    return args
 
-    import torch
-    from transformers import AutoTokenizer
 
-    from engine.measure.hardware import describe_hardware
-    from engine.measure.telemetry import UtilisationSampler
+def build_context(args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
+    """The models, prompts and sizes every part reads: full shapes on a GPU, small ones, or tiny models (dry run)."""
     from engine.models.chat import encode_prompt
     from engine.prompts import load_prompt_file
     from engine.session.runner import PromptText
 
-    gpu = torch.cuda.is_available()
-    device, dtype = ("cuda", "bfloat16") if gpu else ("cpu", "float32")
+    device, dtype = ("cuda", "bfloat16") if gpu and not args.dry_run else ("cpu", "float32")
     root = Path(__file__).resolve().parent.parent
     prompts_file = Path(args.prompts) if args.prompts else root / "samples" / "prose.txt"
-    parsed = load_prompt_file(prompts_file)
-    prompts = [PromptText(p.prompt_id, p.text, p.category) for p in parsed.prompts]
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    report: dict[str, Any] = {"hardware": describe_hardware(), "torch": torch.__version__, "device": device,
-                              "dtype": dtype, "goals": GOALS, "errors": {}}  # fmt: skip
+    prompts = [PromptText(p.prompt_id, p.text, p.category) for p in load_prompt_file(prompts_file).prompts]
+    few = args.small or args.dry_run
+    ctx: dict[str, Any] = {"gpu": device == "cuda", "device": device, "dtype": dtype, "prompts": prompts,
+                           "prompts_file": prompts_file, "gguf": args.gguf, "chat_template": not args.dry_run,
+                           "floor_prompts": 2 if few else 4, "floor_tokens": 8 if args.dry_run else 16 if few else 64,
+                           "quick_prompts": 2 if few else 8, "quick_tokens": 16 if few else 96, "quick_timeout": 1200,
+                           "decode_tokens": 8 if args.dry_run else DECODE_TOKENS, "reps": 5 if few else 30,
+                           "widths": {"target": (1, 2), "draft": (1,)} if args.dry_run else LOOP_WIDTHS,
+                           "check": lambda what: None}  # fmt: skip
+    if args.dry_run:
+        from engine.models.tiny import load_tiny
+
+        ctx["target"], ctx["draft"] = load_tiny(TINY_TARGET), load_tiny(TINY_DRAFT)
+        tokenizer = ctx["target"].tokenizer
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        shapes = (SMALL_SHAPE, SMALL_SHAPE) if args.small else (TARGET_SHAPE, DRAFT_SHAPE)
+        ctx["target"] = random_llama("random:smollm2-1.7b-shape", shapes[0], tokenizer, device, dtype, 0)
+        ctx["draft"] = draft_model(args.gguf, shapes[1], tokenizer, device, dtype)
+    ctx["ids"] = encode_prompt(tokenizer, prompts[0].text, ctx["chat_template"])
+    return ctx
+
+
+PARTS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
+    "loops": part_loops, "generate": part_generate, "floor": part_floor, "quick": part_quick}  # fmt: skip
+
+
+def run_part(name: str, budget: float, ctx: dict[str, Any], report: dict[str, Any], out_path: Path) -> None:
+    """One part under its budget: what it measured is kept however it ends, and the JSON is written after it."""
+    result: dict[str, Any] = {"budget_s": budget}
+    report[name] = result
+    started = time.perf_counter()
+    print(f"-- {name} (budget {budget:g} s) …", flush=True)
+    try:
+        with time_budget(budget) as check:
+            ctx["check"] = check
+            PARTS[name](ctx, result)
+    except OverBudget as exc:
+        result["over_budget"] = str(exc)
+    except Exception:  # noqa: BLE001 - every part reports what broke and the next one runs
+        report["errors"][name] = traceback.format_exc()[-3000:]
+        print(report["errors"][name], flush=True)
+    finally:
+        ctx["check"] = lambda what: None
+    result["part_s"] = round(time.perf_counter() - started, 1)
+    out_path.write_text(json.dumps(report, indent=1, default=str) + "\n")  # a time-out keeps what ran
+    shown = {k: v for k, v in result.items() if k not in ("steps", "per_call")}  # not the CLI's own output
+    print(f"-- {name}: {result['part_s']:.0f} s {json.dumps(shown, default=str)[:2500]}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the parts asked for, each under its budget; exit 0 when every part ran and every goal held."""
+    args = parse_args(argv)
+    if args.kernels:
+        os.environ["SPECTUNE_COMPILE_MODE"] = args.kernels
+    import torch
+
+    from engine.measure.hardware import describe_hardware
+    from engine.measure.telemetry import UtilisationSampler
+
+    gpu = torch.cuda.is_available() and not args.dry_run
+    out_path = Path(args.out)
+    report: dict[str, Any] = {"hardware": describe_hardware(), "torch": torch.__version__, "goals": GOALS,
+                              "parts": args.parts, "budgets": {p: args.budgets[p] for p in args.parts},
+                              "kernels": os.environ.get("SPECTUNE_COMPILE_MODE") or "default",
+                              "dry_run": args.dry_run, "errors": {}}  # fmt: skip
     print(f"hardware: {report['hardware'].get('label')}  torch {torch.__version__}", flush=True)
-    parts: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-        "loops": part_loops, "generate": part_generate, "floor": part_floor, "quick": part_quick}  # fmt: skip
     sampler = UtilisationSampler(0.5, force_source="nvml" if gpu else "cpu")
     sampler.start()
     started = time.perf_counter()
     try:
-        ctx: dict[str, Any] = {"gpu": gpu, "device": device, "dtype": dtype, "prompts": prompts,
-                               "prompts_file": prompts_file, "gguf": args.gguf,
-                               "floor_prompts": 2 if args.small else 4, "floor_tokens": 16 if args.small else 64,
-                               "quick_prompts": 2 if args.small else 8, "quick_tokens": 16 if args.small else 96,
-                               "quick_timeout": 1200}  # fmt: skip
-        shapes = (SMALL_SHAPE, SMALL_SHAPE) if args.small else (TARGET_SHAPE, DRAFT_SHAPE)
-        ctx["target"] = random_llama("random:smollm2-1.7b-shape", shapes[0], tokenizer, device, dtype, 0)
-        ctx["draft"] = draft_model(args.gguf, shapes[1], tokenizer, device, dtype)
-        ctx["ids"] = encode_prompt(tokenizer, prompts[0].text, True)
+        ctx = build_context(args, gpu)
+        report |= {"device": ctx["device"], "dtype": ctx["dtype"]}
         report["models"] = {"target": ctx["target"].ref, "target_gb": round(weights_gb(ctx["target"]), 3),
                             "draft": ctx["draft"].ref, "draft_gb": round(weights_gb(ctx["draft"]), 3)}  # fmt: skip
-        for name in [p.strip() for p in args.parts.split(",") if p.strip()]:
-            t0 = time.perf_counter()
-            print(f"-- {name} …", flush=True)
-            try:
-                report[name] = parts[name](ctx)
-            except Exception:  # noqa: BLE001 - every part reports what broke and the next one runs
-                report["errors"][name] = traceback.format_exc()[-3000:]
-                print(report["errors"][name], flush=True)
-            Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")  # a time-out keeps what ran
-            shown = {k: v for k, v in (report.get(name) or {}).items() if k != "steps"}  # not the CLI's own output
-            print(f"-- {name}: {time.perf_counter() - t0:.0f} s {json.dumps(shown, default=str)[:2500]}", flush=True)
+        for name in args.parts:
+            run_part(name, args.budgets[name], ctx, report, out_path)
     finally:
         sampler.stop()
     report["nvml"] = sampler_summary(sampler)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    goals = [v for part in parts for v in _goals(report.get(part))]
-    report["ok"] = not report["errors"] and all(goals)
-    Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    goals = [v for part in args.parts for v in _goals(report.get(part))]
+    over = [p for p in args.parts if (report.get(p) or {}).get("over_budget")]
+    report["ok"] = not report["errors"] and not over and all(goals)
+    out_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(json.dumps({k: report.get(k) for k in ("nvml", "seconds", "ok")}, default=str))
     print(f"{'OK' if report['ok'] else 'NOT OK'}: {args.out}")
     return 0 if report["ok"] else 1
