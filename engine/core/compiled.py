@@ -310,7 +310,7 @@ class CompiledLoop:
                 seq.position.fill_(seq.length)
         torch.cuda.current_stream(self.model.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):  # samplers run beside
             output = self._step(self.model.model, seq, width)
         seq.position.fill_(seq.length)  # a capture records the step without running it; this keeps it that way
         return graph, output
