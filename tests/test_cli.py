@@ -61,7 +61,7 @@ def test_run_writes_the_contract(tmp_path, prompt_files):
         assert report["verify_cost"]["1"] == 1.0 and "4" in report["verify_cost"]
         assert report["tokens_per_s"] > 0 and report["baseline_tokens_per_s"] > 0
         spread = report["speedup_measured_spread"]  # per-prompt ratios of neighbouring measurements
-        assert spread["n"] == 2 and spread["min"] <= report["speedup_measured"] <= spread["max"]
+        assert spread["n"] + spread["dropped"] == 2 and spread["min"] <= report["speedup_measured"] <= spread["max"]
         # the printed speedup is the run's one figure, the whole run's as every page shows it; the median of the
         # prompts stays beside their band
         said = f"speedup {report['speedup_whole_run']:.3f}× measured over the whole run"

@@ -154,7 +154,7 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
     for run in report["runs"]:
         assert run["engine"] == "llama.cpp" and run["alpha"] is None
         assert 1.0 <= run["tokens_per_call"] <= 4.0
-        assert run["speedup_spread"]["n"] == len(PROMPTS)
+        assert run["speedup_spread"]["n"] + run["speedup_spread"]["dropped"] == len(PROMPTS)
         for divergence in run["divergences"]:
             assert divergence["verdict"] in ("identical", "near-tie"), divergence
     model_run = next(r for r in report["runs"] if r["draft"] == DRAFT)
@@ -189,7 +189,8 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     run = runs[("speculative", policy)]
     live = run["summary"]["policy_live"]
     assert run["gamma"] == 0 and run["speedup_measured"] is None and 1 <= live["tokens_per_call"] <= 9
-    assert live["draft_calls_per_step"] <= 8 and live["speedup_spread"]["n"] == len(PROMPTS)
+    spread = live["speedup_spread"]  # every prompt: in the verdict, or left out above its bound
+    assert live["draft_calls_per_step"] <= 8 and spread["n"] + spread["dropped"] == len(PROMPTS)
     assert live["replayed"] is not None and live["replayed"]["basis"] == "exact"
     assert runs[("speculative", 4)]["summary"]["draft_calls"] > 0  # fixed γ runs carry the same figures
     trace = next(r["summary"]["policy_trace"] for r in runs.values() if (r["summary"] or {}).get("policy_trace"))
