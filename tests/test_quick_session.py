@@ -190,7 +190,8 @@ def test_a_quick_llamacpp_session_confirms_the_headline_recommendation(store: St
     widths = sorted(int(label.split("γ=")[1].split()[0]) for label in quick["probe"] if "0.5b" in label)
     assert widths == [1, 3]  # llama.cpp's loop overhead is fitted at two widths
     runs = [r for r in store.list_runs(sid) if r["draft"] == "qwen2.5-coder-0.5b" and r["kind"] == "speculative"]
-    assert all(r["summary"]["step_overhead"] is not None and r["summary"]["verify_in_loop"] for r in runs)
+    probed = runs[: len(widths)]  # the probe's runs, stored first: the two widths its loop overhead is fitted on
+    assert all(r["summary"]["step_overhead"] is not None and r["summary"]["verify_in_loop"] for r in probed)
     probe_only = open_probe_copy(store, sid, probe_runs=4)
     headline = session_policies(store, [probe_only], engine="llama.cpp", temperature=0.0).recommendation
     fixed = next(c for c in quick["confirmed"] if c["role"] == "best fixed γ")
