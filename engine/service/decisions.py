@@ -64,7 +64,6 @@ class Decision:
     regime: str
     floor: dict[str, Any] | None  # holds, sentence (every session's floor; holds only when all hold)
     notes: list[str] = field(default_factory=list)
-    rounds: list[str] = field(default_factory=list)  # how confirming it went, round by round
 
     @property
     def off(self) -> bool:
@@ -100,20 +99,21 @@ class Decision:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # type: ignore[arg-type]
 
 
-def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery,
-                 in_progress: int | None = None) -> Decision:  # fmt: skip
+def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
+                 recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
     """The stored decision for the query over these sessions; made and stored when none is, or when a run was
     stored since it was made. Sessions not yet finished (`in_progress`, or any not done) are decided, never stored:
-    their runs are still coming. A store that cannot be written (read-only, or another reader stored the same
-    decision a moment before) still gets the decision, unstored. SpectuneError when the sessions give nothing to
-    decide from."""
+    their runs are still coming. `recommended`: the (recommendation, evidence, regime report) a caller already made
+    for this very query, used instead of making it again. A store that cannot be written (read-only, or another
+    reader stored the same decision a moment before) still gets the decision, unstored. SpectuneError when the
+    sessions give nothing to decide from."""
     ids = sorted({int(i) for i in session_ids})
     query = canonical(store, ids, query)
     seen = store.newest_run_id(ids)
     stored = store.get_decision(ids, query.key())
     if stored is not None and int(stored["runs_seen"]) == seen and in_progress is None:
         return Decision.from_dict(stored["payload"])
-    decision = make_decision(store, ids, query, in_progress)
+    decision = make_decision(store, ids, query, in_progress, recommended)
     if in_progress is None and not getattr(store, "read_only", False) and _all_finished(store, ids):
         try:
             store.save_decision(ids, query.key(), seen, decision.to_dict())
@@ -140,15 +140,15 @@ def _all_finished(store: Any, ids: Sequence[int]) -> bool:
     return all(row is not None and row.get("status") in ("done", "failed", "cancelled", "interrupted") for row in rows)
 
 
-def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery,
-                  in_progress: int | None = None) -> Decision:  # fmt: skip
+def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
+                  recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
     """Decide once: the recommender's fixed γ and every replayed policy (engine.service.policies), the best that
     pays and runs in the engine chosen, with what measured it."""
     from engine.service.policies import recommendation_for, session_policies
 
     ids = list(session_ids)
     report = session_policies(store, ids, query.objective, query.budget, query.batch_size, query.regime_override,
-                              engine=query.engine, temperature=query.temperature,
+                              engine=query.engine, temperature=query.temperature, recommended=recommended,
                               in_progress=in_progress)  # fmt: skip
     rec = report.recommendation
     if rec is None:

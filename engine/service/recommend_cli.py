@@ -21,7 +21,6 @@ from engine.analysis.export import VLLM_VERSION, check_vllm_version, format_name
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.errors import SpectuneError
-from engine.service.decisions import DecisionQuery, decision_for
 from engine.service.outputs import check_output_folder, output_file, output_folder, write_output
 from engine.service.policies import PolicyReport, export_best, policy_verdict, session_policies
 from engine.service.recommendations import Recommended, recommend_and_export
@@ -70,17 +69,18 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         if args.out is None:
             return 0  # the export went to stdout: nothing may follow it
     else:
-        print_decision(store, args, result)
+        print_decision(result)
         print_recommendation(result)
     print_policy(store, args, result)
     return 0
 
 
-def print_decision(store: Any, args: argparse.Namespace, result: Recommended) -> None:
-    """The stored decision for this query (engine.service.decisions): the one answer every page shows."""
-    query = DecisionQuery(args.objective, args.batch_size, args.temperature, args.budget, args.price, args.regime,
-                          result.engine)  # fmt: skip
-    decision = decision_for(store, args.session, query)
+def print_decision(result: Recommended) -> None:
+    """The stored decision for this query (engine.service.decisions, read by recommend_and_export): the one answer
+    every page shows; nothing where there was nothing to decide."""
+    decision = result.decision
+    if decision is None:
+        return
     print(f"decision: {decision.headline()}")
     if decision.runner_up:
         print(f"runner-up: {decision.runner_up['configuration']}, predicted "

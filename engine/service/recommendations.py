@@ -84,7 +84,7 @@ def recommend_and_export(
     result = Recommended(rec, ev, report, engine, inputs)
     query = DecisionQuery(objective, batch_size, rec.temperature, budget, price_per_hour, regime_override, engine)
     try:
-        result.decision = decision_for(store, ids, query)
+        result.decision = decision_for(store, ids, query, recommended=result.triple)
     except SpectuneError:  # nothing decided: the fixed γ's exports stand alone
         result.decision = None
     policy = _policy_report(store, ids, result) if result.decision is not None and result.decision.policy else None

@@ -70,9 +70,6 @@ class RunTally:
         """Per prompt: this run's tokens/s ÷ the baseline's on the same prompt, measured side by side."""
         return list(self.prompt_ratios(baseline).values())
 
-    def spread(self, baseline: RunTally | None) -> noise.Spread | None:
-        return noise.spread_of(self.ratios(baseline))
-
     def prompt_ratios(self, baseline: RunTally | None) -> dict[int, float]:
         """Per prompt index: this run's tokens/s ÷ the baseline's on the same prompt (the spread's ratios)."""
         if baseline is None:
