@@ -25,16 +25,10 @@ from engine.llamacpp.server import ServerConfig
 from engine.service.recommendations import recommend_and_export
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
-from store import Store, open_store
+from store import Store
+from tests.test_evidence_engines import store as store  # noqa: F401 - the fixture: a fresh data home
 
 TARGET = "qwen2.5-coder-1.5b"
-
-
-@pytest.fixture()
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
 
 
 def ngram_session(store: Store, engine: str, draft: str, gammas: tuple[int, ...] = (2, 4)) -> int:
