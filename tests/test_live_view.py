@@ -4,6 +4,7 @@ note and the speedup spread on the Run and Sessions pages, and the Run form's pr
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -39,7 +40,10 @@ def test_a_phase_time_left_counts_down_and_never_goes_stale(env) -> None:  # noq
                               "at": said_at - 30})  # fmt: skip
     at = page("pages/2_Run.py", {"session": str(sid)})
     bars = [unescape_md(b.proto.text) for b in at.get("progress")]
-    assert "Phase: batch sweep up to batch 2, about 90 s left" in bars, bars
+    left = [re.fullmatch(r"Phase: batch sweep up to batch 2, about (\d+) s left", b) for b in bars]
+    seconds = [int(m.group(1)) for m in left if m]
+    rendered_in = time.time() - said_at  # the page counts from its own clock: a busy machine renders late
+    assert len(seconds) == 1 and 90 - rendered_in - 1 <= seconds[0] <= 90, bars
     env.store.set_phase(sid, {"name": "batch sweep up to batch 2", "done": 0, "total": 1, "eta_s": 120.0,
                               "at": said_at - 240})  # fmt: skip
     at = page("pages/2_Run.py", {"session": str(sid)})
