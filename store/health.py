@@ -17,6 +17,7 @@ from sqlalchemy import Engine, text
 
 from store.db import engine_where, sqlite_path
 from store.errors import StoreError, translated
+from store.files import fsync_folder, same_file, special_kind
 
 log = logging.getLogger("spectune.store")
 
@@ -81,7 +82,9 @@ def backup_to(engine: Engine, destination: Path) -> Path:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         _copy(source, partial)
+        _refuse_special(destination, target)  # again at the last moment: something may have been put there
         os.replace(partial, target)
+        fsync_folder(target.parent)
     except sqlite3.Error as exc:
         raise StoreError(f"backup of {source} to {target} failed: {exc}") from exc
     except OSError as exc:
@@ -92,16 +95,29 @@ def backup_to(engine: Engine, destination: Path) -> Path:
 
 
 def _checked_destination(source: Path, destination: Path) -> Path:
-    """The backup's path, refused when it is the database, its WAL or journal, or a folder, or has no folder."""
+    """The backup's path, refused when it is the database, its WAL, SHM or journal (by name, symlink or hard link),
+    when something there is not a regular file (a folder, a device, a FIFO, a socket), or when it has no folder."""
     target = destination.expanduser().resolve()
-    own = {source.resolve().with_name(source.resolve().name + suffix) for suffix in ("", "-wal", "-shm", "-journal")}
-    if target in own:
+    database = source.resolve()
+    own = [database.with_name(database.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    if any(same_file(target, path) for path in own):
         raise StoreError(f"{destination} is the database's own file: the backup must go elsewhere")
     if target.is_dir():
         raise StoreError(f"{destination} is a folder: give the backup's file name")
+    _refuse_special(destination, target)
     if not target.parent.is_dir():
         raise StoreError(f"{destination}: folder {target.parent} does not exist")
     return target
+
+
+def _refuse_special(destination: Path, target: Path) -> None:
+    """StoreError when something that is not a regular file is at ``target``: a backup replaces only a file."""
+    try:
+        kind = special_kind(target)
+    except OSError as exc:
+        raise StoreError(f"{destination} cannot be examined: {exc.strerror or exc}") from exc
+    if kind is not None:
+        raise StoreError(f"{destination} is {kind}, not a regular file: it was left as it is; name a file")
 
 
 def _copy(source: Path, partial: Path) -> None:

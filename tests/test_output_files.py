@@ -189,9 +189,6 @@ def test_an_existing_file_is_replaced_by_a_rename_with_its_mode_kept(home, finis
 
 
 def test_a_full_disk_is_one_line_and_the_old_file_survives(home, finished, tmp_path, capsys, monkeypatch):
-    code, out, err = cli(["recommend", "--session", str(finished), "--export", "vllm", "--out", "/dev/full"], capsys)
-    assert code == 2 and "wrote" not in out
-    assert "--out /dev/full: cannot be written: the disk is full" in one_line(err)
     old = tmp_path / "report.html"
     old.write_text("the report that was there")
 
@@ -228,10 +225,15 @@ def test_permission_denied_is_one_line(home, finished, tmp_path, capsys):
     assert not target.exists()
 
 
-def test_run_json_to_a_full_disk_is_one_line(home, prompts, capsys):
-    code, _, err = cli([*writers(0, prompts)["run --json"], "/dev/full"], capsys)
+def test_run_json_to_a_full_disk_is_one_line(home, prompts, tmp_path, capsys, monkeypatch):
+    def full(fd: int) -> None:  # the disk fills while the report is flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(outputs.os, "fsync", full)
+    code, _, err = cli([*writers(0, prompts)["run --json"], str(tmp_path / "run.json")], capsys)
     assert code == 2
     assert "the disk is full" in one_line(err)
+    assert not (tmp_path / "run.json").exists()
 
 
 # --- SPECTUNE_HOME -----------------------------------------------------------------------------------------------

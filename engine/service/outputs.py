@@ -3,17 +3,16 @@
 An output path is refused with one line when it resolves (symlinks followed, hard links compared) to the store's
 database or one of its -wal, -shm or -journal files, to a folder, or into a folder that does not exist. An existing
 file is replaced atomically: the new bytes go to a temporary file beside it, are flushed to disk, and are then
-renamed over it, so a failure (a full disk, no permission) leaves the old file whole. A device or a pipe
-(/dev/null, /dev/stdout) is written in place. Every refusal and failure is an OutputError: one line, exit 2.
+renamed over it, so a failure (a full disk, no permission) leaves the old file whole. Anything at the path that is
+not a regular file (a device such as /dev/null, a FIFO, a socket) is refused: it is never replaced nor written
+into. Every refusal and failure is an OutputError: one line, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from sqlalchemy.exc import ArgumentError
 from foundation.errors import SpectuneError
 from foundation.paths import default_database_url, home_path
 from store.db import sqlite_path
+from store.files import kind_of_mode, write_whole
 
 # the SQLite database and the files SQLite keeps beside it
 STORE_FILES = {"": "database", "-wal": "database's write-ahead log", "-shm": "database's shared-memory index",
@@ -76,8 +76,8 @@ def os_error_reason(exc: OSError) -> str | None:
 
 
 def check_output(path: str | os.PathLike[str], option: str = "") -> Path:
-    """The file `path` names, resolved, when a command may write it there; OutputError saying why not. A device or
-    a pipe (/dev/null, /dev/stdout) comes back as named, to be written in place.
+    """The file `path` names, resolved, when a command may write it there; OutputError saying why not (among the
+    reasons: something there that is not a regular file, such as a device, a FIFO or a socket).
 
     `option` (e.g. "--out") opens the message; without it the message starts at the path (argparse adds it)."""
     text = os.fspath(path)
@@ -102,8 +102,8 @@ def check_output(path: str | os.PathLike[str], option: str = "") -> Path:
     if mode is not None:
         if stat.S_ISDIR(mode):
             raise OutputError(f"{label}: is a folder; name a file in it")
-        if not stat.S_ISREG(mode):
-            return named
+        if (kind := kind_of_mode(mode)) is not None:
+            raise OutputError(f"{label}: is {kind}, not a regular file; it was left as it is: name a regular file")
         if not os.access(named, os.W_OK):
             raise OutputError(f"{label}: the file is read-only (permission denied); it was left as it is")
         return resolved
@@ -132,43 +132,15 @@ def write_output(path: str | os.PathLike[str], data: str | bytes, option: str = 
     Returns the path written."""
     target = check_output(path, option)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    label = f"{option} {os.fspath(path)}" if option else os.fspath(path)
     try:
-        if target.exists() and not stat.S_ISREG(target.stat().st_mode):  # a device or a pipe: written in place
-            with open(target, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-        else:
-            _replace(target, payload)
+        write_whole(target, payload, stat.S_IMODE(target.stat().st_mode) if target.exists() else None)
+    except ValueError as exc:  # something not a regular file appeared there after the check
+        raise OutputError(f"{label}: {exc}; it was left as it is") from None
     except OSError as exc:
-        label = f"{option} {os.fspath(path)}" if option else os.fspath(path)
         reason = os_error_reason(exc) or exc.strerror or str(exc)
         raise OutputError(f"{label}: cannot be written: {reason}; a file there was left as it was") from None
     return target
-
-
-def _replace(target: Path, payload: bytes) -> None:
-    """The bytes in a temporary file beside `target`, synced, then renamed over it (its mode kept)."""
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    with contextlib.suppress(OSError):  # the rename itself made durable, where the file system allows it
-        folder = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
 
 
 def output_file(value: str) -> str:
