@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -361,6 +362,38 @@ COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "p
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. A reader that stops reading (``| head -1``) ends it quietly with 0."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # now, while a closed pipe can still be told from a bug
+        return code
+    except BrokenPipeError as exc:
+        if not _stdout_closed():
+            return _unexpected(exc)
+        _silence_stdout()
+        return 0
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (the kernel reports POLLERR on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered is dropped at exit instead of raising again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from engine.service import queue_cli
@@ -377,13 +410,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug, not a user error: one line, the traceback only on request
-        if os.environ.get("SPECTUNE_DEBUG"):
-            raise
-        if isinstance(exc, OSError) and (reason := os_error_reason(exc)):  # a full disk, no permission
-            print(f"error: {str(exc.filename) + ': ' if exc.filename else ''}{reason}", file=sys.stderr)
-            return EXIT_USAGE
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        hint = "(set SPECTUNE_DEBUG=1 for the traceback)"
-        print(f"internal error: {type(exc).__name__}: {first} {hint}", file=sys.stderr)
-        return 1
+    except BrokenPipeError as exc:
+        if _stdout_closed():
+            raise  # the reader has gone: main() ends quietly
+        return _unexpected(exc)
+    except Exception as exc:
+        return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> int:
+    """A bug, not a user error: one line, the traceback only on request; a full disk or no permission is exit 2."""
+    if os.environ.get("SPECTUNE_DEBUG"):
+        raise exc
+    if isinstance(exc, OSError) and (reason := os_error_reason(exc)):
+        print(f"error: {str(exc.filename) + ': ' if exc.filename else ''}{reason}", file=sys.stderr)
+        return EXIT_USAGE
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    hint = "(set SPECTUNE_DEBUG=1 for the traceback)"
+    print(f"internal error: {type(exc).__name__}: {first} {hint}", file=sys.stderr)
+    return 1
