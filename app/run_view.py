@@ -290,7 +290,7 @@ FORM_KEYS = (  # the new-session form's inputs, kept when the user visits anothe
     "target_choice", "target_text", "dtype", "prompt_set", "engine", "mode", "confirm", "drafts_choice", "drafts_text",
     "gammas_choice", "gammas_text", "policies_text", "temps_text", "max_new", "n_prompts", "stratified",
     "session_name", "top_k", "top_p", "seed", "device", "chat_template", "measure_verify", "detect_regime",
-    "serving_batch", "concurrency_text", "loop", "threads",
+    "serving_batch", "concurrency_text", "loop", "threads", "budget",
 )  # fmt: skip
 SUBMITTED_FORM = "run_form_submitted"  # no widget owns this key: Streamlit keeps it while the Run page is not drawn
 

@@ -432,6 +432,69 @@ def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
     assert env.store.list_sessions() == [] and env.worker_calls == []
 
 
+def test_the_run_form_fits_its_time_budget_and_then_only_warns(env):
+    from engine.measure.hardware import describe_hardware
+    from engine.service.pace_probe import PaceProbe, keep
+
+    add_prompts(env.store, [(f"p{i}", "ab"[i % 2]) for i in range(10)])
+    at = page("pages/2_Run.py")
+    cpu = describe_hardware()["kind"] == "cpu"
+    assert at.text_input(key="budget").value == ("10m" if cpu else "")  # 10 minutes without a GPU
+    fill_run_form(at)
+    at.radio(key="engine").set_value("spectune")
+    at.number_input(key="max_new").set_value(64)
+    at.number_input(key="n_prompts").set_value(8)
+    at.text_input(key="budget").input("2m")
+    at.button(key="fit_budget").click()
+    at.run()
+    assert "No pace is known" in unescape_md(texts(at.info))  # nothing guessed: probe first
+    assert at.number_input(key="max_new").value == 64
+    keep(PaceProbe(str(describe_hardware()["label"]), "spectune", TARGET, at.selectbox(key="dtype").value, 20.0,
+                   0.5, 16, "now"))  # fmt: skip
+    at.button(key="fit_budget").click()
+    at.run()
+    assert_clean(at)
+    said = unescape_md(texts(at.info))
+    assert "Sized to the 2 min budget: " in said and "new tokens per prompt 64 → 16" in said, said
+    sized = (at.number_input(key="max_new").value, at.number_input(key="n_prompts").value)
+    assert sized[0] == 16 and sized[1] < 8  # the sized values are the form's
+    at.number_input(key="max_new").set_value(64)  # widened by hand: the budget only warns
+    at.button(key="estimate_session").click()
+    at.run()
+    assert "exceeds its 2 min budget" in unescape_md(texts(at.warning))
+    assert at.number_input(key="max_new").value == 64
+    at.button(key="start_session").click()
+    at.run()
+    assert "exceeds its 2 min budget" in unescape_md(texts(at.warning)) and "queued" in texts(at.success)
+    assert [s["max_new_tokens"] for s in env.store.list_sessions()] == [64]
+    at.text_input(key="budget").input("ten")
+    at.button(key="estimate_session").click()
+    at.run()
+    assert "time budget 'ten'" in unescape_md(texts(at.error)) and not at.exception
+
+
+def test_the_run_page_defaults_to_the_fastest_faithful_engine_and_says_why(env):
+    from engine.measure.hardware import describe_hardware
+    from engine.service.api import registry
+
+    at = page("pages/2_Run.py")
+    if describe_hardware()["kind"] != "cpu" or not registry.get("llama.cpp").availability()[0]:
+        assert at.radio(key="engine").value == "spectune"  # on a GPU, or without llama.cpp: spectune's loop
+        return
+    assert at.radio(key="engine").value == "llama.cpp"  # a bundled target has a GGUF
+    assert "is the default here: without a GPU it serves" in unescape_md(texts(at.caption))
+    at.text_input(key="target_text").input(TARGET)  # no GGUF: spectune's loop
+    at.run()
+    assert at.radio(key="engine").value == "spectune" and "is the default here" not in texts(at.caption)
+    at.text_input(key="target_text").input("")
+    at.run()
+    assert at.radio(key="engine").value == "llama.cpp"
+    at.radio(key="engine").set_value("spectune").run()  # one click away, and kept once chosen
+    at.selectbox(key="target_choice").set_value("qwen2.5-coder-0.5b").run()
+    assert_clean(at)
+    assert at.radio(key="engine").value == "spectune"
+
+
 def test_policies_typed_in_the_run_form_run_live_and_show_in_the_header(env):
     add_prompts(env.store, [("p1", None), ("p2", None)])
     at = page("pages/2_Run.py")
@@ -754,6 +817,7 @@ def test_run_page_does_not_offer_the_target_as_its_own_draft(env):
 
 def test_gguf_target_says_it_is_dequantised_to_the_chosen_dtype(env):
     at = page("pages/2_Run.py")
+    at.radio(key="engine").set_value("spectune")  # without a GPU, llama.cpp may be the default: it dequantises nothing
     at.selectbox(key="dtype").set_value("float16")
     at.run()
     assert_clean(at)

@@ -10,6 +10,7 @@ import time
 import streamlit as st
 
 from app import common, components, data, memo
+from app import run_budget as rb
 from app import run_view as rv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
 from engine.service.jobs import submit_session
@@ -32,6 +33,7 @@ if not sets_by_id:
     st.page_link(common.PAGES["Prompts"], label="Go to Prompts", icon=common.ICONS["Prompts"])
 
 with st.container(border=True):
+    rb.top(st.session_state, common.hardware())  # the time budget; the sized values and default engine set
     col_t, col_x, col_dt, col_p = st.columns([3, 3, 2, 3])
     target_choice = col_t.selectbox("Target model", rv.bundled_names(), index=rv.default_target_index(),
                                     format_func=rv.bundled_label, key="target_choice")  # fmt: skip
@@ -47,9 +49,9 @@ with st.container(border=True):
     )  # fmt: skip
     categories = common.attempt(store.prompt_categories, prompt_set_id) if prompt_set_id is not None else None
     engine = st.radio("Engine", list(rv.ENGINE_LABELS), format_func=rv.ENGINE_LABELS.get, horizontal=True, key="engine")
-    usable, engine_line = rv.engine_note(engine)
-    (st.caption if usable else st.error)(md_escape(engine_line))
     target = rv.effective_target(target_choice, target_text)
+    usable, engine_line = rb.engine_note(engine, target, common.hardware())
+    (st.caption if usable else st.error)(md_escape(engine_line))
     note = rv.target_note(target, dtype, engine)
     with st.container():  # always there, so the form below keeps its place when the note comes and goes
         if note:
@@ -98,15 +100,14 @@ with st.container(border=True):
         submitted = st.form_submit_button("Start session", type="primary", key="start_session")
         estimate = st.form_submit_button("Estimate time and memory", key="estimate_session", help=rv.ESTIMATE_HELP)
         probe = st.form_submit_button("Probe the pace, then estimate", key="probe_pace", help=rv.PROBE_HELP)
+        fit = st.form_submit_button("Fit to the budget", key="fit_budget", help=rb.BUDGET_HELP)
 
-if submitted or estimate or probe:
-    rv.save_form(st.session_state)
-if estimate or probe:
-    components.estimate(store, probe)
+rb.after_buttons(store, st.session_state, {"start": submitted, "estimate": estimate, "probe": probe, "fit": fit})
 
 if submitted:
     try:
         spec, set_id, count = rv.session_spec(rv.RunForm.from_state(st.session_state))
+        rb.warn_over(store, spec, count, st.session_state)  # said before the session starts, never after
         session_id = submit_session(store, spec, set_id, count, name or None)
     except Exception as exc:  # noqa: BLE001 - one line, nothing queued
         common.show_error(exc, "start the session")
