@@ -71,6 +71,7 @@ def page_setup(title: str, icon: str = ICONS["app"], keep: Iterable[str] = ()) -
     """Page config plus the sidebar note every page carries; the kept widgets' values (this page's `keep` among
     them) carried across pages."""
     st.set_page_config(page_title=f"{APP_NAME} · {title}", page_icon=icon, layout="wide")
+    store_banner()
     if keep:
         keep_across_pages(keep)
     for key in st.session_state.get(KEPT_KEYS, ()):
@@ -149,6 +150,17 @@ def _open_store(url: str) -> Any:
     from engine.service.jobs import open_app_store
 
     return open_app_store(url)
+
+
+def store_banner() -> None:
+    """A banner at the top of every page while the database is damaged: what was found, and the way out. A
+    database that cannot be opened at all is left to the page's own get_store, which says so."""
+    try:
+        notice = _open_store(default_database_url()).damage_notice()
+    except Exception:  # noqa: BLE001 - the banner never stops a page
+        return
+    if notice:
+        st.error(md_escape(f"The {notice[0].lower()}{notice[1:]}"), icon=ICONS["warning"])
 
 
 def get_store() -> Any:

@@ -5,9 +5,9 @@ plain SQLAlchemy Core/ORM with short transactions; readers return plain dicts, n
 """
 
 from store.db import make_engine, session_factory
-from store.errors import StoreError
+from store.errors import DamagedStoreError, StoreError
 from store.open import open_store
 from store.repo import Store
 from store.writer import StepWriter
 
-__all__ = ["StepWriter", "Store", "StoreError", "make_engine", "open_store", "session_factory"]
+__all__ = ["DamagedStoreError", "StepWriter", "Store", "StoreError", "make_engine", "open_store", "session_factory"]

@@ -14,7 +14,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from store.db import engine_read_only, engine_where, session_factory
-from store.errors import translated
+from store.errors import DamagedStoreError, translated
+from store.health import check_on_open, damage_note, damage_refusal
 from store.models import Base
 
 
@@ -32,6 +33,23 @@ class StoreBase:
         self.where = engine_where(engine)
         self.read_only = engine_read_only(engine)
         self.damage: str | None = None  # what quick_check found wrong on open (store.health), None when sound
+
+    def recheck_damage(self) -> str | None:
+        """What quick_check finds wrong now (run at most once a minute per process), kept as this store's state."""
+        self.damage = check_on_open(self.engine)
+        return self.damage
+
+    def damage_notice(self) -> str | None:
+        """The banner for a damaged database (what was found, and the way out), checked afresh at most once a
+        minute; None while it is sound."""
+        found = self.recheck_damage()
+        return None if found is None else damage_note(self.where, found).removeprefix("warning: ")
+
+    def refuse_if_damaged(self, what: str) -> None:
+        """DamagedStoreError, saying why and the way out, when this store found damage: no new work goes into a
+        damaged database."""
+        if self.damage is not None:
+            raise DamagedStoreError(damage_refusal(self.where, self.damage, what))
 
     @contextmanager
     def _write(self) -> Iterator[Session]:

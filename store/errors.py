@@ -18,6 +18,10 @@ class StoreError(SpectuneError):
     """The database cannot be opened, read or written; the message names the file and the cause."""
 
 
+class DamagedStoreError(StoreError):
+    """New work refused because the database is damaged; the message says what was found and the way out."""
+
+
 _CORRUPT = "is not a SQLite database or is corrupt; it was left untouched (move it aside or set SPECTUNE_DB_URL)"
 
 # (substring of the driver's message, what we tell the user); first match wins.

@@ -1,8 +1,10 @@
 """The database's health: damage found on open (SQLite's quick_check), and a consistent copy made while in use.
 
 `check_on_open` runs `PRAGMA quick_check` at most once a minute per process and database file, and warns on every
-open while the last check found damage; `backup_to` copies a live SQLite database with SQLite's online backup API
-(a consistent snapshot, even with a worker writing), written beside the destination and renamed over it.
+open while the last check found damage; a store that found damage takes no new work (store.sessions refuses to
+queue or hand out a session; `damage_refusal` says why and the way out). `backup_checked` copies a live SQLite
+database with SQLite's online backup API (a consistent snapshot, even with a worker writing), checks the copy with
+integrity_check, and renames it over the destination; store.recovery recovers and restores.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sqlalchemy import Engine, text
 from store.db import engine_where, sqlite_path
 from store.errors import StoreError, translated
 from store.files import fsync_folder, same_file, special_kind
+from store.recovery import integrity_problem
 
 log = logging.getLogger("spectune.store")
 
@@ -37,12 +40,24 @@ def quick_check(engine: Engine) -> str | None:
     return "; ".join(rows[:3]) + (f" (and {len(rows) - 3} more)" if len(rows) > 3 else "")
 
 
+WAY_OUT = (
+    "python -m engine backup --out FILE copies it aside (the copy is checked; --recover saves what can be read "
+    "into a new file), python -m engine restore FILE puts a good backup back (no worker running), "
+    "or SPECTUNE_DB_URL names a new database"
+)
+
+
 def damage_note(where: str, found: str) -> str:
     """The warning for a damaged database: what was found, and what to do."""
     return (
-        f"warning: database {where} is damaged (quick_check: {found}); copy it aside now "
-        f"(python -m engine backup --out FILE) and restore a good backup, or start a new one with SPECTUNE_DB_URL"
+        f"warning: database {where} is damaged (quick_check: {found}); nothing new is written into it until it is "
+        f"replaced: {WAY_OUT}"
     )
+
+
+def damage_refusal(where: str, found: str, what: str) -> str:
+    """Why ``what`` (e.g. "queuing a session") is refused on a damaged database, and the way out."""
+    return f"{what} refused: database {where} is damaged (quick_check: {found}); {WAY_OUT}"
 
 
 def check_on_open(engine: Engine, now: float | None = None) -> str | None:
@@ -69,9 +84,22 @@ def check_on_open(engine: Engine, now: float | None = None) -> str | None:
     return last[1]
 
 
+def forget_check(path: Path) -> None:
+    """Drop the last check of the database at ``path`` (it was replaced): the next open checks it afresh."""
+    _checked.pop(str(path.resolve()), None)
+
+
 def backup_to(engine: Engine, destination: Path) -> Path:
-    """Copy the database to ``destination`` with SQLite's online backup API; returns the path written. Refuses the
-    database's own files, a folder, and any database that is not SQLite (PostgreSQL: use pg_dump)."""
+    """Copy the database to ``destination`` with SQLite's online backup API; returns the path written (see
+    `backup_checked`, which also says whether the copy is sound)."""
+    return backup_checked(engine, destination)[0]
+
+
+def backup_checked(engine: Engine, destination: Path) -> tuple[Path, str | None]:
+    """Copy the database to ``destination`` with SQLite's online backup API, then check the copy with
+    integrity_check: (path written, what the check found wrong or None). Refuses the database's own files, what is
+    not a regular file, and any database that is not SQLite (PostgreSQL: use pg_dump). A damaged copy never
+    replaces an existing file."""
     source = sqlite_path(engine.url)
     if source is None:
         raise StoreError(
@@ -82,6 +110,13 @@ def backup_to(engine: Engine, destination: Path) -> Path:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         _copy(source, partial)
+        problem = integrity_problem(partial)
+        if problem is not None and target.exists():
+            raise StoreError(
+                f"the copy of {source} is damaged too (integrity_check: {problem}), so it did not replace "
+                f"{destination}; back up to a new file, or save what can be read: python -m engine backup "
+                "--recover --out NEW"
+            )
         _refuse_special(destination, target)  # again at the last moment: something may have been put there
         os.replace(partial, target)
         fsync_folder(target.parent)
@@ -91,7 +126,7 @@ def backup_to(engine: Engine, destination: Path) -> Path:
         raise StoreError(f"backup of {source} to {target} failed: {exc.strerror or exc}") from exc
     finally:
         partial.unlink(missing_ok=True)
-    return target
+    return target, problem
 
 
 def _checked_destination(source: Path, destination: Path) -> Path:

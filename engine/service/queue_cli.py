@@ -79,11 +79,6 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     )
     cancel.add_argument("--session", type=int, required=True)
 
-    backup = sub.add_parser(
-        "backup", help="copy the database while in use (SQLite's online backup API; PostgreSQL: pg_dump)"
-    )
-    backup.add_argument("--out", required=True, help="the backup file (replaced atomically if it exists)")
-
     sessions = sub.add_parser("sessions", help="list sessions")
     sessions.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -212,20 +207,6 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_backup(args: argparse.Namespace) -> int:
-    """Copy the database to --out, consistent even while a worker writes."""
-    from engine.service.jobs import open_app_store
-    from store.health import backup_to
-
-    store = open_app_store()
-    try:
-        written = backup_to(store.engine, Path(args.out))
-    finally:
-        store.close()
-    print(f"backed up {store.where} to {written}")
-    return 0
-
-
 def _run_name(run: dict[str, Any]) -> str:
     how = f"policy {run['policy']}" if run.get("policy") else f"γ={run.get('gamma')}"
     return f"{run.get('draft')} {how} T={float(run.get('temperature') or 0.0):g}"
@@ -237,5 +218,4 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sessions": cmd_sessions,
     "requeue": cmd_requeue,
     "cancel": cmd_cancel,
-    "backup": cmd_backup,
 }

@@ -36,7 +36,7 @@ from engine.session.runner import PromptText
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
 from foundation.jsonable import jsonable
-from store.errors import StoreError
+from store.errors import DamagedStoreError, StoreError
 from store.orphans import STALE_AFTER_S
 
 log = logging.getLogger("spectune.worker")
@@ -260,7 +260,12 @@ def serve(
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)} if on_main_thread else {}
     try:
         while not TERMINATING.is_set():
-            session = store.claim_next_session(worker_id)
+            try:
+                store.recheck_damage()
+                session = store.claim_next_session(worker_id)
+            except DamagedStoreError as exc:  # no new work in a damaged database: say why once, and stop
+                log.error("the worker stops: %s", exc)
+                break
             if session is None:
                 if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
                     break
@@ -306,7 +311,7 @@ def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s
     ran = serve(store, once=once, max_sessions=max_sessions, idle_exit_s=idle_exit_s)
     release_pid_file(os.getpid())
     log.info("worker exiting after %d session(s)", ran)
-    return 0
+    return 2 if store.damage is not None else 0
 
 
 __all__ = ["ensure_worker", "main_worker", "run_session", "serve", "worker_alive", "worker_log_path", "worker_pid_path"]
