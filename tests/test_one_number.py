@@ -331,6 +331,7 @@ def test_the_regime_switch_is_off_and_says_why_for_an_engine_that_runs_no_batch_
 
     add_prompts(env.store, PROMPTS, name="form")
     at = page("pages/2_Run.py")
+    at.radio(key="engine").set_value("spectune").run()  # without a GPU, llama.cpp may be the default
     assert at.checkbox(key="detect_regime").value is True  # the PyTorch loop runs it
     at.radio(key="engine").set_value("llama.cpp")
     at.run()

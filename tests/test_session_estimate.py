@@ -70,8 +70,8 @@ def test_submit_estimate_prints_it_and_queues_nothing(tmp_path: Path) -> None:
     db = tmp_path / "spectune.db"
     env = {"SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", "engine", "submit", "--prompts", str(prompts), "--estimate",
-                           "--draft", "ngram", "--gamma", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+                           "--draft", "ngram", "--gamma", "2", "--engine", "spectune"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "configuration(s) to run live" in done.stdout and "Memory: about" in done.stdout
     assert not db.exists() or open_store(f"sqlite:///{db}").list_sessions() == []

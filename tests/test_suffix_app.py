@@ -8,6 +8,7 @@ from test_app_pages import add_prompts, assert_clean, env, fill_run_form, page, 
 def test_run_page_offers_suffix_beside_ngram_and_queues_it(env):  # noqa: F811
     add_prompts(env.store, [("p1", None), ("p2", None)])
     at = page("pages/2_Run.py")
+    at.radio(key="engine").set_value("spectune").run()  # without a GPU, llama.cpp (no suffix decoding) may be default
     options = at.multiselect(key="drafts_choice").options
     assert "ngram" in options and "suffix" in options
     fill_run_form(at)

@@ -99,8 +99,14 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument(
         "--engine",
         choices=registry.sweep_cli_choices(),
-        default="spectune",
-        help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration",
+        default=None if multi else "spectune",
+        help="spectune: the PyTorch loop (exact β per position); llamacpp: a llama-server per configuration"
+        + (
+            " (default: llamacpp on a machine without a GPU where it is installed and the target has a GGUF, "
+            "else spectune)"
+            if multi
+            else ""
+        ),
     )
 
 

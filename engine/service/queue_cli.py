@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SettingsError, SpectuneError
+from engine.service import budget_cli
 from engine.service.pace_probe import PROBE_TOKENS
 from engine.service.run_options import spec_from_args
 from engine.session.runner import PromptText
@@ -50,6 +51,7 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         f"{PROBE_TOKENS} tokens, in a child process) and estimate from that when no comparable "
         "session has run here (as the Run page's Probe)",
     )
+    budget_cli.add_options(submit)
     submit.add_argument(
         "--mode", choices=MODES, default="quick",
         help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
@@ -95,10 +97,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from engine.measure.hardware import describe_hardware
     from engine.prompts import load_prompt_file
     from engine.service.jobs import check_prompts_fit, open_app_store, submit_session, validate_submission
     from engine.session.sampling import has_categories, sample_indices
 
+    hardware = describe_hardware()
+    if why := budget_cli.engine_choice(args, hardware):
+        print(why)
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
     temps = _defaults(args.temperature, 0.0)
@@ -123,26 +129,33 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     if args.max_prompts is not None and args.max_prompts < 1:
         raise SettingsError(f"--max-prompts {args.max_prompts}: must be at least 1")
+    budget_s = budget_cli.budget_of(args, hardware)
     # the prompts the session decodes, each with its number in the file: only these are stored
-    picked = sample_indices([p.category for p in parsed.prompts], args.max_prompts, settings.prompt_sample)
+    categories = [p.category for p in parsed.prompts]
+    picked = sample_indices(categories, args.max_prompts, settings.prompt_sample)
     chosen = [parsed.prompts[i] for i in picked]
     count = len(chosen)
     validate_submission(settings, count)  # refuse before anything is stored
     check_prompts_fit(settings, [(f"prompt {i + 1} (line {parsed.prompts[i].source_line})", parsed.prompts[i].text)
                                  for i in picked])  # fmt: skip
     store = open_app_store()
-    if args.estimate:
-        from engine.service.estimate import estimate_for, estimate_with_probe
+    if args.estimate and args.probe:
+        from engine.service.estimate import estimate_with_probe
 
-        if args.probe:
-            first = chosen[0]
-            done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
-            print("not probed: a finished session on this machine gives the pace" if done.probe_s is None
-                  else f"probed the target alone in {done.probe_s:.0f} s")  # fmt: skip
-            estimate = done.estimate
-        else:
-            estimate = estimate_for(store, settings, count)
-        print("\n".join(estimate.sentences()))
+        first = chosen[0]
+        done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
+        print("not probed: a finished session on this machine gives the pace" if done.probe_s is None
+              else f"probed the target alone in {done.probe_s:.0f} s")  # fmt: skip
+    sized = budget_cli.fit(store, settings, count, budget_s, args.keep_plan)
+    if sized.cuts:  # the stratified sample of the sized count, from the same file
+        settings, picked = sized.spec, sample_indices(categories, sized.n_prompts, settings.prompt_sample)
+        chosen, count = [parsed.prompts[i] for i in picked], len(picked)
+        validate_submission(settings, count)
+    budget_cli.warn_if_over(sized)  # said before the session is queued, never after
+    if args.estimate:
+        from engine.service.estimate import estimate_for
+
+        print("\n".join(estimate_for(store, settings, count).sentences()))
         return 0
     set_id, added, dupes = store.add_prompt_set(
         Path(args.prompts).name,
