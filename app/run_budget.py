@@ -95,22 +95,20 @@ def _form_plan(store: Any, state: Mapping[str, Any], fit: bool) -> SizedPlan | N
 
 def fit(store: Any, state: MutableMapping[str, Any]) -> None:
     """Size the form's session to its budget: the sized values into the form (on a rerun), and what was cut."""
+    try:
+        if parse_budget(state.get(BUDGET)) is None:
+            st.info("No time budget: type one above (e.g. 10m) to size the session to it.")
+            return
+    except SettingsError as exc:
+        common.show_error(exc, "size the session to its budget")
+        return
     sized = common.attempt(_form_plan, store, state, True, action="size the session to its budget")
     if sized is None:
-        if not parse_budget_quietly(state):
-            st.info("No time budget: type one above (e.g. 10m) to size the session to it.")
         return
     state[SAID] = sized.sentences()
     if sized.cuts:
         state[PENDING] = sized_values(sized, state)
         st.rerun()
-
-
-def parse_budget_quietly(state: Mapping[str, Any]) -> float | None:
-    try:
-        return parse_budget(state.get(BUDGET))
-    except SettingsError:
-        return None
 
 
 def check(store: Any, state: Mapping[str, Any]) -> None:

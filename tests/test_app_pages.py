@@ -471,6 +471,13 @@ def test_the_run_form_fits_its_time_budget_and_then_only_warns(env):
     at.button(key="estimate_session").click()
     at.run()
     assert "time budget 'ten'" in unescape_md(texts(at.error)) and not at.exception
+    at.button(key="fit_budget").click()
+    at.run()
+    assert "time budget 'ten'" in unescape_md(texts(at.error)) and "No time budget" not in texts(at.info)
+    at.text_input(key="budget").input("")  # cleared: no budget, the plan as it is
+    at.button(key="fit_budget").click()
+    at.run()
+    assert "No time budget" in texts(at.info) and at.number_input(key="max_new").value == 64
 
 
 def test_the_run_page_defaults_to_the_fastest_faithful_engine_and_says_why(env):
