@@ -3,8 +3,9 @@
 A worker killed mid-session (SIGKILL, OOM, power loss) leaves its session 'running'. Whoever looks next — a
 worker, `sessions`, the dashboard — marks it 'interrupted' with the reason, so it can be re-queued, and closes
 the runs it left 'running'. A worker that could not write its session's end (the disk was full) leaves that end
-pending, in memory and, when it can, in a small file beside the SQLite database; once writes are possible again
-the pending end (e.g. "failed: disk full") is what the session gets, not "worker died".
+pending, in memory and, when it can, in a small file beside the SQLite database (written whole or not at all);
+until then readers show the session 'stalled' with that cause, and once writes are possible again the pending end
+(e.g. "failed: disk full") is what the session gets, not "worker died".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from store.base import StoreBase
 from store.coltypes import utcnow as _utcnow
 from store.db import sqlite_path
 from store.errors import StoreError
+from store.files import write_whole
 from store.models import Run, TuningSession
 from store.workers import parse_worker_id, worker_is_dead
 
@@ -28,6 +30,7 @@ log = logging.getLogger("spectune.store")
 
 STALE_AFTER_S = 30.0  # a running session whose heartbeat is older than this has lost its worker
 WORKER_DIED = "worker died"
+STALLED = "stalled"  # shown, never stored: a running session whose end waits for room on the disk
 
 
 def _stamp(moment: datetime | None) -> str:
@@ -99,10 +102,10 @@ class OrphansMixin(StoreBase):
         path = self._ending_file(session_id)
         if path is None:
             return
-        try:
+        try:  # written whole (synced, then renamed into place) or not at all: never an empty or partial file
             path.parent.mkdir(exist_ok=True)
-            path.write_text(json.dumps({"status": status, "error": error}))
-        except OSError as exc:
+            write_whole(path, json.dumps({"status": status, "error": error}).encode("utf-8"))
+        except (OSError, ValueError) as exc:
             log.warning("session %s: could not note its end (%s) beside the database: %s", session_id, error, exc)
 
     def pending_ending(self, session_id: int) -> tuple[str, str] | None:
@@ -115,6 +118,17 @@ class OrphansMixin(StoreBase):
         except (OSError, ValueError):
             return None
         return (str(data["status"]), str(data["error"])) if isinstance(data, dict) and "status" in data else None
+
+    def with_pending_end(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A session row as readers show it: a running session whose end could not be written (the disk is full)
+        reads 'stalled', with that end's cause (kept in memory or beside the database) as its error."""
+        if row.get("status") != "running":
+            return row
+        pending = self.pending_ending(int(row["id"]))
+        if pending is None:
+            return row
+        status, error = pending
+        return {**row, "status": STALLED, "error": f"{error} (to be written as {status} once the disk has room)"}
 
     def settle_endings(self) -> list[int]:
         """Write every pending end whose session is still 'running' (the disk has room again); returns the ids

@@ -174,21 +174,22 @@ class SessionsMixin(OrphansMixin, StoreBase):
 
     def list_sessions(self, status: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Sessions newest first, optionally only those with ``status``; a running one whose worker is gone is
-        marked interrupted first."""
+        marked interrupted first, one whose end waits for room on the disk reads 'stalled'."""
         self.look_for_orphans()
         query = select(TuningSession).order_by(TuningSession.created_at.desc(), TuningSession.id.desc()).limit(limit)
         if status is not None:
             query = query.where(TuningSession.status == status)
         with self._read() as session:
-            return [row_dict(row) for row in session.scalars(query)]
+            rows = [row_dict(row) for row in session.scalars(query)]
+        return [self.with_pending_end(row) for row in rows]
 
     def get_session(self, session_id: int) -> dict[str, Any] | None:
         """One session as a dict (None if it does not exist); a running one whose worker is gone is marked
-        interrupted first."""
+        interrupted first, one whose end waits for room on the disk reads 'stalled'."""
         found = self._get_session(session_id)
         if found is not None and found["status"] == "running" and self.look_for_orphans(only=session_id):
             found = self._get_session(session_id)
-        return found
+        return None if found is None else self.with_pending_end(found)
 
     def _get_session(self, session_id: int) -> dict[str, Any] | None:
         with self._read() as session:

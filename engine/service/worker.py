@@ -233,6 +233,45 @@ def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
             store.update_run(run_id, status=status)
 
 
+class WriteBackoff:
+    """How long the idle worker waits while the database refuses writes (the disk is full): the poll interval,
+    doubled after each failed try up to a cap, back to the poll interval once every refused write has gone
+    through; and whether a try's outcome changes that state, the only thing worth a log line. Each kind of write
+    (`what`: claiming a session, writing pending ends) clears only its own failure."""
+
+    def __init__(self, poll_s: float, cap_s: float = 60.0) -> None:
+        self.poll_s = poll_s
+        self.cap_s = max(cap_s, poll_s)
+        self.failures = 0
+        self.failing: dict[str, str] = {}  # what fails -> why
+
+    @property
+    def wait_s(self) -> float:
+        """How long to wait before the next try."""
+        return min(self.poll_s * 2**self.failures, self.cap_s)
+
+    def failed(self, what: str, reason: str) -> bool:
+        """``what`` was refused for ``reason``; True when that is news (writes worked, or fail for a new reason)."""
+        news = _kind_of_failure(reason) not in {_kind_of_failure(r) for r in self.failing.values()}
+        self.failures += 1
+        self.failing[what] = reason
+        return news
+
+    def worked(self, what: str) -> bool:
+        """``what`` went through; True when that was the last refused write (news: writes work again)."""
+        if self.failing.pop(what, None) is None or self.failing:
+            return False
+        self.failures = 0
+        return True
+
+
+def _kind_of_failure(reason: str) -> str:
+    """A failure's kind, without its details: a full disk stays one state however its message varies."""
+    lowered = reason.lower()
+    kinds = ("disk is full", "disk i/o error", "locked", "read-only")
+    return next((kind for kind in kinds if kind in lowered), lowered)
+
+
 def serve(
     store: Any,
     once: bool = False,
@@ -240,11 +279,13 @@ def serve(
     max_sessions: int | None = None,
     idle_exit_s: float | None = None,
 ) -> int:
-    """Claim and run sessions until stopped; returns how many ran."""
+    """Claim and run sessions until stopped; returns how many ran. While the database refuses writes the worker
+    backs off exponentially and logs only when that state changes."""
     from store.workers import make_worker_id
 
     worker_id = make_worker_id()
-    _tidy(store)
+    backoff = WriteBackoff(poll_s)
+    _tidy(store, backoff)
     pool = ModelPool()
     ran = 0
     idle_since = time.monotonic()
@@ -263,14 +304,18 @@ def serve(
             try:
                 store.recheck_damage()
                 session = store.claim_next_session(worker_id)
+                _note_success(backoff, "claim")
             except DamagedStoreError as exc:  # no new work in a damaged database: say why once, and stop
                 log.error("the worker stops: %s", exc)
                 break
+            except StoreError as exc:
+                _note_failure(backoff, "claim", exc)
+                session = None
             if session is None:
                 if once or (idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s):
                     break
-                TERMINATING.wait(poll_s)
-                _tidy(store)
+                TERMINATING.wait(backoff.wait_s)
+                _tidy(store, backoff)
                 continue
             state = run_session(store, session, pool, worker_id)
             log.info("session %s: %s", session["id"], state)
@@ -286,16 +331,30 @@ def serve(
     return ran
 
 
-def _tidy(store: Any) -> None:
+def _note_failure(backoff: WriteBackoff, what: str, exc: StoreError) -> None:
+    """Count a refused write; one log line when writes start failing (or fail for a new reason)."""
+    if backoff.failed(what, str(exc)):
+        log.warning("the database refuses writes (%s): no session is started and pending session ends wait; "
+                    "retrying with a doubling wait, at most every %.0f s", exc, backoff.cap_s)  # fmt: skip
+
+
+def _note_success(backoff: WriteBackoff, what: str) -> None:
+    """One log line when the last refused write went through."""
+    if backoff.worked(what):
+        log.warning("the database takes writes again")
+
+
+def _tidy(store: Any, backoff: WriteBackoff) -> None:
     """Write the session ends left pending by a full disk, then mark sessions whose worker died interrupted."""
     try:
         settled = store.settle_endings()
+        _note_success(backoff, "endings")
+        orphaned = store.interrupt_orphaned_sessions(STALE_AFTER_S)
     except StoreError as exc:
-        log.warning("session ends still pending (%s)", exc)
+        _note_failure(backoff, "endings", exc)
         return
     if settled:
         log.warning("wrote the pending ends of sessions %s", settled)
-    orphaned = store.interrupt_orphaned_sessions(STALE_AFTER_S)
     if orphaned:
         log.warning("sessions whose worker died, marked interrupted: %s", orphaned)
 
