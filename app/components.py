@@ -321,14 +321,10 @@ def temperature_picker(store: Any, session_ids: list[int], where: Any, key: str)
                            "differs between them: choose the one you deploy at.")  # fmt: skip
 
 
-def policy_section(store: Any, session_ids: list[int], objective: str, budget: float | None, batch_size: int,
-                   regime_override: str | None, engine: str, temperature: float | None,
-                   recommended: tuple) -> None:  # fmt: skip
+def policy_section(report: Any, session_ids: list[int]) -> None:
     """The Recommend page's drafting-policy section: the best policy for the objective (what `recommend` prints),
-    from the measurements of `engine` and the recommendation the page already computed from them."""
+    from the policy report the page's decision was made from."""
     st.subheader("Drafting policy: beyond a fixed γ")
-    report = memo.policies(store, session_ids, objective, budget, batch_size, regime_override, engine, temperature,
-                           recommended)  # fmt: skip
     if not report.drafts:
         st.caption(md_escape("; ".join(report.notes) or NO_POLICY_TRACE))
         return

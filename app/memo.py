@@ -15,8 +15,8 @@ from typing import Any
 import streamlit as st
 
 from engine.errors import SpectuneError
-from engine.service.decisions import Decision, DecisionQuery, decision_for
-from engine.service.policies import PolicyReport, session_policies
+from engine.service.decisions import Decision, DecisionQuery, decided, decision_for
+from engine.service.policies import PolicyReport
 from engine.service.recommendations import Recommended, recommend_and_export
 from foundation.paths import default_database_url
 
@@ -53,10 +53,10 @@ def recommended(
     return _recommend(key, args, store) if key is None else _kept_recommendation(key, args, store)
 
 
-def _replay(key: tuple[Any, ...] | None, args: tuple[Any, ...], _store: Any, _given: tuple | None) -> PolicyReport:
+def _replay(key: tuple[Any, ...] | None, args: tuple[Any, ...], _store: Any) -> PolicyReport:
     ids, objective, budget, batch, override, engine, temperature = args
-    return session_policies(_store, list(ids), objective, budget, batch, override, engine=engine,
-                            temperature=temperature, recommended=_given)  # fmt: skip
+    query = DecisionQuery(objective, batch, temperature, budget, None, override, engine)
+    return decided(_store, list(ids), query)[1].policies
 
 
 _kept_policies = st.cache_resource(show_spinner=False, max_entries=MAX_ANSWERS)(_replay)
@@ -65,16 +65,14 @@ _kept_policies = st.cache_resource(show_spinner=False, max_entries=MAX_ANSWERS)(
 def policies(
     store: Any, session_ids: Sequence[int], objective: str = "latency", budget: float | None = None,
     batch_size: int = 1, regime_override: str | None = None, engine: str | None = None,
-    temperature: float | None = None, recommended_triple: tuple | None = None,
+    temperature: float | None = None,
 ) -> PolicyReport:  # fmt: skip
-    """engine.service.policies.session_policies, kept while the sessions stay finished; `recommended_triple` (the
-    recommendation the page computed from the same inputs) is used when the report is computed."""
+    """The policy report the stored decision for these inputs was made from (engine.service.decisions.decided),
+    kept while the sessions stay finished."""
     args = (tuple(int(i) for i in session_ids), objective, budget, int(batch_size), regime_override, engine,
             temperature)  # fmt: skip
     key = finished_key(store, session_ids)
-    if key is None:
-        return _replay(key, args, store, recommended_triple)
-    return _kept_policies(key, args, store, recommended_triple)
+    return _replay(key, args, store) if key is None else _kept_policies(key, args, store)
 
 
 def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Decision | None]:

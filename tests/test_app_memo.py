@@ -10,8 +10,7 @@ import pytest
 import streamlit as st
 
 from app import memo
-from engine.service import policies as policies_service
-from engine.service import recommendations
+from engine.service import decisions, recommendations
 from foundation.paths import default_database_url
 from store import open_store
 from tests.test_recommend_surface import store_vllm_session
@@ -52,9 +51,10 @@ def test_a_finished_sessions_answer_is_computed_once_and_shared(store, monkeypat
     assert again is first and len(calls) == 1
     assert memo.recommended(store, [sid], "cost", None, 1, None, None, "vllm", None, None) is not first  # other args
     assert len(calls) == 2
-    replayed = counting(monkeypatch, policies_service, "session_policies")
-    report = memo.policies(store, [sid], engine="vllm", recommended_triple=first.triple)
-    assert memo.policies(store, [sid], engine="vllm") is report and len(replayed) == 1
+    read = counting(monkeypatch, decisions, "decided")
+    report = memo.policies(store, [sid], engine="vllm")
+    assert memo.policies(store, [sid], engine="vllm") is report and len(read) == 1
+    assert report == first.policies  # the one the decision was made from, read from the store
 
 
 def test_a_session_that_is_not_done_or_finished_again_is_answered_afresh(store, monkeypatch) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.models.pool import ModelPool
-from engine.service.decisions import Decision, DecisionQuery, decision_for, make_decision
+from engine.service.decisions import Decision, DecisionQuery, canonical, decision_for
 from engine.service.jobs import submit_session
 from engine.service.worker import run_session
 from engine.session.spec import SessionSpec
@@ -147,6 +147,19 @@ def test_a_read_only_store_still_answers_and_is_left_untouched(session, tmp_path
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == digest
 
 
+def test_a_stored_analysis_that_no_longer_reads_is_made_again(session) -> None:
+    """An analysis stored by other records (here: not an analysis at all) is made again and stored readable."""
+    store, sid, _ = session
+    query = DecisionQuery(objective="cost", temperature=0.0)
+    made = decision_for(store, [sid], query)
+    key = canonical(store, [sid], query).key()  # the key it was stored under
+    row = store.get_decision([sid], key)
+    assert row is not None and "analysis" in row["payload"]
+    store.save_decision([sid], key, row["runs_seen"], made.to_dict() | {"analysis": {"recommendation": 3}})
+    assert decision_for(store, [sid], query) == made
+    assert store.get_decision([sid], key)["payload"]["analysis"]["recommendation"] != 3
+
+
 def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:
     """A stored decision is read as it is (nothing predicts again); a run stored since makes it stale."""
     import engine.service.decisions as decisions
@@ -155,12 +168,54 @@ def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeyp
     query = DecisionQuery(temperature=0.0)
     decision_for(store, [sid], query)
     calls: list[int] = []
-    monkeypatch.setattr(decisions, "make_decision", lambda *a, **k: calls.append(1) or make_decision(*a, **k))
+    made = decisions.analyse
+    monkeypatch.setattr(decisions, "analyse", lambda *a, **k: calls.append(1) or made(*a, **k))
     decision_for(store, [sid], query)
     assert calls == [], "a stored decision was made again on a read"
+    run = next(r for r in store.list_runs(sid) if r["kind"] == "speculative")
+    store.update_run(run["id"], speedup_measured=(run.get("speedup_measured") or 1.0) + 0.5)  # a stored row changes
+    decision_for(store, [sid], query)
+    assert calls == [1], "a decision stayed stored after a row it rests on changed"
+    store.update_run(run["id"], speedup_measured=run.get("speedup_measured"))
+    decision_for(store, [sid], query)
     store.create_run(sid, "ngram", 9, 0.0, "speculative")  # the last test of the module: the session changes
     decision_for(store, [sid], query)
-    assert calls == [1]
+    assert calls == [1, 1, 1]
+
+
+def test_no_page_or_command_predicts_again_once_the_decision_is_stored(session, monkeypatch, tmp_path) -> None:
+    """Once the worker stored the decision, the Recommend and Policies pages, `recommend`, `policies` and the
+    report read its analysis: the recommender and the policy replay are never called."""
+    import streamlit as st
+
+    import engine.service.analysis as analysis
+    from engine.service.policies import PolicyReport
+    from engine.service.recommendations import recommend_and_export
+    from engine.service.session_report import session_report_html
+    from tests.test_app_pages import assert_clean
+    from tests.test_app_pages import page as app_page
+
+    store, sid, home = session
+    stored = decision_for(store, [sid], DecisionQuery(temperature=0.0))
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("predicted again on a read")
+
+    monkeypatch.setattr(analysis, "recommend_from_store", refuse)
+    monkeypatch.setattr(analysis, "session_policies", refuse)
+    st.cache_resource.clear()  # nothing kept by the dashboard process from another test
+    monkeypatch.setenv("SPECTUNE_HOME", str(home))
+    monkeypatch.setenv("SPECTUNE_DB_URL", f"sqlite:///{home / 'spectune.db'}")
+    for script in ("pages/5_Recommend.py", "pages/7_Policies.py"):
+        assert_clean(app_page(script, {"session": str(sid)}))
+    result = recommend_and_export(store, [sid], temperature=0.0)
+    assert result.decision == stored and isinstance(result.policies, PolicyReport)
+    assert result.recommendation.measurement in result.evidence.measurements  # one object, as when made
+    assert html.escape(stored.headline()) in session_report_html(store, [sid], temperature=0.0)
+    cli = subprocess.run([sys.executable, "-m", "engine", "policies", "--session", str(sid), "--temperature", "0"],
+                         env=os.environ | {"PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
 
 
 def test_the_recommend_page_shows_the_stored_decision(session, monkeypatch) -> None:

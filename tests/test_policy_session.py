@@ -174,7 +174,7 @@ def test_policies_cli_and_recommend_export(session, capsys, tmp_path):
     assert cli.main(["recommend", "--session", str(sid), "--policy-export", "all", "--policy-out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     verdict = policy_verdict(session_policies(store, [sid]))[0].replace("**", "")
-    assert f"policy: {verdict}\n" in text  # the Policies page's answer, word for word
+    assert f"policy: {verdict}\n" in text, text  # the Policies page's answer, word for word
     llama = (tmp_path / "policy-llama-server-flags.txt").read_text()
     shlex.split(llama, comments=True)
     json.loads((tmp_path / "policy-transformers-generate-kwargs.json").read_text())
@@ -412,10 +412,9 @@ def test_the_cli_prints_the_policy_pages_answer(monkeypatch, capsys):
     chosen = SimpleNamespace(draft="qwen2.5-coder-0.5b", comparison=SimpleNamespace(gain=0.124, notes=[]))
     headline = SimpleNamespace(off=False, draft_name="ngram", gamma=4, predicted_speedup=1.04)
     report = SimpleNamespace(best=best, best_fixed=best, chosen=chosen, recommendation=headline)
-    monkeypatch.setattr(recommend_cli, "session_policies", lambda *a, **k: report)
     args = SimpleNamespace(session=[1], objective="latency", budget=None, batch_size=1, regime=None,
                            temperature=None, policy_export=None)  # fmt: skip
-    recommend_cli.print_policy(None, args, SimpleNamespace(engine="llama.cpp", triple=None))
+    recommend_cli.print_policy(None, args, SimpleNamespace(engine="llama.cpp", triple=None, policies=report))
     printed = capsys.readouterr().out
     assert printed == f"policy: {policy_verdict(report)[0].replace('**', '')}\n"
     assert printed.startswith("policy: No policy pays for qwen2.5-coder-0.5b")

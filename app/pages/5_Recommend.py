@@ -205,8 +205,7 @@ if result is not None:
         ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
         ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
         ("the measured γ × concurrency surface", components.surface_section, (store, chosen_ids)),
-        ("the drafting policy", components.policy_section, (store, chosen_ids, objective, budget, int(batch_size),
-                                                            override, engine, temperature, result.triple)),
+        ("the drafting policy", components.policy_section, (result.policies, chosen_ids)),
         ("export the recommendation", show_exports, (result,)),
     ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):

@@ -3,8 +3,9 @@
 A query (objective, serving batch, temperature, budget, price, regime override, engine) over some finished sessions
 leads to one configuration (a draft at a fixed γ, a drafting policy, or speculation off), and that decision is kept
 in the store with what it rests on: its prediction, the run that measured it (or "not measured"), the runner-up,
-the regime and the measurement floor. The worker makes it when a session ends; a query nobody asked before is
-decided once, on first read, and stored then. A run stored since makes a decision stale: it is made again.
+the regime, the measurement floor and the analysis it was made from (engine.service.analysis). The worker makes it
+when a session ends; a query nobody asked before is decided once, on first read, and stored then. A run stored or
+changed since makes a decision stale: it is made again.
 
 The choice is the one a quick session confirms: the best drafting policy where it beats the recommender's fixed γ
 and the engine runs it, else the fixed γ of the recommendation (engine.service.evidence.recommend_from_store),
@@ -13,6 +14,7 @@ else off.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -22,6 +24,7 @@ from typing import Any
 from engine.core.policy import FixedGamma, parse_policy
 from engine.engines import registry
 from engine.errors import SpectuneError
+from engine.service.analysis import Analysis, analyse
 from engine.service.measurement_notes import floor_note
 from engine.service.report_runs import configuration_run, run_verdict
 from engine.session.spec import session_engine
@@ -101,25 +104,61 @@ class Decision:
 
 def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
                  recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
-    """The stored decision for the query over these sessions; made and stored when none is, or when a run was
-    stored since it was made. Sessions not yet finished (`in_progress`, or any not done) are decided, never stored:
-    their runs are still coming. `recommended`: the (recommendation, evidence, regime report) a caller already made
-    for this very query, used instead of making it again. A store that cannot be written (read-only, or another
-    reader stored the same decision a moment before) still gets the decision, unstored. SpectuneError when the
-    sessions give nothing to decide from."""
+    """The stored decision for the query over these sessions (decided(), its analysis left aside). SpectuneError
+    when the sessions give nothing to decide from."""
+    decision, _ = decided(store, session_ids, query, in_progress, recommended)
+    if decision is None:
+        raise SpectuneError("nothing to decide from: no draft was measured in these sessions")
+    return decision
+
+
+def decided(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
+            recommended: tuple[Any, Any, Any] | None = None) -> tuple[Decision | None, Analysis]:  # fmt: skip
+    """The stored decision for the query over these sessions and the analysis it was made from; both made and
+    stored when none is, or when a run was stored since they were made. Sessions not yet finished (`in_progress`,
+    or any not done) are decided, never stored: their runs are still coming. `recommended`: the (recommendation,
+    evidence, regime report) a caller already made for this very query, used instead of making it again. A store
+    that cannot be written (read-only, or another reader stored the same decision a moment before) still gets the
+    decision, unstored. The decision is None when the analysis names no draft to decide on (nothing is stored
+    then). SpectuneError when the sessions give nothing to recommend from."""
     ids = sorted({int(i) for i in session_ids})
     query = canonical(store, ids, query)
-    seen = store.newest_run_id(ids)
-    stored = store.get_decision(ids, query.key())
-    if stored is not None and int(stored["runs_seen"]) == seen and in_progress is None:
-        return Decision.from_dict(stored["payload"])
-    decision = make_decision(store, ids, query, in_progress, recommended)
-    if in_progress is None and not getattr(store, "read_only", False) and _all_finished(store, ids):
+    seen, rows = store.newest_run_id(ids), evidence_key(store, ids)
+    if in_progress is None and (kept := _stored(store, ids, query, seen, rows)) is not None:
+        return kept
+    analysis = analyse(store, ids, query, in_progress, recommended)
+    decision = decide(store, ids, query, analysis) if analysis.policies.recommendation is not None else None
+    if decision is not None and in_progress is None and not getattr(store, "read_only", False) \
+            and _all_finished(store, ids):  # fmt: skip
+        kept = decision.to_dict() | {"analysis": analysis.to_dict(), "evidence_key": rows}
         try:
-            store.save_decision(ids, query.key(), seen, decision.to_dict())
+            store.save_decision(ids, query.key(), seen, kept)
         except StoreError as exc:
             log.warning("decision for sessions %s not stored: %s", ids, exc)
-    return decision
+    return decision, analysis
+
+
+def evidence_key(store: Any, ids: Sequence[int]) -> str:
+    """A digest of every stored row a decision rests on (the sessions and their runs, as stored now): a row changed
+    since (a run marked too noisy, a regime measured, costs recorded) makes a stored decision stale."""
+    digest = hashlib.sha256()
+    for sid in sorted({int(i) for i in ids}):
+        rows = [store.get_session(sid), *store.list_runs(sid)]
+        digest.update(json.dumps(rows, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _stored(store: Any, ids: Sequence[int], query: DecisionQuery, seen: int,
+            rows: str) -> tuple[Decision, Analysis] | None:  # fmt: skip
+    """The decision and analysis stored for the query, when made from the rows stored now and readable."""
+    stored = store.get_decision(ids, query.key())
+    if stored is None or int(stored["runs_seen"]) != seen or stored["payload"].get("evidence_key") != rows:
+        return None
+    try:
+        return Decision.from_dict(stored["payload"]), Analysis.from_dict(stored["payload"]["analysis"])
+    except (TypeError, KeyError, ValueError) as exc:  # stored by another version of the records: made again
+        log.info("decision for sessions %s made again: its stored analysis does not read (%s)", ids, exc)
+        return None
 
 
 def canonical(store: Any, ids: Sequence[int], query: DecisionQuery) -> DecisionQuery:
@@ -142,14 +181,18 @@ def _all_finished(store: Any, ids: Sequence[int]) -> bool:
 
 def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
                   recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
-    """Decide once: the recommender's fixed γ and every replayed policy (engine.service.policies), the best that
-    pays and runs in the engine chosen, with what measured it."""
-    from engine.service.policies import recommendation_for, session_policies
+    """Decide once, unstored: the analysis of the query (engine.service.analysis.analyse), then decide()."""
+    ids = list(session_ids)
+    return decide(store, ids, query, analyse(store, ids, query, in_progress, recommended))
+
+
+def decide(store: Any, session_ids: Sequence[int], query: DecisionQuery, analysis: Analysis) -> Decision:
+    """The decision an analysis leads to: the recommender's fixed γ or a replayed policy, the best that pays and
+    runs in the engine chosen, with what measured it."""
+    from engine.service.policies import recommendation_for
 
     ids = list(session_ids)
-    report = session_policies(store, ids, query.objective, query.budget, query.batch_size, query.regime_override,
-                              engine=query.engine, temperature=query.temperature, recommended=recommended,
-                              in_progress=in_progress)  # fmt: skip
+    report = analysis.policies
     rec = report.recommendation
     if rec is None:
         raise SpectuneError("nothing to decide from: no draft was measured in these sessions")

@@ -17,8 +17,9 @@ from typing import Any
 from engine.analysis.recommend import OBJECTIVES
 from engine.core.policy import FixedGamma, parse_policy
 from engine.errors import SpectuneError
+from engine.service.decisions import DecisionQuery, decided
 from engine.service.outputs import check_output, output_file, write_output
-from engine.service.policies import PolicyReport, prove, session_policies
+from engine.service.policies import PolicyReport, prove
 
 
 def add_commands(sub: Any) -> None:
@@ -85,8 +86,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if args.json_out:
         check_output(args.json_out, "--json")
     store = open_app_store()
-    report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
-                              temperature=args.temperature)  # fmt: skip
+    query = DecisionQuery(args.objective, args.batch_size, args.temperature, args.budget, None, args.regime)
+    report = decided(store, args.session, query)[1].policies  # the report the stored decision was made from
     if not report.drafts:
         raise SpectuneError("; ".join(report.notes) or "no replayable trace in these sessions")
     print_table(report, args.top)

@@ -20,9 +20,8 @@ from typing import Any
 from engine.analysis.export import VLLM_VERSION, check_vllm_version, format_names
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
-from engine.errors import SpectuneError
 from engine.service.outputs import check_output_folder, output_file, output_folder, write_output
-from engine.service.policies import PolicyReport, export_best, policy_verdict, session_policies
+from engine.service.policies import PolicyReport, export_best, policy_verdict
 from engine.service.recommendations import Recommended, recommend_and_export
 
 
@@ -128,13 +127,7 @@ def print_recommendation(result: Recommended) -> None:
 
 def print_policy(store: Any, args: argparse.Namespace, result: Recommended) -> None:
     """The best speculation policy for the objective and its gain over the best fixed γ; --policy-export files."""
-    try:
-        report = session_policies(store, args.session, args.objective, args.budget, args.batch_size, args.regime,
-                                  engine=result.engine, recommended=result.triple,
-                                  temperature=args.temperature)  # fmt: skip
-    except SpectuneError as exc:
-        print(f"policy: not available ({exc})")
-        return
+    report = result.policies  # the policy report the decision was made from
     best, fixed = report.best, report.best_fixed
     if best is None or fixed is None:
         print("policy: no replayable trace in these sessions (sessions from before policies were recorded)")

@@ -20,9 +20,8 @@ from engine.analysis.export import export_formats as export_formats
 from engine.analysis.export import format_label as format_label
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
-from engine.errors import SpectuneError
-from engine.service.decisions import DecisionQuery, decision_for
-from engine.service.evidence import Evidence, choose_engine, recommend_from_store, store_recommendation
+from engine.service.decisions import DecisionQuery, decided
+from engine.service.evidence import Evidence, choose_engine, store_recommendation
 
 
 @dataclass
@@ -36,7 +35,8 @@ class Recommended:
     inputs: dict[str, Any]  # engine.analysis.export.payload_inputs
     files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), as registered
     failed: dict[str, Exception] = field(default_factory=dict)  # format -> why its export failed
-    decision: Any = None  # the stored decision for the same query (engine.service.decisions), where one was read
+    decision: Any = None  # the stored decision for the same query (engine.service.decisions), where one was made
+    policies: Any = None  # the policy report the decision was made from (engine.service.policies.PolicyReport)
 
     @property
     def triple(self) -> tuple[Recommendation, Evidence, RegimeReport]:
@@ -78,16 +78,11 @@ def recommend_and_export(
     formats = format_names() if formats is None else formats
     only = formats[0] if len(formats) == 1 else None
     engine = choose_engine(store, ids, engine, only)
-    rec, ev, report = recommend_from_store(store, ids, objective, budget, batch_size, price_per_hour,
-                                           regime_override, engine, temperature)  # fmt: skip
+    query = DecisionQuery(objective, batch_size, temperature, budget, price_per_hour, regime_override, engine)
+    decision, analysis = decided(store, ids, query)
     inputs = payload_inputs(ids, objective, budget, batch_size, price_per_hour, regime_override, vllm_version)
-    result = Recommended(rec, ev, report, engine, inputs)
-    query = DecisionQuery(objective, batch_size, rec.temperature, budget, price_per_hour, regime_override, engine)
-    try:
-        result.decision = decision_for(store, ids, query, recommended=result.triple)
-    except SpectuneError:  # nothing decided: the fixed γ's exports stand alone
-        result.decision = None
-    policy = _policy_report(store, ids, result) if result.decision is not None and result.decision.policy else None
+    result = Recommended(*analysis.triple, engine, inputs, decision=decision, policies=analysis.policies)
+    policy = analysis.policies if decision is not None and decision.policy else None
     for fmt in formats:
         try:
             result.files[fmt] = _export(result, fmt, policy, vllm_version)
@@ -96,17 +91,6 @@ def recommend_and_export(
     if save and not result.failed:
         save_result(store, result, list(result.files))
     return result
-
-
-def _policy_report(store: Any, ids: list[int], result: Recommended) -> Any:
-    """The policy report the decision's policy comes from (engine.service.policies.session_policies), built on the
-    recommendation already made."""
-    from engine.service.policies import session_policies
-
-    inputs = result.inputs
-    return session_policies(store, ids, inputs["objective"], inputs.get("budget"), int(inputs["batch_size"]),
-                            inputs.get("regime_override"), engine=result.engine, recommended=result.triple,
-                            temperature=result.recommendation.temperature)  # fmt: skip
 
 
 def _export(result: Recommended, fmt: str, policy: Any, vllm_version: str | None) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.service.evidence import measured_temperatures
 from engine.service.measurement_notes import floor_note, loop_note, overhead_note
-from engine.service.policies import PolicyReport, session_policies
+from engine.service.policies import PolicyReport
 from engine.service.recommendations import Recommended, recommend_and_export
 from engine.service.report_html import Html, bullets, document, facts, note, number, section, table, tag
 from engine.service.report_recommendation import flagged_measurements, recommendation_parts
@@ -126,12 +126,7 @@ def _recommendations(
                                                   **options))  # fmt: skip
             except SpectuneError as exc:
                 out.append((None, None, str(exc)))
-    for result in given:
-        try:
-            report = session_policies(store, ids, engine=result.engine, recommended=result.triple, **options)
-            out.append((result, report, None))
-        except SpectuneError as exc:
-            out.append((result, None, f"policy not available: {exc}"))
+    out.extend((result, result.policies, None) for result in given)  # the policy report the decision rests on
     return out
 
 
