@@ -123,10 +123,23 @@ def test_a_kept_plan_only_warns():
     assert size_to_budget(QUICK, 8, SLOW, 600.0).warning() is None
 
 
+def test_the_sizing_charges_what_the_estimate_charges():
+    from engine.service.estimate import estimate_session
+
+    hardware = "CPU: test"
+    probe = PaceProbe(hardware, "spectune", TARGET, "float32", 5.0, 0.1, 16, "now")
+    for spec in (FULL, replace(QUICK, detect_regime=False)):
+        estimate = estimate_session([], spec, 6, hardware, probe)
+        assert estimate.rough and estimate.seconds == pytest.approx(
+            plan_seconds(spec, 6, pace_from([], spec, hardware, probe))
+        )
+        assert estimate.decodes * spec.max_new_tokens * 0.1 + 5.0 == pytest.approx(estimate.seconds)  # every decode
+
+
 def test_the_pace_is_a_finished_sessions_before_a_probe():
     hardware, now = "CPU: test", datetime.now(UTC)
     probe = PaceProbe(hardware, "spectune", TARGET, "float32", 5.0, 0.1, 16, "now")
-    assert pace_from([], QUICK, hardware, probe) == Pace(0.1, 5.0, 0.1, f"from {probe.describe()}")
+    assert pace_from([], QUICK, hardware, probe) == Pace(0.1, 5.0, 0.1, f"from {probe.describe()}", probed=True)
     assert pace_from([], QUICK, hardware, None) is None
     done = {"id": 3, "status": "done", "hardware": hardware, "target": TARGET, "dtype": "float32", "n_prompts": 2,
             "max_new_tokens": 10, "options": {"engine": "spectune"}, "summary": {"runs": [{}], "baselines": [{}]},

@@ -22,7 +22,13 @@ from app import run_view as rv
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import describe_hardware
-from engine.service.estimate import _minutes, estimate_for, estimate_with_probe, planned_configurations
+from engine.service.estimate import (
+    _minutes,
+    estimate_for,
+    estimate_with_probe,
+    planned_configurations,
+    planned_decodes,
+)
 from engine.service.pace_probe import PROBE_TOKENS, ProbeProgress, kept, latest, probe_for, run_probe
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
@@ -64,7 +70,8 @@ def test_the_probe_gives_a_fresh_machine_a_pace_and_a_session_replaces_it(store:
     hardware = str(describe_hardware()["label"])
     assert probe.hardware == hardware and latest(TINY, hardware) == probe and (home / "pace_probes.json").exists()
     got = estimate_for(store, TINY, 5)
-    tokens = planned_configurations(TINY) * 5 * TINY.max_new_tokens
+    tokens = planned_decodes(TINY, 5) * TINY.max_new_tokens  # every prompt decode, the A/A check's included
+    assert tokens > planned_configurations(TINY) * 5 * TINY.max_new_tokens
     assert got.seconds == pytest.approx(probe.setup_s + probe.token_s * tokens)
     said = got.sentences()[0]
     assert "the target alone would decode their tokens in about" in said and "here (from a probe of the target" in said

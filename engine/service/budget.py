@@ -1,7 +1,8 @@
 """A session sized to a time budget: its plan cut, step by step, until its estimate fits, each cut said with why.
 
 The time is the estimate's (engine.service.estimate): a pace in seconds per configuration × prompt × new token, from
-the newest comparable finished session here, else from a probe of the target alone (its load once on top). When the
+the newest comparable finished session here, else from a probe of the target alone (its load once on top, and every
+prompt decode charged: each configuration's, the A/A check's, a confirmation's at its most). When the
 plan does not fit, it is cut in this order, each step only while it still does not fit:
 
 1. the batch sweep after the session (it is not on the way to a recommendation);
@@ -24,7 +25,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError
-from engine.service.estimate import pace, planned_configurations
+from engine.service.estimate import pace, planned_configurations, planned_decodes
 from engine.service.pace_probe import PaceProbe, latest
 from engine.session.estimates import batch_sweep_eta_s
 from engine.session.spec import SessionSpec
@@ -67,13 +68,15 @@ def minutes(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Pace:
-    """What a plan's time is charged at: `token_s` per configuration × prompt × new token, `setup_s` once (a
-    probe's load), `step_s` one decode step of the target alone (the batch sweep's unit; None: not known apart)."""
+    """What a plan's time is charged at: `token_s` per configuration × prompt × new token (a probe's: per prompt
+    decode × new token), `setup_s` once (a probe's load), `step_s` one decode step of the target alone (the batch
+    sweep's unit; None: not known apart)."""
 
     token_s: float
     setup_s: float = 0.0
     step_s: float | None = None
     source: str = ""
+    probed: bool = False  # a probe's: every prompt decode is charged (estimate.probe_seconds), not each run
 
 
 def pace_from(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str,
@@ -84,7 +87,7 @@ def pace_from(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware
         return Pace(rate[0], source=rate[1])
     if probe is None:
         return None
-    return Pace(probe.token_s, probe.setup_s, probe.token_s, f"from {probe.describe()}")
+    return Pace(probe.token_s, probe.setup_s, probe.token_s, f"from {probe.describe()}", probed=True)
 
 
 @dataclass(frozen=True)
@@ -149,10 +152,16 @@ class SizedPlan:
 
 
 def plan_seconds(spec: SessionSpec, n_prompts: int, at: Pace) -> float:
-    """The estimate's time for the plan (its configurations × prompts × new tokens at the pace, the setup once),
-    with the batch sweep where it runs and its step is known."""
-    seconds = at.setup_s + at.token_s * planned_configurations(spec) * n_prompts * spec.max_new_tokens
+    """The estimate's time for the plan (its configurations × prompts × new tokens at the pace, or a probe's every
+    prompt decode, the setup once), with the batch sweep where it runs and its step is known."""
+    seconds = at.setup_s + at.token_s * _units(spec, at) * n_prompts * spec.max_new_tokens
     return seconds + _sweep_s(spec, at)
+
+
+def _units(spec: SessionSpec, at: Pace) -> int:
+    """What one prompt's new tokens are charged for: each configuration, or each prompt decode at a probe's pace."""
+    configurations = planned_configurations(spec)
+    return (planned_decodes(spec, 1) or configurations) if at.probed else configurations
 
 
 def _sweep_s(spec: SessionSpec, at: Pace) -> float:
@@ -199,9 +208,8 @@ def _fill(shape: SessionSpec, n_prompts: int, tokens: int, at: Pace, budget_s: f
           floors: tuple[int, int]) -> tuple[int, int]:  # fmt: skip
     """The most new tokens, then prompts, that fit `budget_s` for `shape`'s runs, neither below its floor (nor above
     the plan's own)."""
-    runs = planned_configurations(shape)
     room = budget_s - at.setup_s - _sweep_s(shape, at)
-    per_token = at.token_s * runs
+    per_token = at.token_s * _units(shape, at)
 
     def most(other: int, floor: int, ceiling: int, step: int = 1) -> int:
         fit = math.floor(room / (per_token * other)) if room > 0 and per_token > 0 else 0

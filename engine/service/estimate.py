@@ -36,7 +36,7 @@ class SessionEstimate:
     memory_what: str = ""  # a clause saying the bytes and what holds them
     cheaper: tuple[str, ...] = ()  # what would take less, for a long session
     optional: int = 0  # of the configurations, those a full session runs only when its grid lacks the headline
-    rough: bool = False  # a probe's pace: the target's load once and every token at the target-alone pace
+    rough: bool = False  # a probe's pace: the target's load once and every prompt decode at the target-alone pace
     setup: str | None = None  # the engine's sentence on its setup before decoding (a compile), if any
     decodes: int = 0  # the prompt decodes the progress bar will count (planned_decodes)
 
@@ -118,6 +118,14 @@ def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str
     return None
 
 
+def probe_seconds(spec: SessionSpec, n_prompts: int, setup_s: float, token_s: float) -> float:
+    """The time a probe's pace gives the plan: the target's setup once, then every prompt decode the progress bar
+    counts (each configuration's, each prompt's A/A check, a confirmation at its most) at the target-alone pace per
+    token; a deployment's, which has no decodes counted, each configuration's."""
+    decodes = planned_decodes(spec, n_prompts) or planned_configurations(spec) * n_prompts
+    return setup_s + token_s * decodes * spec.max_new_tokens
+
+
 def planned_runs(spec: SessionSpec) -> list[RunKey]:
     """The configurations the session measures before any confirmation: its grid, or a quick session's probe."""
     entry, levels = registry.get(spec.engine), registry.levels_of(spec)
@@ -161,14 +169,14 @@ def estimate_session(
     """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line).
 
     `sessions` come newest first. With no comparable session, `probe` (the target alone, timed) gives a rough time:
-    its setup once, then every configuration's tokens at the target's own pace (the session's other phases come on
-    top; a faster draft, or requests batched at a concurrency above 1, decode in less)."""
+    its setup once, then every prompt decode's tokens at the target's own pace (probe_seconds; the session's other
+    phases come on top; a faster draft, or requests batched at a concurrency above 1, decode in less)."""
     configurations = planned_configurations(spec)
     tokens = configurations * n_prompts * spec.max_new_tokens
     rate = pace(sessions, spec, hardware)
     probed = rate is None and probe is not None
     if rate is None and probe is not None:
-        rate = ((probe.setup_s + probe.token_s * tokens) / tokens, f"from {probe.describe()}")
+        rate = (probe_seconds(spec, n_prompts, probe.setup_s, probe.token_s) / tokens, f"from {probe.describe()}")
     seconds = rate[0] * tokens if rate else None
     held, what = memory(spec)
     cheaper = (["a quick session"] if spec.mode != "quick" else []) + ["fewer γs, drafts, prompts or new tokens"]
