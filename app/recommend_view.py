@@ -486,7 +486,7 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
     if index == winner:
         curve, highlight, mark = rec.curve, rec.gamma, RECOMMENDED_MARK
     else:
-        curve, highlight = gamma_curve(m), summary.best_gamma
+        curve, highlight = summary.curve or gamma_curve(m), summary.best_gamma  # as the recommender judged it
         mark = "◀ best γ for this draft (not recommended)"
     if rec.off:  # off is off: no γ is marked, highlighted or named as the answer
         highlight = None

@@ -189,6 +189,8 @@ def test_no_page_or_command_predicts_again_once_the_decision_is_stored(session, 
     import streamlit as st
 
     import engine.service.analysis as analysis
+    import engine.service.report_recommendation as report_recommendation
+    from app import recommend_view
     from engine.service.policies import PolicyReport
     from engine.service.recommendations import recommend_and_export
     from engine.service.session_report import session_report_html
@@ -201,13 +203,19 @@ def test_no_page_or_command_predicts_again_once_the_decision_is_stored(session, 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("predicted again on a read")
 
-    monkeypatch.setattr(analysis, "recommend_from_store", refuse)
-    monkeypatch.setattr(analysis, "session_policies", refuse)
+    for module, name in ((analysis, "recommend_from_store"), (analysis, "session_policies"),
+                         (recommend_view, "gamma_curve"), (report_recommendation, "gamma_curve")):  # fmt: skip
+        monkeypatch.setattr(module, name, refuse)
     st.cache_resource.clear()  # nothing kept by the dashboard process from another test
     monkeypatch.setenv("SPECTUNE_HOME", str(home))
     monkeypatch.setenv("SPECTUNE_DB_URL", f"sqlite:///{home / 'spectune.db'}")
-    for script in ("pages/5_Recommend.py", "pages/7_Policies.py"):
-        assert_clean(app_page(script, {"session": str(sid)}))
+    assert_clean(app_page("pages/7_Policies.py", {"session": str(sid)}))
+    at = app_page("pages/5_Recommend.py", {"session": str(sid)})
+    assert_clean(at)
+    pickers = [box for box in at.selectbox if box.label == "Draft"]
+    assert pickers and len(pickers[0].options) == 2, "both drafts' curves are offered"
+    for index in range(len(pickers[0].options)):  # each draft's curve, the one not recommended too
+        assert_clean(pickers[0].set_value(index).run())
     result = recommend_and_export(store, [sid], temperature=0.0)
     assert result.decision == stored and isinstance(result.policies, PolicyReport)
     assert result.recommendation.measurement in result.evidence.measurements  # one object, as when made

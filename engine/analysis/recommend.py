@@ -141,6 +141,7 @@ def _summary(m: DraftMeasurement, rows: list[GammaPoint], row: GammaPoint, pays:
         why_not=judge.why_not(row),
         regime=judge.regime(row),
         calibration_flag=None if cal is None else cal.flag,
+        curve=rows,
     )
 
 

@@ -134,6 +134,7 @@ class DraftSummary:
     why_not: str = ""  # why its best γ may not be recommended ('' when it pays)
     regime: str = ""  # the regime its best γ's verify step runs in
     calibration_flag: str | None = None  # why its measured speedups were not calibrated to
+    curve: list[GammaPoint] = field(default_factory=list)  # its γ curve, as the recommender judged it
 
 
 BAND_SLACK = 0.05  # a prediction this far outside the measured band still agrees with it (timing noise)

@@ -129,7 +129,7 @@ def curve_of(result: Recommended) -> tuple[str, list[GammaPoint]] | None:
     if not cands:
         return None
     index = max(range(len(cands)), key=lambda i: rec.comparison[i].best_speedup)
-    return cands[index].name, gamma_curve(cands[index])
+    return cands[index].name, rec.comparison[index].curve or gamma_curve(cands[index])
 
 
 def curve(result: Recommended) -> list[Html]:

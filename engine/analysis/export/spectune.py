@@ -55,13 +55,20 @@ def record(rec: Recommendation, regime: RegimeReport | None, schedule: dict[int,
             "crossover": rec.crossover,
             "schedule": schedule if schedule is not None else rec.schedule,
         },
-        "comparison": [asdict(s) for s in rec.comparison],
+        "comparison": [_comparison_row(s) for s in rec.comparison],
         "evidence": {
             "measurement": _measurement(rec.measurement),
             "regime": regime_block,
             "gamma_curve": [curve_row(p) for p in rec.curve],
         },
     }
+
+
+def _comparison_row(summary: Any) -> dict[str, Any]:
+    """One draft of the comparison as the record keeps it (its curve is the evidence's, for the chosen draft)."""
+    row = asdict(replace(summary, curve=[]))
+    del row["curve"]
+    return row
 
 
 def curve_row(p: GammaPoint) -> dict[str, Any]:
