@@ -224,3 +224,6 @@ def test_submit_defaults_to_llamacpp_without_a_gpu_and_says_why(tmp_path):
     assert "--engine spectune runs that loop" in done.stdout
     loop = _submit(tmp_path, "--prompts", str(prompts), "--draft", "ngram", "--estimate", "--engine", "spectune")
     assert loop.returncode == 0 and "is the default here" not in loop.stdout
+    suffix = _submit(tmp_path, "--prompts", str(prompts), "--draft", "suffix", "--estimate")  # llama.cpp refuses it
+    assert suffix.returncode == 0, suffix.stderr
+    assert suffix.stdout.startswith("engine: spectune's loop, since llama.cpp (llama-server) would refuse this session")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
+from engine.engines import registry
 from engine.errors import SettingsError
 from engine.service.budget import SizedPlan, default_budget, parse_budget, sized_for
-from engine.service.default_engine import default_engine
+from engine.service.default_engine import default_engine, own_loop
 from engine.session.spec import SessionSpec
 
 
@@ -44,11 +46,25 @@ def engine_choice(args: argparse.Namespace, hardware: dict[str, Any]) -> str | N
     """Set args.engine to this machine's default when none was given; the sentence saying why, if any."""
     if args.engine is not None:
         return None
-    from engine.engines import registry
-
     chosen = default_engine(args.target, hardware)
     args.engine = registry.get(chosen.engine).cli
     return f"engine: {chosen.why.rstrip('.')}; --engine spectune runs that loop." if chosen.why else None
+
+
+def defaulted(args: argparse.Namespace, why: str | None, build: Callable[[], SessionSpec]) -> SessionSpec:
+    """The spec `build` makes; when its engine is this machine's default (`why` says so) and refuses the session
+    (a suffix draft, a policy llama-server cannot run), spectune's loop instead. Either way, one line says which."""
+    spec = build()
+    if why is None:
+        return spec
+    try:
+        registry.validate(spec)
+    except SettingsError as exc:
+        args.engine = registry.get(own_loop()).cli
+        print(f"engine: spectune's loop, since {registry.get(spec.engine).label} would refuse this session: {exc}")
+        return build()
+    print(why)
+    return spec
 
 
 def budget_of(args: argparse.Namespace, hardware: dict[str, Any]) -> float | None:

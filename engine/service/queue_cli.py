@@ -103,12 +103,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from engine.session.sampling import has_categories, sample_indices
 
     hardware = describe_hardware()
-    if why := budget_cli.engine_choice(args, hardware):
-        print(why)
+    why = budget_cli.engine_choice(args, hardware)
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
     temps = _defaults(args.temperature, 0.0)
-    settings = spec_from_args(
+    settings = budget_cli.defaulted(args, why, lambda: spec_from_args(
         args,
         drafts=drafts,
         gammas=gammas,
@@ -118,7 +117,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         mode=args.mode,
         confirm=args.mode == "full" and not args.no_confirm,
         policies=list(args.policy or []),
-    )
+    ))  # fmt: skip
     if args.probe and not args.estimate:
         raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     parsed = load_prompt_file(Path(args.prompts))
