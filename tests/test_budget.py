@@ -97,6 +97,8 @@ def test_a_full_grid_loses_its_widest_gammas_then_drafts_and_keeps_one_of_each()
     sized = size_to_budget(FULL, 8, SLOW, 240.0)
     assert sized.spec.gammas and set(sized.spec.gammas) <= {1, 2, 4} and sized.spec.drafts == [DRAFT]
     assert sized.spec.gammas == FULL.gammas[: len(sized.spec.gammas)]  # the widest went first
+    unsorted = size_to_budget(replace(FULL, gammas=[4, 1, 2]), 8, SLOW, 240.0)
+    assert 4 not in unsorted.spec.gammas and unsorted.spec.gammas == sized.spec.gammas
     assert [c.what for c in sized.cuts if c.what in ("γs", "drafts")]
 
 

@@ -195,7 +195,7 @@ def _fewer_runs(spec: SessionSpec) -> list[SessionSpec]:
     fewer at a time (the last first), each step keeping what came before."""
     shapes = [spec]
     while len(shapes[-1].gammas) > 1:
-        fewer = replace(shapes[-1], gammas=shapes[-1].gammas[:-1])
+        fewer = replace(shapes[-1], gammas=sorted(shapes[-1].gammas)[:-1])
         if planned_configurations(fewer) >= planned_configurations(shapes[-1]):
             break
         shapes.append(fewer)
