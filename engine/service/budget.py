@@ -92,15 +92,17 @@ def pace_from(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware
 
 @dataclass(frozen=True)
 class Cut:
-    """One thing the sizing cut: what, as it was and as it is, and the seconds that saves."""
+    """One thing the sizing cut: what, as it was and as it is, the seconds that saves, and why it could go."""
 
     what: str
     before: str
     after: str
     saved_s: float
+    why: str = ""
 
     def sentence(self) -> str:
-        return f"{self.what} {self.before} → {self.after} (saves about {minutes(self.saved_s)})"
+        why = f"{self.why}; " if self.why else ""
+        return f"{self.what} {self.before} → {self.after} ({why}saves about {minutes(self.saved_s)})"
 
 
 @dataclass(frozen=True)
@@ -235,13 +237,21 @@ def _cuts(spec: SessionSpec, n_prompts: int, final: SessionSpec, prompts: int, a
         if before != after:
             then = apply(now)
             saved = plan_seconds(now, n_prompts, at) - plan_seconds(then, n_prompts, at)
-            cuts.append(Cut(what, say(before), say(after), saved))
+            cuts.append(Cut(what, say(before), say(after), saved, WHY[what]))
             now = then
     if prompts != n_prompts:
         saved = plan_seconds(now, n_prompts, at) - plan_seconds(now, prompts, at)
-        sample = " (stratified by category)" if spec.prompt_sample == "stratified" else ""
-        cuts.append(Cut(f"prompts{sample}", str(n_prompts), str(prompts), saved))
+        why = "still stratified by category" if spec.prompt_sample == "stratified" else "the first in the set"
+        cuts.append(Cut("prompts", str(n_prompts), str(prompts), saved, why))
     return cuts
+
+
+WHY = {  # why each could go, said beside the cut
+    "batch sweep": "a recommendation does not need it",
+    "new tokens per prompt": "every decode is that much shorter",
+    "γs": "each γ is a run of every prompt",
+    "drafts": "each draft is a run of every prompt; the first named is kept",
+}
 
 
 def _listed(values: Sequence[Any]) -> str:
