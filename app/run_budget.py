@@ -81,7 +81,9 @@ def top(state: MutableMapping[str, Any], hardware: Mapping[str, Any]) -> None:
     state.update(state.pop(PENDING, None) or {})
     set_default_engine(state, hardware)
     state.setdefault(BUDGET, budget_text(hardware))
-    st.text_input("Time budget", key=BUDGET, placeholder="none: e.g. 10m, 600s or 1.5h", help=BUDGET_HELP)
+    field, note = st.columns([2, 9], vertical_alignment="bottom")
+    field.text_input("Time budget", key=BUDGET, placeholder="none: e.g. 10m, 600s or 1.5h", help=BUDGET_HELP)
+    note.caption("“Fit to the budget”, below the form, sizes the session to it at this machine's pace.")
 
 
 def _form_plan(store: Any, state: Mapping[str, Any], fit: bool) -> SizedPlan | None:
