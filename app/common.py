@@ -153,12 +153,22 @@ def _open_store(url: str) -> Any:
 
 
 def store_banner() -> None:
-    """A banner at the top of every page while the database is damaged: what was found, and the way out. A
-    database that cannot be opened at all is left to the page's own get_store, which says so."""
+    """A banner at the top of every page while the database is damaged, or deleted or moved under the dashboard:
+    what happened, and the way out. A file put in its place (a restore) is followed, and said once. A database that
+    cannot be opened at all is left to the page's own get_store, which says so."""
     try:
-        notice = _open_store(default_database_url()).damage_notice()
+        store = _open_store(default_database_url())
+        why = store.replaced()
+        if why is not None and store.follow_replacement():
+            st.info(md_escape(f"The {why}; the pages now show the file at that path."), icon=ICONS["info"])
+            why = None
+        notice = store.damage_notice()
     except Exception:  # noqa: BLE001 - the banner never stops a page
         return
+    if why is not None:
+        st.error(md_escape(f"The {why}: these pages show what the old file held, and nothing new can be stored. "
+                           "Put a backup in place with python -m engine restore FILE (no worker running), then "
+                           "reload."), icon=ICONS["warning"])  # fmt: skip
     if notice:
         st.error(md_escape(f"The {notice[0].lower()}{notice[1:]}"), icon=ICONS["warning"])
 

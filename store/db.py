@@ -59,6 +59,31 @@ def _check_sqlite_file(path: Path) -> None:
         )
 
 
+def _refuse_a_deleted_database(path: Path) -> None:
+    """Refuse to start a new database where one was deleted or moved while a process still had it open: its WAL
+    or shared-memory file is still there, and a new file would take (and empty) the WAL the old one's writer uses."""
+    if path.exists():
+        return
+    left = [suffix for suffix in ("-wal", "-shm") if Path(f"{path}{suffix}").exists()]
+    if left:
+        raise StoreError(
+            f"database {path} is missing but its {' and '.join(left)} file is still there: it was deleted or moved "
+            "while a process (a worker, the dashboard) had it open, and may still be written; nothing was created. "
+            "Stop those processes, then restore a backup (python -m engine restore FILE), or move the leftover "
+            f"{path.name}-wal and -shm aside to start a new database"
+        )
+
+
+def _create_empty(path: Path) -> None:
+    """A new, empty database file (SQLite writes its header on the first write)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise StoreError(f"database {path} cannot be created: {exc.strerror or exc}") from exc
+
+
 def _is_read_only(path: Path) -> bool:
     """True when the file exists and is not writable. Mode bits count too: root ignores them, we don't."""
     if not path.exists():
@@ -103,12 +128,13 @@ def make_engine(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT
         kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
     else:
         _check_sqlite_file(path)
+        _refuse_a_deleted_database(path)
         read_only = _is_read_only(path)
-        if read_only:
-            query = {**parsed.query, "mode": "ro", "uri": "true"}
-            parsed = parsed.set(database=f"file:{quote(str(path.resolve()))}", query=query)
-        elif not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if not read_only and not path.exists():
+            _create_empty(path)
+        # mode=rw: a connection made later never creates a new file where this one was deleted or moved
+        query = {**parsed.query, "mode": "ro" if read_only else "rw", "uri": "true"}
+        parsed = parsed.set(database=f"file:{quote(str(path.resolve()))}", query=query)
     engine = create_engine(parsed, **kwargs)
     _install_sqlite_pragmas(engine, busy_timeout_s=busy_timeout_s, wal=path is not None, read_only=read_only)
     return engine
@@ -118,6 +144,16 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     """ORM sessions that keep attribute values after commit (readers copy them into dicts anyway)."""
     return sessionmaker(engine, expire_on_commit=False)
 
+
+def file_identity(path: Path | None) -> tuple[int, int] | None:
+    """The (device, inode) of the file at ``path``; None when there is none (or no path)."""
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def engine_where(engine: Engine) -> str:

@@ -52,7 +52,7 @@ class PromptSetsMixin(StoreBase):
         """
         if not prompts:
             raise StoreError(f"prompt set {name!r} has no prompts")
-        self.refuse_if_damaged("storing prompts")
+        self.refuse_new_work("storing prompts")
         digest = set_hash(prompts)
         for _ in range(2):  # a concurrent identical upload wins the unique hash; then we return its set
             existing = self._prompt_set_by_hash(digest)

@@ -9,6 +9,7 @@ stored is lost.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -19,12 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
-from store.db import SQLITE_MAGIC
+from store.db import SQLITE_MAGIC, file_identity
 from store.errors import StoreError
 from store.files import fsync_folder, special_kind
 from store.workers import worker_is_dead
 
 JOURNALS = ("-wal", "-shm", "-journal")
+log = logging.getLogger("spectune.store")
 RECOVER_TIMEOUT_S = 600.0
 
 
@@ -191,7 +193,7 @@ def restore_from(backup: Path, database: Path, now: float | None = None) -> Path
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     staged = database.with_name(f".{database.name}.{os.getpid()}.restoring")
     try:
-        shutil.copyfile(backup, staged)
+        _copy_whole(backup, staged)
         with staged.open("rb+") as fh:
             os.fsync(fh.fileno())
         kept = _set_aside(database, stamp)
@@ -204,21 +206,81 @@ def restore_from(backup: Path, database: Path, now: float | None = None) -> Path
     return kept
 
 
+def _copy_whole(source: Path, target: Path) -> None:
+    """``source`` (with what its WAL holds) into the new single file ``target``, by SQLite's backup API."""
+    src = _read_only(source)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"{source} cannot be copied: {exc}") from exc
+    finally:
+        src.close()
+
+
 def _set_aside(database: Path, stamp: str) -> Path | None:
-    """Rename the database and the files SQLite keeps beside it to a dated name, paired as SQLite pairs them."""
-    if not database.exists():
+    """Rename the database and the files SQLite keeps beside it to a dated name, paired as SQLite pairs them; a WAL
+    left without its database is set aside too, so it is never replayed into the file restored. None when there
+    was nothing to set aside."""
+    companions = [suffix for suffix in JOURNALS if Path(f"{database}{suffix}").exists()]
+    if not database.exists() and not companions:
         return None
     kept = database.with_name(f"{database.name}.before-restore-{stamp}")
     n = 1
-    while kept.exists():
+    while kept.exists() or any(Path(f"{kept}{suffix}").exists() for suffix in JOURNALS):
         n += 1
         kept = database.with_name(f"{database.name}.before-restore-{stamp}-{n}")
-    for suffix in JOURNALS:
-        companion = Path(f"{database}{suffix}")
-        if companion.exists():
-            os.rename(companion, Path(f"{kept}{suffix}"))
-    os.rename(database, kept)
+    for suffix in companions:
+        os.rename(Path(f"{database}{suffix}"), Path(f"{kept}{suffix}"))
+    if database.exists():
+        os.rename(database, kept)
     return kept
+
+
+def save_open_copy(database: Path, identity: tuple[int, int], now: float | None = None) -> Path | None:
+    """Copy the database file this process still has open (by inode: it was deleted or moved) and the WAL it
+    writes to ``DATABASE.saved-DATE-TIME`` beside the path, for `restore`; None when this process holds no such
+    file. Call it while nothing writes."""
+    source = _open_file(identity)
+    if source is None:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    target = database.with_name(f"{database.name}.saved-{stamp}")
+    wal = Path(f"{database}-wal")
+    shutil.copyfile(source, target)
+    wal_identity = file_identity(wal)
+    if wal_identity is not None and _open_file(wal_identity) is not None:  # the WAL this process writes, not another
+        shutil.copyfile(wal, Path(f"{target}-wal"))
+    _fold_wal(target)
+    return target
+
+
+def _fold_wal(path: Path) -> None:
+    """Write what the WAL beside ``path`` holds into the file itself and drop the WAL: one self-contained file."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error as exc:
+        log.warning("the saved copy %s keeps its WAL beside it: %s", path, exc)
+    finally:
+        conn.close()
+
+
+def _open_file(identity: tuple[int, int]) -> str | None:
+    """A /proc path through which this process reads the file of that (device, inode), or None (not Linux)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        link = f"/proc/self/fd/{name}"
+        if file_identity(Path(link)) == identity:
+            return link
+    return None
 
 
 def sessions_being_written(database: Path, stale_after_s: float, now: datetime | None = None) -> list[str]:

@@ -41,7 +41,7 @@ class SessionsMixin(OrphansMixin, StoreBase):
         missing = _REQUIRED - {key for key, value in settings.items() if value is not None}
         if missing:
             raise TypeError(f"create_session: missing settings {sorted(missing)}")
-        self.refuse_if_damaged("queuing a session")
+        self.refuse_new_work("queuing a session")
         now = utcnow()
         settings.setdefault("name", f"{settings['target']} {now:%Y-%m-%d %H:%M}")
         with self._write() as session:
@@ -53,7 +53,7 @@ class SessionsMixin(OrphansMixin, StoreBase):
     def claim_next_session(self, worker_id: str) -> dict[str, Any] | None:
         """Atomically take the oldest queued session for ``worker_id`` (status -> running); None if none.
         DamagedStoreError when the database is damaged: no session is started in it."""
-        self.refuse_if_damaged("starting a session")
+        self.refuse_new_work("starting a session")
         queued = aliased(TuningSession)
         oldest = (
             select(queued.id)
@@ -123,7 +123,7 @@ class SessionsMixin(OrphansMixin, StoreBase):
     def requeue_session(self, session_id: int) -> bool:
         """Queue an interrupted session again, or one failed because its worker died (its runs so far are kept);
         False if it is neither. A running session whose worker is gone is found first."""
-        self.refuse_if_damaged("re-queuing a session")
+        self.refuse_new_work("re-queuing a session")
         self.look_for_orphans(only=session_id)
         resumable = or_(
             TuningSession.status == "interrupted",

@@ -46,6 +46,8 @@ class StoreHooks(Hooks):
         # True once a heartbeat finds the session is no longer ours (another worker failed it as orphaned);
         # its status then belongs to that worker and is never overwritten.
         self.lost = False
+        # why the session stops because its database file was deleted, moved or replaced (checked every beat)
+        self.replaced: str | None = None
         self._beat_stop = threading.Event()
         self._beat_thread: threading.Thread | None = None
         self._progress = SessionProgress()  # the bar over every sweep of the session, and the decodes' time left
@@ -165,8 +167,8 @@ class StoreHooks(Hooks):
         if TERMINATING.is_set():  # the worker was told to exit: stop within this step
             return True
         now = time.monotonic()
-        if self.lost:
-            self._stop = True  # someone else owns the session now (it was failed as orphaned)
+        if self.lost or self.replaced:
+            self._stop = True  # someone else owns the session now, or its database file is gone
         if not self._stop and now - self._last_cancel_check >= CANCEL_POLL_S:
             self._last_cancel_check = now
             self._stop = self.store.is_cancel_requested(self.session_id)
@@ -186,6 +188,9 @@ class StoreHooks(Hooks):
     def _beat_loop(self) -> None:
         while not self._beat_stop.wait(HEARTBEAT_S):
             try:
+                if (why := self.store.replaced()) is not None:
+                    self.replaced = why
+                    return
                 if not self.store.heartbeat(self.session_id, self.worker_id):
                     self.lost = True
                     return

@@ -218,6 +218,10 @@ def _stopped(store: Any, session_id: int, hooks: StoreHooks) -> str:
     if hooks.lost:  # ended as orphaned by another process: that status stands
         _mark_open_run(store, hooks, "failed")
         return "failed"
+    if hooks.replaced:  # written into the file the worker still has open: whoever restores it can requeue it
+        error = (f"{hooks.replaced}; what it measured is kept in that file (requeue: python -m engine "
+                 f"requeue --session {session_id})")  # fmt: skip
+        return _end(store, session_id, hooks, "interrupted", error, runs="cancelled")
     if TERMINATING.is_set():
         error = (f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
                  f"{session_id})")  # fmt: skip
@@ -231,6 +235,12 @@ def _mark_open_run(store: Any, hooks: StoreHooks, status: str) -> None:
         run = store.get_run(run_id)
         if run and run.get("status") == "running":
             store.update_run(run_id, status=status)
+
+
+REPLACED_WAY_OUT = (
+    "It takes no more work: a new database at that path would not hold what the old one did, and nothing is written "
+    "there. Put a backup in place (python -m engine restore FILE) or start a new database, then start the worker again"
+)
 
 
 class WriteBackoff:
@@ -301,6 +311,9 @@ def serve(
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)} if on_main_thread else {}
     try:
         while not TERMINATING.is_set():
+            if (why := store.replaced()) is not None:
+                _stop_for_a_replaced_file(store, why)
+                break
             try:
                 store.recheck_damage()
                 session = store.claim_next_session(worker_id)
@@ -329,6 +342,16 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
     return ran
+
+
+def _stop_for_a_replaced_file(store: Any, why: str) -> None:
+    """Say why the worker stops; a deleted or moved file it still holds is first copied out for `restore`."""
+    saved = store.save_open_copy()
+    if saved is not None:
+        log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
+                  "back with python -m engine restore %s", why, saved, saved)  # fmt: skip
+    else:
+        log.error("the worker stops: %s. %s", why, REPLACED_WAY_OUT)
 
 
 def _note_failure(backoff: WriteBackoff, what: str, exc: StoreError) -> None:
@@ -370,7 +393,7 @@ def main_worker(once: bool = False, max_sessions: int | None = None, idle_exit_s
     ran = serve(store, once=once, max_sessions=max_sessions, idle_exit_s=idle_exit_s)
     release_pid_file(os.getpid())
     log.info("worker exiting after %d session(s)", ran)
-    return 2 if store.damage is not None else 0
+    return 2 if store.damage is not None or store.replaced() is not None else 0
 
 
 __all__ = ["ensure_worker", "main_worker", "run_session", "serve", "worker_alive", "worker_log_path", "worker_pid_path"]

@@ -1,0 +1,166 @@
+"""A database deleted, moved or replaced under a running process is noticed by inode, and never silently recreated.
+
+Real SQLite stores in tmp_path, the file removed or swapped with os.unlink/os.rename while a Store holds it open:
+the store names what happened and refuses new work; no command starts a new empty database where the old one's WAL
+is still in use; the worker stops and says why (and a session it runs ends interrupted in the file it holds);
+every dashboard page shows a banner, and follows a file put back in its place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.service import store_hooks
+from engine.service.cli import main
+from engine.service.store_hooks import StoreHooks
+from engine.service.worker import _stopped, serve
+from foundation.paths import default_database_url
+from store import DamagedStoreError, Store, StoreError, open_store
+from store.recovery import integrity_problem
+from store.workers import make_worker_id
+from tests.t5_sessions import T5, store_session
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [None, "pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "pages/4_Theory.py",
+         "pages/5_Recommend.py", "pages/6_Endpoints.py", "pages/7_Policies.py"]  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def store(home: Path) -> Store:
+    """An open store holding a finished session, its WAL in use (as a worker's is)."""
+    opened = open_store(default_database_url())
+    store_session(opened, T5)
+    yield opened
+    opened.close()
+
+
+def queue_one(store: Store) -> int:
+    return store.create_session(target="t", drafts=["d"], gammas=[4], temperatures=[0.0], max_new_tokens=8)
+
+
+def test_the_store_names_a_deleted_moved_or_replaced_file(home: Path, store: Store) -> None:
+    db = home / "spectune.db"
+    assert store.replaced() is None
+    os.rename(db, home / "moved.db")
+    assert store.replaced() == f"database {db} was deleted or moved while in use"
+    shutil.copyfile(home / "moved.db", db)  # same bytes, another file
+    assert store.replaced() == f"database {db} was replaced by another file while in use"
+    os.unlink(db)
+    os.rename(home / "moved.db", db)  # the very file back in its place
+    assert store.replaced() is None
+
+
+def test_new_work_is_refused_once_the_file_is_gone(home: Path, store: Store) -> None:
+    os.unlink(home / "spectune.db")
+    for attempt in (lambda: queue_one(store), lambda: store.add_prompt_set("p", None, [{"text": "x"}])):
+        with pytest.raises(DamagedStoreError, match="deleted or moved while in use") as refused:
+            attempt()
+        assert "python -m engine restore" in str(refused.value)
+
+
+def test_no_new_database_is_made_where_the_old_one_s_wal_is_in_use(home: Path, store: Store) -> None:
+    db = home / "spectune.db"
+    wal = Path(f"{db}-wal")
+    assert wal.exists()
+    os.unlink(db)
+    wal_bytes = wal.read_bytes()
+    with pytest.raises(StoreError, match="is missing but its -wal and -shm file is still there"):
+        open_store(default_database_url())
+    env = {**os.environ, "SPECTUNE_HOME": str(home)}
+    listing = subprocess.run([sys.executable, "-m", "engine", "sessions"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    lines = [line for line in listing.stderr.splitlines() if line.strip()]
+    assert listing.returncode == 2 and len(lines) == 1 and "nothing was created" in lines[0], listing.stderr
+    assert not db.exists() and wal.read_bytes() == wal_bytes  # the worker's writes are where it left them
+
+
+def test_an_open_store_never_creates_a_new_file_at_its_path(home: Path, store: Store) -> None:
+    db = home / "spectune.db"
+    store.close()  # the WAL checkpointed and removed: nothing but the file
+    os.unlink(db)
+    with pytest.raises(StoreError, match="cannot be opened"):
+        store.list_sessions()  # a new connection of the same store
+    assert not db.exists()
+    fresh = open_store(default_database_url())  # a new database where nothing is left is fine
+    try:
+        assert fresh.list_sessions() == []
+    finally:
+        fresh.close()
+
+
+def test_the_worker_stops_says_why_and_saves_what_the_deleted_file_held(
+    home: Path, store: Store, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued = queue_one(store)
+    os.unlink(home / "spectune.db")
+    with caplog.at_level(logging.ERROR, logger="spectune.worker"):
+        assert serve(store, once=False) == 0  # returns at once, not polling an empty queue
+    stops = [r.getMessage() for r in caplog.records if "the worker stops" in r.getMessage()]
+    assert len(stops) == 1 and "deleted or moved while in use" in stops[0] and "engine restore" in stops[0]
+    saved = [p for p in home.iterdir() if p.name.startswith("spectune.db.saved-") and not p.name.endswith("-wal")]
+    assert len(saved) == 1 and str(saved[0]) in stops[0]
+    store.close()  # the worker exits: the deleted file is gone for good, but not what it held
+    assert integrity_problem(saved[0]) is None and not Path(f"{saved[0]}-wal").exists()  # one whole file
+    assert main(["restore", str(saved[0])]) == 0, capsys.readouterr().err
+    back = open_store(default_database_url())
+    try:
+        assert sorted(s["id"] for s in back.list_sessions()) == [1, queued]
+    finally:
+        back.close()
+
+
+def test_a_running_session_stops_within_one_heartbeat_and_ends_interrupted(
+    home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = queue_one(store)
+    worker = make_worker_id()
+    assert store.claim_next_session(worker)["id"] == sid
+    hooks = StoreHooks(store, sid, worker)
+    os.rename(home / "spectune.db", home / "elsewhere.db")
+    monkeypatch.setattr(store_hooks, "HEARTBEAT_S", 0.0)
+    hooks._beat_loop()  # one beat: it finds the file gone and stops beating
+    assert hooks.replaced and hooks.should_stop()
+    assert _stopped(store, sid, hooks) == "interrupted"
+    os.rename(home / "elsewhere.db", home / "spectune.db")  # the file back: the session's end is in it
+    ended = store.get_session(sid)
+    assert ended["status"] == "interrupted" and "deleted or moved while in use" in ended["error"]
+    assert "requeue --session" in ended["error"]
+
+
+def test_every_page_shows_a_banner_and_follows_a_restored_file(home: Path, store: Store) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    db = home / "spectune.db"
+
+    def run(page: str | None) -> AppTest:
+        at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+        if page:
+            at.switch_page(page)
+        at.run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        return at
+
+    run(None)  # the dashboard opens the database
+    os.rename(db, home / "aside.db")
+    for page in PAGES:
+        banners = [str(e.value).replace("\\", "") for e in run(page).error if "deleted or moved" in str(e.value)]
+        assert len(banners) == 1 and "python -m engine restore" in banners[0], page
+    shutil.copyfile(home / "aside.db", db)  # a file put back in its place, as a restore does
+    at = run("pages/3_Sessions.py")
+    assert any("now show the file at that path" in str(e.value).replace("\\", "") for e in at.info)
+    assert not [e for e in at.error if "deleted or moved" in str(e.value)]
+    assert not [e for e in run(None).error if "deleted or moved" in str(e.value)]
