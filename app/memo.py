@@ -82,7 +82,7 @@ def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Dec
     out: dict[float, Decision | None] = {}
     for temperature in session.get("temperatures") or [0.0]:
         try:
-            query = DecisionQuery(batch_size=batch, temperature=float(temperature))
+            query = DecisionQuery.of_session(batch, temperature)
             out[float(temperature)] = decision_for(store, [int(session["id"])], query)
         except SpectuneError:
             out[float(temperature)] = None

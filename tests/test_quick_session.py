@@ -18,7 +18,7 @@ from engine.models.pool import ModelPool
 from engine.service.jobs import submit_session
 from engine.service.policies import recommendation_for, session_policies
 from engine.service.worker import run_session
-from engine.session.quick import Choice, Decision, confirm_plan, confirm_reserve, probe_gamma, probe_plan
+from engine.session.quick import Choice, ConfirmChoices, confirm_plan, confirm_reserve, probe_gamma, probe_plan
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, validate
 from engine.session.summary import RUN_COLUMNS
@@ -61,10 +61,11 @@ def test_the_probe_is_the_baseline_and_each_draft_once_at_the_widest_gamma() -> 
     assert [k.label() for k in probe_plan(s)] == [
         "baseline T=0", "baseline T=0.7", f"{DRAFT} γ=3 T=0", f"{DRAFT} γ=3 T=0.7", "ngram γ=3 T=0", "ngram γ=3 T=0.7",
     ]  # fmt: skip
-    decision = Decision([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5), Choice("best fixed γ", "ngram", 2, 0.0, 1.2)])
+    best = [Choice("best fixed γ", DRAFT, 3, 0.0, 1.5), Choice("best fixed γ", "ngram", 2, 0.0, 1.2)]
+    decision = ConfirmChoices(best)
     plan = confirm_plan(s, decision, probe_plan(s))
     assert plan == [RunKey("none", 0, 0.0), RunKey("ngram", 2, 0.0)]  # the probe measured the draft at γ=3 already
-    assert confirm_plan(s, Decision([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5)]), probe_plan(s)) == []
+    assert confirm_plan(s, ConfirmChoices([Choice("best fixed γ", DRAFT, 3, 0.0, 1.5)]), probe_plan(s)) == []
     with pytest.raises(SettingsError, match="mode 'fast'"):
         validate(spec(mode="fast"))
 

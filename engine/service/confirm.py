@@ -1,10 +1,10 @@
 """A full session's headline measured before the session ends.
 
-The one model may recommend a γ the grid did not measure (an extrapolation). With `confirm` set, the worker asks
-it for its recommendation from the stored grid (the decision a quick session confirms, engine.service.quick.decide)
-and, when that configuration was not measured, runs it live beside the target alone at every level of the session.
-Up to two rounds (engine.service.quick.confirm_after): what a round measured is stored like any run, and where it
-changes the decision to an unmeasured configuration, that one runs too."""
+The one model may recommend a γ the grid did not measure (an extrapolation). With `confirm` set, the worker asks it for
+its recommendation from the stored grid (what a quick session confirms, engine.service.quick.choices_to_confirm) and,
+when that configuration was not measured, runs it live beside the target alone at every level of the session. Up to two
+rounds (engine.service.quick.confirm_after): what a round measured is stored like any run, and where it changes the
+decision to an unmeasured configuration, that one runs too."""
 
 from __future__ import annotations
 

@@ -46,6 +46,11 @@ class DecisionQuery:
     regime_override: str | None = None
     engine: str | None = None
 
+    @classmethod
+    def of_session(cls, serving_batch: int, temperature: float) -> DecisionQuery:
+        """What a session answers when it ends: the default objective at its serving batch and one temperature."""
+        return cls(batch_size=int(serving_batch), temperature=float(temperature))
+
     def key(self) -> str:
         """The query as one stable string (the store's key)."""
         return json.dumps(asdict(self), sort_keys=True)

@@ -13,13 +13,13 @@ from engine.errors import SpectuneError
 from engine.measure.noise import floor_off
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
-from engine.session.quick import Choice, Decision, confirm_plan, confirm_reserve, merged, probe_plan
+from engine.session.quick import Choice, ConfirmChoices, confirm_plan, confirm_reserve, merged, probe_plan
 from engine.session.runner import PromptText, RunKey
 from engine.session.spec import SessionSpec
 from engine.session.sweep import SweepReport
 
 
-def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float, decision: Decision) -> None:
+def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float, decision: ConfirmChoices) -> None:
     """The recommended configuration (a policy when one beats every fixed γ) and the best fixed γ at
     `temperature`, judged for the session's serving batch. The fixed γ is the headline's — the recommendation
     over every draft, n-gram lookup included — and only when that is off the chosen draft's best γ (confirmed to
@@ -52,9 +52,9 @@ def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float,
     decision.choices.append(fixed)
 
 
-def decide(store: Any, session_id: int, spec: SessionSpec) -> Decision:
+def choices_to_confirm(store: Any, session_id: int, spec: SessionSpec) -> ConfirmChoices:
     """What the probe's stored runs lead to, per temperature of the session."""
-    decision = Decision()
+    decision = ConfirmChoices()
     for temperature in spec.temperatures:
         try:
             _choices(store, session_id, spec, temperature, decision)
@@ -63,7 +63,7 @@ def decide(store: Any, session_id: int, spec: SessionSpec) -> Decision:
     return decision
 
 
-def confirmed_rows(report: SweepReport, decision: Decision) -> list[dict[str, Any]]:
+def confirmed_rows(report: SweepReport, decision: ConfirmChoices) -> list[dict[str, Any]]:
     """Each choice with what was measured for it (the confirmation's run, else the probe's): the median of its
     per-prompt ratios (what every page shows), and measured ÷ predicted like with like: its speedup over the whole
     run (tokens/s over every prompt ÷ the baseline's) ÷ the prediction, which is a whole run's (tokens over summed
@@ -117,12 +117,12 @@ CONFIRM_ROUNDS = 2  # a confirmation that changes the decision confirms the new 
 def confirm_after(
     store: Any, session_id: int, spec: SessionSpec, first: SweepReport, prompts: list[PromptText], hooks: Hooks,
     pool: ModelPool,
-) -> tuple[SweepReport, Decision, list[RunKey]]:  # fmt: skip
+) -> tuple[SweepReport, ConfirmChoices, list[RunKey]]:  # fmt: skip
     """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
     run live beside a fresh target alone at every level; then, where what they measured changes the decision to a
     configuration no run measured, that one too, up to CONFIRM_ROUNDS rounds: (one merged report, the decision, every
     confirmation's plan — empty when `first` measured every choice)."""
-    decision = decide(store, session_id, spec)
+    decision = choices_to_confirm(store, session_id, spec)
     levels = registry.levels_of(spec)
     plan = confirm_plan(spec, decision, measured_keys(first), levels)
     report, ran = first, list(plan)
@@ -140,7 +140,7 @@ def confirm_after(
     return report, decision, ran
 
 
-def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: Decision, measured: list[RunKey],
+def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: ConfirmChoices, measured: list[RunKey],
                  levels: list[int]) -> list[RunKey]:  # fmt: skip
     """What the decision became once the confirmation's runs were stored, where no run measured it: the new choice
     (added to `decision`, with why) and its plan; [] where the decision stands or is measured."""
@@ -148,7 +148,7 @@ def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: Decis
 
     fresh: list[Choice] = []
     for temperature in spec.temperatures:
-        query = DecisionQuery(batch_size=spec.serving_batch, temperature=temperature)
+        query = DecisionQuery.of_session(spec.serving_batch, temperature)
         try:
             now = make_decision(store, [session_id], query, in_progress=session_id)
         except SpectuneError:
@@ -163,10 +163,10 @@ def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: Decis
                               "run had measured: it was confirmed live too")  # fmt: skip
         fresh.append(choice)
     decision.choices.extend(fresh)
-    return confirm_plan(spec, Decision(choices=fresh), measured, levels)
+    return confirm_plan(spec, ConfirmChoices(choices=fresh), measured, levels)
 
 
-def decision_record(report: SweepReport, decision: Decision) -> dict[str, Any]:
+def decision_record(report: SweepReport, decision: ConfirmChoices) -> dict[str, Any]:
     """What a session's summary keeps of a confirmation: each choice as measured, off per temperature, the notes."""
     return {"confirmed": confirmed_rows(report, decision), "off": {str(t): off for t, off in decision.off.items()},
             "notes": decision.notes}  # fmt: skip

@@ -144,7 +144,7 @@ def _decide(store: Any, session_id: int, spec: SessionSpec) -> None:
     from engine.service.decisions import DecisionQuery, decision_for
 
     for temperature in spec.temperatures:
-        query = DecisionQuery(batch_size=spec.serving_batch, temperature=float(temperature))
+        query = DecisionQuery.of_session(spec.serving_batch, temperature)
         try:
             decision_for(store, [session_id], query)
         except SpectuneError as exc:  # nothing to decide from (no draft measured): the pages say so when read

@@ -73,7 +73,7 @@ class Choice:
 
 
 @dataclass
-class Decision:
+class ConfirmChoices:
     """What the probe led to: the choices to confirm and why (an off recommendation still confirms its best γ)."""
 
     choices: list[Choice] = field(default_factory=list)
@@ -81,7 +81,7 @@ class Decision:
     notes: list[str] = field(default_factory=list)
 
 
-def confirm_plan(spec: SessionSpec, decision: Decision, measured: Sequence[RunKey],
+def confirm_plan(spec: SessionSpec, decision: ConfirmChoices, measured: Sequence[RunKey],
                  levels: Sequence[int] = (1,)) -> list[RunKey]:  # fmt: skip
     """The target alone at each temperature of a choice, then each choice not measured by the probe already."""
     done = set(measured)
