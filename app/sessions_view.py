@@ -36,8 +36,9 @@ RUN_HELPS = {
     "bound": "the measured speedup is above tokens per call ÷ (the cheapest verify, 1 target step unless the "
     "engine measured a wider forward cheaper, + the draft's share of a call): impossible, a measurement error, "
     "never calibrated to (why: below the table)",
+    "speedup predicted": "what the one model predicted for this run when it was measured, from the runs stored then; "
+    "the decision above predicts from every run of the session, so its figure for the same configuration may differ",
 }
-# the runs table's columns in the order shown: at 1400 px the judgement of each speedup is in view, unscrolled
 # the runs table's columns in the order shown: on a 1400 px screen the measured speedup, its bound and verdict and
 # the prediction are in view unscrolled; the throughputs they come from follow, and the spread, the widest text, last
 RUN_THROUGHPUTS = ["tokens/s", "baseline tokens/s"]
