@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,56 @@ def test_every_page_shows_a_banner_and_follows_a_restored_file(home: Path, store
     assert any("now show the file at that path" in str(e.value).replace("\\", "") for e in at.info)
     assert not [e for e in at.error if "deleted or moved" in str(e.value)]
     assert not [e for e in run(None).error if "deleted or moved" in str(e.value)]
+
+
+def test_a_real_worker_whose_database_is_deleted_mid_session(home: Path) -> None:
+    """The reported loss: the worker kept writing the deleted file and logged `session 1: done`, and the next command
+    made a new empty database over the path."""
+    from tests.test_worker import open_db, queue_long
+
+    first = open_db(home)
+    sid = queue_long(first)
+    first.close()
+    db = home / "spectune.db"
+    env = {**os.environ, "SPECTUNE_HOME": str(home)}
+    worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--once"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        while status_of(db, sid) != "running":  # the session is under way (a state, not a duration)
+            assert worker.poll() is None, worker.stderr.read()
+            time.sleep(0.05)
+        os.unlink(db)
+        _, log = worker.communicate(timeout=300)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 2, log
+    assert f"session {sid}: interrupted" in log and "the worker stops: database" in log
+    assert not db.exists()  # nothing made a new file at the path
+    saved = next(p for p in home.iterdir() if p.name.startswith("spectune.db.saved-"))
+    restored = subprocess.run([sys.executable, "-m", "engine", "restore", str(saved)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert restored.returncode == 0, restored.stderr
+    back = open_store(default_database_url())
+    try:
+        ended = back.get_session(sid)
+        assert ended["status"] == "interrupted" and "deleted or moved while in use" in ended["error"]
+        assert back.requeue_session(sid)
+    finally:
+        back.close()
+
+
+def status_of(db: Path, session_id: int) -> str | None:
+    """The session's stored status, read without writing (None while the file cannot be read)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return None if row is None else str(row[0])
