@@ -153,9 +153,9 @@ def _open_store(url: str) -> Any:
 
 
 def store_banner() -> None:
-    """A banner at the top of every page while the database is damaged, or deleted or moved under the dashboard:
-    what happened, and the way out. A file put in its place (a restore) is followed, and said once. A database that
-    cannot be opened at all is left to the page's own get_store, which says so."""
+    """A banner at the top of every page while the database is damaged, or deleted or moved under the dashboard,
+    or a session is stalled on a full disk: what happened, and the way out. A file put in its place (a restore)
+    is followed, and said once. A database that cannot be opened at all is left to the page's own get_store."""
     try:
         store = _open_store(default_database_url())
         why = store.replaced()
@@ -163,8 +163,12 @@ def store_banner() -> None:
             st.info(md_escape(f"The {why}; the pages now show the file at that path."), icon=ICONS["info"])
             why = None
         notice = store.damage_notice()
+        stalled = store.stalled_sessions()
     except Exception:  # noqa: BLE001 - the banner never stops a page
         return
+    for session_id, cause in stalled:
+        st.warning(md_escape(f"Session {session_id} is stalled: {cause}. Its end is written as soon as the disk "
+                             "has room; free some space."), icon=ICONS["warning"])  # fmt: skip
     if why is not None:
         st.error(md_escape(f"The {why}: these pages show what the old file held, and nothing new can be stored. "
                            "Put a backup in place with python -m engine restore FILE (no worker running), then "

@@ -130,6 +130,17 @@ class OrphansMixin(StoreBase):
         status, error = pending
         return {**row, "status": STALLED, "error": f"{error} (to be written as {status} once the disk has room)"}
 
+    def stalled_sessions(self) -> list[tuple[int, str]]:
+        """(id, cause) of each running session whose end waits for room on the disk, read from what its worker
+        kept beside the database (or in this process); nothing is written."""
+        pending = self._pending_ids()
+        if not pending:
+            return []
+        query = select(TuningSession.id).where(TuningSession.id.in_(pending), TuningSession.status == "running")
+        with self._read() as session:
+            running = set(session.scalars(query))
+        return [(sid, ending[1]) for sid in pending if sid in running and (ending := self.pending_ending(sid))]
+
     def settle_endings(self) -> list[int]:
         """Write every pending end whose session is still 'running' (the disk has room again); returns the ids
         settled. Raises StoreError while writes still fail."""

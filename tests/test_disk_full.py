@@ -184,3 +184,23 @@ def test_once_writes_work_the_pending_end_is_written(home: Path, store: Store) -
     finally:
         later.close()
     assert not list((home / "spectune.db-endings").iterdir())
+
+
+def test_every_page_says_which_session_is_stalled_and_why(home: Path, store: Store) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    sid = running_session(store)
+    store.record_ending(sid, "failed", FULL)
+    store.close()
+    (home / "spectune.db").chmod(0o444)  # the dashboard cannot write the end either
+    try:
+        for page in (None, "pages/3_Sessions.py", "pages/4_Theory.py"):
+            at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+            if page:
+                at.switch_page(page)
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+            shown = [str(w.value).replace("\\", "") for w in at.warning if "is stalled" in str(w.value)]
+            assert len(shown) == 1 and shown[0].startswith(f"Session {sid} is stalled: {FULL}"), page
+    finally:
+        (home / "spectune.db").chmod(0o644)
