@@ -193,9 +193,10 @@ def full_grid_confirm(mode: str) -> None:
         st.checkbox(run_view.CONFIRM_LABEL, value=True, key="confirm", help=run_view.CONFIRM_HELP)
 
 
-def estimate(store: Any, probe: bool) -> None:
+def estimate(store: Any, probe: bool) -> list[str] | None:
     """The form's session estimated (after a pace probe when `probe`, whose stage, tokens timed and seconds show
-    while it runs), in one info line; an invalid form or a failed probe is one error line."""
+    while it runs), in one info line, its sentences returned; an invalid form or a failed probe is one error line
+    (None)."""
     where = st.empty()
 
     def probing(progress: Any) -> None:
@@ -207,6 +208,7 @@ def estimate(store: Any, probe: bool) -> None:
     where.empty()
     if lines:
         st.info(md_escape(" ".join(lines)))
+    return lines
 
 
 def status_banner(session: Mapping[str, Any], here: str) -> None:

@@ -1,7 +1,10 @@
 """The Run page's time budget and default engine: the budget input, the form sized to it, the engine's default.
 
 "Fit to the budget" sizes the form's session (engine.service.budget) and writes the sized values into the form, to
-be changed at will; the budget then only warns: on Estimate, on Probe and before Start queues a session.
+be changed at will; the budget then only warns: on Estimate, on Probe and before Start queues a session. The form is
+also sized on its own, once: on the page's first visit when a finished comparable session gives the pace, else
+after "Probe the pace" returns one; never after any fit, so values changed by hand since are left as they are.
+A started session keeps its budget, and once it is done the page says how it kept it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from engine.service.api import (
     DEFAULT_TARGET,
     SessionSpec,
     SizedPlan,
+    budget_outcome,
     default_budget,
     default_engine,
     parse_budget,
@@ -29,6 +33,8 @@ from engine.service.api import (
 BUDGET = "budget"  # the budget input's key
 PENDING = "run_budget_pending"  # sized form values, set before the form is drawn on the next run
 SAID = "run_budget_said"  # what the sizing said, shown once after that run
+FITTED = "run_budget_fitted"  # the form was sized at a known pace: it is the user's since, the budget only warns
+VISITED = "run_budget_visited"  # the page's first run is done: a finished session's pace sizes the form only then
 ENGINE_DEFAULT = "run_engine_default"  # the engine last set as the default: a different one was chosen by the user
 BUDGET_HELP = (
     "How long the session may take, e.g. 10m, 600s or 1.5h; empty for none. 'Fit to the budget' cuts the batch "
@@ -105,9 +111,30 @@ def fit(store: Any, state: MutableMapping[str, Any]) -> None:
         common.show_error(exc, "size the session to its budget")
         return
     sized = common.attempt(_form_plan, store, state, True, action="size the session to its budget")
-    if sized is None:
+    if sized is not None:
+        _apply(state, sized, sized.sentences())
+
+
+def auto_fit(store: Any, state: MutableMapping[str, Any], said: list[str], sessions_only: bool = False) -> None:
+    """Size the form to its budget on its own, as "Fit to the budget" does, unless a fit was made already: `said`
+    (what came before it) and what was cut, on a rerun; nothing when no pace is known (`sessions_only`: none from a
+    finished session), the form or budget is invalid (Estimate and Start say why) or nothing had to go."""
+    if state.get(FITTED):
         return
-    state[SAID] = sized.sentences()
+    try:
+        sized = _form_plan(store, state, True)
+    except Exception:  # noqa: BLE001 - said by Estimate and Start, not on a visit
+        return
+    if sized is not None and sized.pace is not None and not (sessions_only and sized.pace.probed):
+        _apply(state, sized, [*said, *sized.sentences()] if sized.cuts else [])
+
+
+def _apply(state: MutableMapping[str, Any], sized: SizedPlan, said: list[str]) -> None:
+    """The sized values into the form on a rerun when anything was cut, with `said` shown once; a fit at a known
+    pace is the last made on its own."""
+    state[FITTED] = state.get(FITTED) or sized.pace is not None
+    if said:
+        state[SAID] = said
     if sized.cuts:
         state[PENDING] = sized_values(sized, state)
         st.rerun()
@@ -133,22 +160,41 @@ def show_said(state: MutableMapping[str, Any]) -> None:
         st.info(md_escape(" ".join(lines)))
 
 
-def warn_over(store: Any, spec: SessionSpec, count: int, state: Mapping[str, Any]) -> None:
-    """Before Start queues the session: a warning when its estimate exceeds the budget (it is queued all the same)."""
-    budget_s = parse_budget(state.get(BUDGET))
+def start_spec(store: Any, state: Mapping[str, Any]) -> tuple[SessionSpec, int, int]:
+    """(spec, prompt set id, prompt count) for Start, the budget kept with the spec; a warning first when its
+    estimate exceeds the budget (it is queued all the same); SettingsError for a bad form or budget."""
+    spec, set_id, count = rv.session_spec(rv.RunForm.from_state(state))
+    spec.time_budget_s = budget_s = parse_budget(state.get(BUDGET))
     if budget_s is not None and (line := sized_for(store, spec, count, budget_s, fit=False).warning()):
         st.warning(md_escape(f"{line} It is queued as asked: Cancel stops it."), icon=common.ICONS["warning"])
+    return spec, set_id, count
+
+
+def done_lines(store: Any, session: Mapping[str, Any], runs: Any) -> list[str]:
+    """A finished session in words: the Recommend page's answer beside its runs as stored, then how it kept its time
+    budget ('Time budget 10 min: took 8.2 min (within)'); nothing for a session with neither."""
+    from app import memo
+
+    lines = rv.choice_lines(session, runs, memo.session_decisions(store, session)) if rv.has_choices(session) else []
+    return [*lines, *([f"Time budget {kept}."] if (kept := budget_outcome(session)) else [])]
 
 
 def after_buttons(store: Any, state: MutableMapping[str, Any], pressed: Mapping[str, bool]) -> None:
-    """The form's buttons done: the form saved, then the estimate and its budget check, or the fit."""
+    """The form's buttons done: the form saved, then the estimate (a probe's pace sizing the form on its own, once)
+    and its budget check, or the fit; on the page's first visit, the form sized on its own at a finished session's
+    pace."""
     from app import components
 
+    first, state[VISITED] = not state.get(VISITED), True
     if any(pressed.values()):
         rv.save_form(state)
     if pressed["estimate"] or pressed["probe"]:
-        components.estimate(store, pressed["probe"])
+        lines = components.estimate(store, pressed["probe"])
+        if pressed["probe"] and lines:  # a pace is known now: sized on its own (a rerun) unless a fit was made
+            auto_fit(store, state, lines[:1])
         check(store, state)
     if pressed["fit"]:
         fit(store, state)
+    elif first and not any(pressed.values()):
+        auto_fit(store, state, [], sessions_only=True)
     show_said(state)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from app import data
-from engine.service.api import registry, session_engine, stored_speedup_flag
+from engine.service.api import budget_facts, registry, session_engine, stored_speedup_flag
 from engine.service.measurement_notes import floor_note, loop_note, overhead_note
 from engine.service.report_runs import run_spread, run_verdict, spread_text
 from engine.service.session_status import UNFINISHED_RUNS
@@ -74,6 +74,7 @@ def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
         ("weights" if fixed else "dtype", weights),
         ("prompts", f"{_or_dash(session.get('n_prompts'))} (set #{_or_dash(session.get('prompt_set_id'))})"),
+        *budget_facts(session),
     ]
 
 

@@ -9,7 +9,7 @@ import time
 
 import streamlit as st
 
-from app import common, components, data, memo
+from app import common, components, data
 from app import run_budget as rb
 from app import run_view as rv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
@@ -106,8 +106,7 @@ rb.after_buttons(store, st.session_state, {"start": submitted, "estimate": estim
 
 if submitted:
     try:
-        spec, set_id, count = rv.session_spec(rv.RunForm.from_state(st.session_state))
-        rb.warn_over(store, spec, count, st.session_state)  # said before the session starts, never after
+        spec, set_id, count = rb.start_spec(store, st.session_state)  # over its budget: said before, never after
         session_id = submit_session(store, spec, set_id, count, name or None)
     except Exception as exc:  # noqa: BLE001 - one line, nothing queued
         common.show_error(exc, "start the session")
@@ -141,8 +140,7 @@ def render_session(session_id: int, live: bool, started_as: str | None = None, i
             else:
                 st.info("The session had already finished.")
 
-    if status == "done" and rv.has_choices(session):  # the Recommend page's answer beside the runs as stored
-        lines = rv.choice_lines(session, frame.runs, memo.session_decisions(store, session))
+    if status == "done" and (lines := rb.done_lines(store, session, frame.runs)):  # its answer, its budget kept
         st.caption("  \n".join(md_escape(line) for line in lines))
     current = frame.current
     if current is None:

@@ -36,7 +36,18 @@ from engine.measure.hardware import describe_hardware
 from engine.measure.noise import BUSY_OTHER_CPU_PCT, stored_noisy
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, parameter_count
 from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, display_name, parse_prompt_bytes, summarise
-from engine.service.budget import Cut, Pace, SizedPlan, default_budget, minutes, parse_budget, size_to_budget, sized_for
+from engine.service.budget import (
+    Cut,
+    Pace,
+    SizedPlan,
+    budget_facts,
+    budget_outcome,
+    default_budget,
+    minutes,
+    parse_budget,
+    size_to_budget,
+    sized_for,
+)
 from engine.service.default_engine import EngineDefault, default_engine
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
@@ -47,7 +58,8 @@ __all__ = [
     "APIS", "BUNDLED", "BUSY_OTHER_CPU_PCT", "COMPUTE_BOUND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "ENGINE_KINDS",
     "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
     "BestSpeedup", "Cut", "DraftMeasurement", "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace",
-    "ParseResult", "Recommendation", "SessionSpec", "SizedPlan", "batch_sweep_eta_s", "best_speedup",
+    "ParseResult", "Recommendation", "SessionSpec", "SizedPlan", "batch_sweep_eta_s", "best_speedup", "budget_facts",
+    "budget_outcome",
     "check_predicted_speedup", "compare", "cost_per_token_multiplier", "crossover_from_curve", "crossover_gamma",
     "default_budget", "default_engine", "describe_hardware", "display_name", "draft_acceptance_rate",
     "expected_tokens_per_call", "gamma_curve", "minutes", "operations_multiplier", "parameter_count", "parse_budget",

@@ -13,6 +13,9 @@ plan does not fit, it is cut in this order, each step only while it still does n
 
 After a cut of γs or drafts, new tokens and prompts grow back as far as the budget allows (never above the plan's).
 Nothing is guessed: with no pace known, the plan is kept as it is and the sentence says to probe.
+
+A session keeps its budget (SessionSpec.time_budget_s); once it is done, budget_outcome says whether its wall time,
+from its start to its end, kept within it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from engine.engines import registry
@@ -266,3 +270,48 @@ def sized_for(store: Any, spec: SessionSpec, n_prompts: int, budget_s: float | N
     hardware = str(describe_hardware()["label"])
     at = pace_from(store.list_sessions(limit=100), spec, hardware, latest(spec, hardware))
     return size_to_budget(spec, n_prompts, at, budget_s, fit)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# a stored session's budget, and how it kept it
+
+
+def kept_budget(session: Mapping[str, Any]) -> float | None:
+    """The time budget, in seconds, a stored session was submitted with; None when it had none."""
+    value = (session.get("options") or {}).get("time_budget_s")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def wall_s(session: Mapping[str, Any]) -> float | None:
+    """A session's wall time from its start to its end, in seconds (the pace's, engine.service.estimate); None
+    while either is not stored."""
+    start, end = (_when(session.get(key)) for key in ("started_at", "finished_at"))
+    return (end - start).total_seconds() if start is not None and end is not None else None
+
+
+def _when(value: Any) -> datetime | None:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) else None
+
+
+def budget_outcome(session: Mapping[str, Any]) -> str | None:
+    """'10 min: took 8.2 min (within)' or '10 min: took 13.1 min (over by 31%)' for a finished session with a time
+    budget, '10 min' for one not finished; None for a session without one."""
+    budget_s = kept_budget(session)
+    if budget_s is None:
+        return None
+    took = wall_s(session) if session.get("status") == "done" else None
+    if took is None:
+        return minutes(budget_s)
+    spent = f"{took / 60:.1f} min" if took >= 90 else f"{took:.0f} s"
+    over = "within" if took <= budget_s else f"over by {max(1, round(100 * (took / budget_s - 1)))}%"
+    return f"{minutes(budget_s)}: took {spent} ({over})"
+
+
+def budget_facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """[('time budget', budget_outcome)] for a session with a time budget, else nothing."""
+    return [("time budget", said)] if (said := budget_outcome(session)) is not None else []

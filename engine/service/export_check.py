@@ -37,7 +37,7 @@ def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> Se
     return replace(
         source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],
         temperatures=source.temperatures[:1], mode="full", confirm=False, measure_verify_cost=False,
-        detect_regime=False,
+        detect_regime=False, time_budget_s=None,
     )  # fmt: skip  # it measures the file as it is: no headline of its own to confirm
 
 

@@ -128,7 +128,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     )
     if args.max_prompts is not None and args.max_prompts < 1:
         raise SettingsError(f"--max-prompts {args.max_prompts}: must be at least 1")
-    budget_s = budget_cli.budget_of(args, hardware)
+    settings.time_budget_s = budget_s = budget_cli.budget_of(args, hardware)  # kept with the session
     # the prompts the session decodes, each with its number in the file: only these are stored
     categories = [p.category for p in parsed.prompts]
     picked = sample_indices(categories, args.max_prompts, settings.prompt_sample)

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
+from engine.service.budget import budget_facts
 from engine.service.evidence import measured_temperatures
 from engine.service.measurement_notes import floor_note, loop_note, overhead_note
 from engine.service.policies import PolicyReport
@@ -159,6 +160,7 @@ def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ("weights" if fixed else "dtype", fixed or session.get("dtype")), ("device", session.get("device")),
         ("prompts", f"{session.get('n_prompts') or '—'} (set #{session.get('prompt_set_id') or '—'})"),
         ("created / finished", f"{minute(session.get('created_at'))} / {minute(session.get('finished_at'))}"),
+        *budget_facts(session),
     ]  # fmt: skip
 
 

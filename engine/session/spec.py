@@ -24,7 +24,7 @@ DEVICE_HELP = "auto, cpu or cuda[:N]"
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm", "loop",
+    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm", "loop", "time_budget_s",
 )  # fmt: skip
 MODES = ("quick", "full")  # engine.session.quick: probe, predict, confirm; or every configuration of the grid
 MAX_CONCURRENCY = 64
@@ -90,9 +90,14 @@ def _endpoint_options(data: Mapping[str, Any] | EndpointSessionSettings | None) 
     return EndpointSessionSettings.from_dict(data) if data else None
 
 
-# options stored as dicts, read back typed
+def _seconds(value: Any) -> float | None:
+    """A stored number of seconds, or None."""
+    return None if value is None else float(value)
+
+
+# options stored as dicts (or as none), read back typed
 _TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _endpoint_options,
-                                   "loop": LoopOptions.from_dict}  # fmt: skip
+                                   "loop": LoopOptions.from_dict, "time_budget_s": _seconds}  # fmt: skip
 
 
 def session_engine(row: Mapping[str, Any]) -> str:
@@ -134,6 +139,7 @@ class SessionSpec:
     mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
     confirm: bool = False  # full mode: the headline run live when the grid did not measure it (service.confirm)
     loop: LoopOptions = field(default_factory=LoopOptions)  # engine "spectune" only
+    time_budget_s: float | None = None  # the time budget it was sized to (engine.service.budget); None: none
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -218,9 +224,18 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     if n_prompts is not None and n_prompts < 1:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     validate_concurrency(s.concurrency)
+    check_time_budget(s.time_budget_s)
     LoopOptions.from_dict(s.loop).validate()
     VllmOptions.from_dict(s.vllm).validate()  # its threads too, whichever engine: a bad value is refused, not ignored
     return s
+
+
+def check_time_budget(seconds: Any) -> None:
+    """None, or a positive finite number of seconds: SettingsError otherwise."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise SettingsError(f"time budget {seconds!r}: a positive number of seconds, or none")
 
 
 def check_device(device: str) -> None:
