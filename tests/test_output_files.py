@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from engine.service import outputs
-from engine.service.cli import main
 from foundation.paths import default_database_url
 from store import open_store
+from tests.cli_calls import cli, one_line
 from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,22 +55,6 @@ def prompts(tmp_path: Path) -> Path:
     path = tmp_path / "prompts.txt"
     path.write_text("hello world, this is\nabc abc abc abc ab\n")
     return path
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(args) as the shell sees it: (exit code, stdout, stderr); argparse's refusals exit through SystemExit."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
-    return lines[0]
 
 
 def sha256(path: Path) -> str:

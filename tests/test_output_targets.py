@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.service.cli import main
 from foundation.paths import default_database_url
 from store import open_store
 from store.files import write_whole
+from tests.cli_calls import cli, one_line
 from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,22 +94,6 @@ def writers(prompts: Path) -> dict[str, list[str]]:
         ],  # fmt: skip
         "probe --json": ["probe", "--url", "http://127.0.0.1:1", "--prompts", str(prompts), "--json"],
     }
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """main(args) as the shell sees it: (exit code, stdout, stderr)."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
-    return lines[0]
 
 
 def identity(path: Path) -> tuple[int, int, int]:

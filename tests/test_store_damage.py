@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.service.cli import main
 from foundation.paths import default_database_url
 from store import DamagedStoreError, Store, open_store
 from store.health import _checked
 from store.recovery import integrity_problem, recover_into
+from tests.cli_calls import cli
 from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,15 +59,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _checked.clear()
     yield tmp_path
     _checked.clear()
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_way_out(message: str) -> None:

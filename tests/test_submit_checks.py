@@ -21,7 +21,7 @@ from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
-from tests.test_output_files import cli
+from tests.cli_calls import cli, one_line
 
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
@@ -41,12 +41,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SPECTUNE_HOME", str(path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
     return path
-
-
-def one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
-    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
-    return lines[0]
 
 
 def stored(home: Path) -> tuple[list[dict], list[dict]]:
