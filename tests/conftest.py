@@ -163,6 +163,14 @@ def store(store_url: str):
 
 
 @pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private data directory: the database is $SPECTUNE_HOME/spectune.db (a test module may define its own)."""
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
 def one_torch_thread():
     """One intra-op thread for tiny models: on a shared 2-core box OpenMP's thread hand-off costs ~15 ms per tiny
     matmul, 1000x the matmul itself (restored afterwards). A module uses it with

@@ -37,13 +37,6 @@ def _disk_full(*args: Any, **kwargs: Any) -> None:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return tmp_path
-
-
-@pytest.fixture
 def store(home: Path) -> Store:
     opened = open_store(default_database_url())
     yield opened

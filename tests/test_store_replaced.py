@@ -34,13 +34,6 @@ PAGES = [None, "pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "p
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return tmp_path
-
-
-@pytest.fixture
 def store(home: Path) -> Store:
     """An open store holding a finished session, its WAL in use (as a worker's is)."""
     opened = open_store(default_database_url())

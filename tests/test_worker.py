@@ -37,14 +37,6 @@ DTYPE = "float32"
 # --- helpers (tests/test_reliability.py imports these) -------------------------------------------------
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private data directory: the database is $SPECTUNE_HOME/spectune.db."""
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return tmp_path
-
-
 
 
 @pytest.fixture

@@ -23,14 +23,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private data directory: the database is $SPECTUNE_HOME/spectune.db."""
-    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    return tmp_path
-
-
-@pytest.fixture
 def store(home: Path) -> Iterator[Store]:
     """The store in `home`, closed after the test."""
     opened = open_db(home)
