@@ -14,6 +14,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.testing import CompileCounter
 
+from engine.core import compiled
 from engine.core.compiled import HOST_READS, CompiledLoop, StaticSequence, Uncapturable, static_step, use_eager
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.kvcache import crop_to, forward_step, sequence_cache
@@ -135,6 +136,23 @@ def test_eager_kernels_decode_the_same_tokens_as_the_eager_loop(monkeypatch) -> 
         model.compiled.compile(WIDTHS)
     assert target.compiled.mode == "eager" and target.loop == "compiled"
     assert decode() == eager
+
+
+def test_each_loop_compiles_its_own_step_against_its_own_recompile_limit(monkeypatch) -> None:
+    """Two loops (two models) each compile every width up to a recompile limit they would exceed together: dynamo
+    keeps the entries and the count on the step's code object, and each loop has its own copy of it."""
+    monkeypatch.setattr(compiled, "RECOMPILE_LIMIT", 3)
+    widths = range(1, 4)
+    loops = []
+    with torch._dynamo.config.patch(recompile_limit=3):  # (monkeypatch's undo deletes a dynamo config entry)
+        for ref in (TARGET, DRAFT):
+            model, counter = load_tiny(ref), CompileCounter()
+            model.compiled = CompiledLoop(model, 256, len(widths), backend=counter)
+            model.compiled.compile(widths)  # the second would raise (fullgraph: the limit is a hard failure) if shared
+            loops.append((model.compiled, counter))
+    assert [counter.frame_count for _, counter in loops] == [len(widths)] * 2
+    codes = [loop._step._torchdynamo_orig_callable.__code__ for loop, _ in loops]
+    assert codes[0] is not codes[1] and all(code is not static_step.__code__ for code in codes)  # equal, not one
 
 
 def _with_item(kind: str) -> LoadedModel:

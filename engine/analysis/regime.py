@@ -213,6 +213,13 @@ def _source_sentence(
     return "No decisive regime evidence is stored for these sessions: the regime is unknown (assumed memory-bound)."
 
 
+def _timed_in(record: Mapping[str, Any]) -> str:
+    """Which loop timed the stored sweep, as the start of its evidence lines ("" where the record does not say)."""
+    sweep = record.get("batch_sweep")
+    loop = sweep.get("loop") if isinstance(sweep, Mapping) else None
+    return f"timed in the {loop} loop, " if loop in ("compiled", "eager") else ""
+
+
 def _judge_sweep(
     record: Mapping[str, Any], batch_size: int, gamma: int, votes: dict[str, str], lines: list[str]
 ) -> tuple[BatchSweepClassification | None, int | None]:
@@ -224,7 +231,7 @@ def _judge_sweep(
         sweep_cls = classify_batch_sweep(raw[0], raw[1], batch_size, tokens_per_row=gamma + 1)
         knee = sweep_cls.knee_batch
         votes["batch sweep"] = sweep_cls.label
-        lines += [f"batch sweep (judged at batch {batch_size}): {e}" for e in sweep_cls.evidence]
+        lines += [f"batch sweep ({_timed_in(record)}judged at batch {batch_size}): {e}" for e in sweep_cls.evidence]
     elif knee is not None:
         votes["batch sweep"] = regime_at_width(batch_size * (gamma + 1), knee)
         lines.append(

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -25,9 +26,10 @@ import torch
 from engine.core.model import LoadedModel
 
 CACHE_GRANULE = 256  # static caches come in powers of two from this many positions: sessions share compiled calls
-RECOMPILE_LIMIT = 64  # a worker compiles a few widths for each model it keeps; torch's default of 8 is too few
+RECOMPILE_LIMIT = 64  # per loop (each has its own step, see own_copy): a few widths; torch's default of 8 is too few
 KERNELS = "SPECTUNE_COMPILE_MODE"  # the step's kernels: a torch.compile mode ("default", ...) or "eager"
 STEP_BUFFER = 16  # a sequence's input buffer holds at least this many tokens: a wider γ later needs no new cache
+DYNAMIC_BATCH = True  # the batch sweep compiles one step for all its batch sizes (cheaper on a CPU; docs/gpu.md)
 WARM_UPS = 2  # runs of a step on a side stream before its capture (lazy allocations, autotuning)
 log = logging.getLogger("spectune.compiled")
 
@@ -125,18 +127,20 @@ def _first_line(exc: BaseException) -> str:
 
 
 class StaticSequence:
-    """One sequence's static KV cache (transformers' StaticCache) with its position as a device tensor.
+    """`batch` rows of one length in a static KV cache (transformers' StaticCache), the position a device tensor.
 
-    Every buffer keeps its address for the sequence's life: the K/V tensors, `position` (int64 scalar), the input
-    ids (1, widest) and the position offsets. `length` is the host's count of cached positions, kept for the
-    caller's bookkeeping; the step itself reads only `position`."""
+    Every buffer keeps its address for the sequence's life: the K/V tensors (batch, heads, cache_len, dim), allocated
+    by the first forward, `position` (int64 scalar, shared by the rows), the input ids (batch, widest) and the
+    position offsets. `length` is the host's count of cached positions, kept for the caller's bookkeeping; the step
+    itself reads only `position`. A decode is one row; the batch sweep times a step of several."""
 
-    def __init__(self, config: Any, cache_len: int, widest: int, device: str) -> None:
+    def __init__(self, config: Any, cache_len: int, widest: int, device: str, batch: int = 1) -> None:
         from transformers import StaticCache
 
         self.cache = StaticCache(config=config, max_cache_len=cache_len)
+        self.cache_len = cache_len
         self.position = torch.zeros((), dtype=torch.long, device=device)
-        self.ids = torch.zeros((1, widest), dtype=torch.long, device=device)
+        self.ids = torch.zeros((batch, widest), dtype=torch.long, device=device)
         self.offsets = torch.arange(widest, dtype=torch.long, device=device)
         self.length = 0
         for buffer in (self.position, self.ids, self.offsets):
@@ -145,6 +149,10 @@ class StaticSequence:
     @property
     def layers(self) -> list[Any]:
         return self.cache.layers
+
+    @property
+    def batch(self) -> int:
+        return int(self.ids.shape[0])
 
     def get_seq_length(self) -> int:
         """Cached positions, as the host counts them (no device read)."""
@@ -168,18 +176,30 @@ class StaticSequence:
 
 
 def static_step(model: Any, seq: StaticSequence, width: int) -> torch.Tensor:
-    """One forward of `seq.ids[:, :width]` at `seq.position`, appended to the cache; its logits (width, V).
+    """One forward of `seq.ids[:, :width]` at `seq.position`, appended to the cache; its logits (batch, width, V).
 
     Only static buffers and device arithmetic: the position is never read on the host, so a step compiles once per
     width and a CUDA graph of it replays at any position. The layers' own counters are set from the position first
     (a rollback writes the position alone)."""
     for layer in seq.cache.layers:
         layer.cumulative_length.copy_(seq.position)
-    positions = (seq.position + seq.offsets[:width]).unsqueeze(0)
+    positions = (seq.position + seq.offsets[:width]).unsqueeze(0).expand(seq.ids.shape[0], width)
     out = model(input_ids=seq.ids[:, :width], position_ids=positions, cache=seq.cache, use_cache=True,
                 logits_to_keep=0)  # fmt: skip
     seq.position.add_(width)
-    return out.logits[0]
+    return out.logits
+
+
+def own_copy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as a new function over a new code object, so that torch.compile keeps a cache of its own for it.
+
+    Dynamo stores compiled entries, and counts recompiles against the limit, on the code object: every loop compiling
+    the one `static_step` would share one budget across all models and widths. A copy's budget is its own."""
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__doc__ = fn.__doc__
+    return copy
 
 
 class CompiledLoop:
@@ -199,17 +219,19 @@ class CompiledLoop:
         self.compile_s = 0.0
         self.compiled_widths: set[int] = set()
         self._caches: dict[str, StaticSequence] = {}  # one per sequence in flight: "target", "draft"
+        self._batches: dict[int, StaticSequence] = {}  # the batch sweep's, by rows: a 1-token step each
         self._cuda = str(model.device).startswith("cuda")
         self._graphs: dict[tuple[str, int], tuple[Any, torch.Tensor]] = {}  # (slot, width): graph, its output
         self._pool = torch.cuda.graph_pool_handle() if self._cuda else None
         self._step = self._compiled_step(backend)
 
     def _compiled_step(self, backend: Any) -> Callable[[Any, StaticSequence, int], torch.Tensor]:
-        """static_step compiled whole (fullgraph: a graph break raises), one graph per width (dynamic=False), each
-        graph checked for host reads first; "eager" kernels trace it with the same check and run it eagerly."""
+        """This loop's own copy of static_step compiled whole (fullgraph: a graph break raises), one graph per width
+        (dynamic=False), each graph checked for host reads first; "eager" kernels trace it with the same check and
+        run it eagerly. The copy keeps this loop's compiles and recompile budget apart from every other loop's."""
         if backend is None:
             backend = "eager" if self.mode == "eager" else torch._TorchCompileInductorWrapper(self.mode, None, False)
-        return torch.compile(static_step, backend=checked(backend), dynamic=False, fullgraph=True)
+        return torch.compile(own_copy(static_step), backend=checked(backend), dynamic=False, fullgraph=True)
 
     def fits(self, need: int) -> bool:
         """Whether sequences of `need` positions fit this loop's static cache."""
@@ -240,18 +262,23 @@ class CompiledLoop:
         """The widest step its sequences' input buffers hold."""
         return max(self.widest, STEP_BUFFER)
 
-    def _new_sequence(self) -> StaticSequence:
-        return StaticSequence(self.model.model.config, self.cache_len, self.buffer_width, self.model.device)
+    def _new_sequence(self, batch: int = 1, cache_len: int | None = None, widest: int | None = None) -> StaticSequence:
+        return StaticSequence(self.model.model.config, cache_len or self.cache_len, widest or self.buffer_width,
+                              self.model.device, batch)  # fmt: skip
 
     def _initialised(self, seq: StaticSequence) -> StaticSequence:
         """`seq` with its K/V buffers allocated by one eager forward, outside any compiled region and before any
         capture (allocated inside one, their addresses would belong to it)."""
-        self.prefill(torch.zeros((1, 1), dtype=torch.long), seq)
+        self._eager(torch.zeros((seq.batch, 1), dtype=torch.long), seq, 1)
         seq.rollback(0)
         return seq
 
     def prefill(self, ids: torch.Tensor, seq: StaticSequence, keep: int = 1) -> torch.Tensor:
         """An eager forward of `ids` (1, n) of any width into `seq` at its position; the last `keep` logits."""
+        return self._eager(ids, seq, keep)[0]
+
+    def _eager(self, ids: torch.Tensor, seq: StaticSequence, keep: int) -> torch.Tensor:
+        """An eager forward of `ids` (rows, n) into `seq` at its position; the last `keep` logits (rows, keep, V)."""
         width = ids.shape[1]
         for layer in seq.layers:
             if layer.is_initialized:
@@ -262,7 +289,7 @@ class CompiledLoop:
                                logits_to_keep=keep)  # fmt: skip
         seq.position.add_(width)
         seq.length += width
-        return out.logits[0]
+        return out.logits
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: StaticSequence, keep: int) -> torch.Tensor:
@@ -272,22 +299,27 @@ class CompiledLoop:
         if not self.covers(width):
             return self.prefill(ids, cache, keep)[-keep:]
         cache.ids[:, :width].copy_(ids)
-        slot = self._slot(cache)
+        return self._run(self._slot(cache), cache, width)[0, -keep:].clone()
+
+    def _run(self, slot: str, seq: StaticSequence, width: int) -> torch.Tensor:
+        """`width`'s step on `seq`: a replay of its CUDA graph where one was captured, else the compiled step; the
+        static logits (batch, width, V)."""
         graph = self._graphs.get((slot, width))
         if graph is not None:
             graph[0].replay()
             logits = graph[1]
         else:
-            logits = self._step(self.model.model, cache, width)
-        cache.length += width
-        return logits[-keep:].clone()
+            logits = self._step(self.model.model, seq, width)
+        seq.length += width
+        return logits
 
     def _slot(self, cache: StaticSequence) -> str:
         return next(slot for slot, mine in self._caches.items() if mine is cache)
 
-    def _prepare(self, slot: str, width: int) -> None:
-        """Run `width`'s step on `slot` once (compiling it), and on a GPU capture it; the position is restored."""
-        seq = self._caches[slot]
+    def _prepare(self, slot: str, width: int, seq: StaticSequence | None = None) -> None:
+        """Run `width`'s step on `slot` (its sequence, or `seq`) once, compiling it, and on a GPU capture it; the
+        position is restored."""
+        seq = seq if seq is not None else self._caches[slot]
         with _quiet_dynamo():
             try:
                 self._step(self.model.model, seq, width)
@@ -341,6 +373,55 @@ class CompiledLoop:
     def graph_count(self) -> int:
         """How many CUDA graphs this loop holds (0 on a CPU)."""
         return len(self._graphs)
+
+    @torch.inference_mode()
+    def batch_sequence(self, ids: torch.Tensor) -> StaticSequence:
+        """A static sequence of `ids` (rows, n) for the batch sweep: prefilled eagerly, each row's next token in its
+        input buffer, its 1-token step compiled (one graph per row count) and on a GPU captured, like a width.
+
+        Its cache holds n + 1 positions, so a step attends over what the eager sweep's does. It is kept (with its
+        graph) until release_batches, so a sweep's rounds reuse it; time it with batch_step, rolling back to n."""
+        rows, length = ids.shape
+        seq = self._batches.get(rows)
+        if seq is None or seq.cache_len != length + 1:
+            self._release_batch(rows)
+            seq = self._batches[rows] = self._initialised(self._new_sequence(rows, length + 1, 1))
+        seq.rollback(0)
+        logits = self._eager(ids.to(self.model.device), seq, 1)
+        seq.ids.copy_(logits[:, -1].argmax(-1, keepdim=True))
+        if DYNAMIC_BATCH and rows > 1:
+            mark_batch_dynamic(seq)
+        self._prepare(batch_slot(rows), 1, seq)
+        if self._cuda:
+            torch.cuda.synchronize(self.model.device)
+        return seq
+
+    @torch.inference_mode()
+    def batch_step(self, seq: StaticSequence) -> torch.Tensor:
+        """One 1-token step of every row of a batch_sequence at its position (the caller rolls it back); the static
+        logits (rows, 1, V), overwritten by the next step."""
+        return self._run(batch_slot(seq.batch), seq, 1)
+
+    def release_batches(self) -> None:
+        """Drop the batch sweep's sequences and their CUDA graphs (their memory); what was compiled stays."""
+        for rows in list(self._batches):
+            self._release_batch(rows)
+
+    def _release_batch(self, rows: int) -> None:
+        self._batches.pop(rows, None)
+        self._graphs.pop((batch_slot(rows), 1), None)
+
+
+def mark_batch_dynamic(seq: StaticSequence) -> None:
+    """The row dimension of `seq`'s buffers marked dynamic: one compiled step serves every batch of two rows or more
+    (one row is always its own graph), while the width stays static."""
+    for tensor in (seq.ids, *(t for layer in seq.layers for t in (layer.keys, layer.values))):
+        torch._dynamo.mark_dynamic(tensor, 0)
+
+
+def batch_slot(rows: int) -> str:
+    """The slot name of the batch sweep's sequence of `rows` rows (its CUDA graph's key, beside the decode slots)."""
+    return f"batch of {rows}"
 
 
 def use_compiled(model: LoadedModel, need: int, widest: int) -> CompiledLoop:

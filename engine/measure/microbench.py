@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,43 @@ class BatchSweep:
     reps: int
     stopped_early: bool
     spread_s: list[tuple[float, float]] = field(default_factory=list)  # (min, max) step time per batch over the rounds
+    loop: str = "eager"  # the loop whose step was timed: "eager" (HF forward, DynamicCache) or "compiled"
+
+
+def _timed_rounds(
+    sizes: Sequence[int], reps: int, device: str, step: Callable[[int], None], reset: Callable[[int], None]
+) -> dict[int, list[float]]:
+    """`step(b)` timed at every batch in `reps` rounds after a warm-up round, the order rotating from round to round
+    (so a burst of load lands on different batches, never on one alone); `reset(b)` after each step, untimed."""
+    from engine.core.kvcache import sync
+
+    times: dict[int, list[float]] = {b: [] for b in sizes}
+    for rnd in range(reps + 1):  # round 0 is the warm-up
+        shift = rnd % len(sizes)
+        for b in list(sizes[shift:]) + list(sizes[:shift]):
+            sync(device)
+            start = time.perf_counter()
+            step(b)
+            sync(device)
+            elapsed = time.perf_counter() - start
+            reset(b)
+            if rnd:
+                times[b].append(elapsed)
+    return times
+
+
+def _swept(sizes: list[int], times: dict[int, list[float]], input_len: int, device: str, loop: str) -> BatchSweep:
+    """The median step time per batch over the rounds, with its spread."""
+    return BatchSweep(
+        batch_sizes=sizes,
+        step_times_s=[statistics.median(times[b]) for b in sizes],
+        input_len=input_len,
+        device=str(device),
+        reps=len(times[sizes[0]]),
+        stopped_early=False,
+        spread_s=[(min(times[b]), max(times[b])) for b in sizes],
+        loop=loop,
+    )
 
 
 def batch_sweep(
@@ -100,11 +137,12 @@ def batch_sweep(
     times a 1-token step at every batch, in an order that rotates from round to round (so a burst of load lands
     on different batches, never on one alone), cropping the cache back so every round times the same shape.
     The median per batch is the step time; the spread across rounds is kept. The forward's cache keyword is
-    `cache=` in transformers 5.x (`past_key_values=` before); it is read from the signature.
+    `cache=` in transformers 5.x (`past_key_values=` before); it is read from the signature. compiled_batch_sweep
+    times the compiled loop's step instead.
     """
     import torch
 
-    from engine.core.kvcache import new_cache, sync
+    from engine.core.kvcache import new_cache
 
     params = inspect.signature(model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -126,27 +164,44 @@ def batch_sweep(
                     cache = returned
                     break
             prepared[b] = (cache, out.logits[:, -1:].argmax(-1))
-        times: dict[int, list[float]] = {b: [] for b in sizes}
-        for rnd in range(max(reps, 1) + 1):  # round 0 is the warm-up
-            shift = rnd % len(sizes)
-            for b in sizes[shift:] + sizes[:shift]:
-                cache, step_ids = prepared[b]
-                sync(device)
-                start = time.perf_counter()
-                model(input_ids=step_ids, use_cache=True, **{cache_kw: cache})
-                sync(device)
-                elapsed = time.perf_counter() - start
-                extra = cache.get_seq_length() - input_len
-                if extra > 0:  # a negative crop removes that many tokens in every transformers version
-                    cache.crop(-extra)
-                if rnd:
-                    times[b].append(elapsed)
-    return BatchSweep(
-        batch_sizes=sizes,
-        step_times_s=[statistics.median(times[b]) for b in sizes],
-        input_len=input_len,
-        device=str(device),
-        reps=max(reps, 1),
-        stopped_early=False,
-        spread_s=[(min(times[b]), max(times[b])) for b in sizes],
-    )
+
+        def step(b: int) -> None:
+            cache, step_ids = prepared[b]
+            model(input_ids=step_ids, use_cache=True, **{cache_kw: cache})
+
+        def reset(b: int) -> None:
+            cache = prepared[b][0]
+            extra = cache.get_seq_length() - input_len
+            if extra > 0:  # a negative crop removes that many tokens in every transformers version
+                cache.crop(-extra)
+
+        times = _timed_rounds(sizes, max(reps, 1), device, step, reset)
+    return _swept(sizes, times, input_len, device, "eager")
+
+
+def compiled_batch_sweep(
+    loop: Any,
+    input_len: int = 32,
+    batch_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
+    reps: int = 5,
+    seed: int = 0,
+) -> BatchSweep:
+    """batch_sweep's rounds, timing the step of `loop` (an engine.core.compiled.CompiledLoop) instead of eager HF.
+
+    Each batch is a static sequence of its own (engine.core.compiled.CompiledLoop.batch_sequence): the context
+    prefilled eagerly, then the compiled 1-token step, one graph per batch size and on a GPU one CUDA graph per
+    batch size, replayed. A step is rolled back in place after it, so every round times the same shape. The
+    sequences and their CUDA graphs are released at the end."""
+    import torch
+
+    vocab = int(loop.model.model.config.vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    sizes = sorted({int(b) for b in batch_sizes})
+    device = str(loop.model.device)
+    try:
+        seqs = {b: loop.batch_sequence(torch.randint(0, vocab, (b, input_len), generator=generator)) for b in sizes}
+        times = _timed_rounds(sizes, max(reps, 1), device, lambda b: loop.batch_step(seqs[b]),
+                              lambda b: seqs[b].rollback(input_len))  # fmt: skip
+    finally:
+        loop.release_batches()
+    return _swept(sizes, times, input_len, device, "compiled")

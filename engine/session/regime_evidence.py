@@ -5,14 +5,23 @@ and the dashboard make later from the stored record."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from engine.analysis.regime import judge_regime, roofline
 from engine.analysis.theory import measured_verify_points
-from engine.measure.microbench import batch_sweep, measure_copy_bandwidth, measure_matmul_flops
+from engine.measure.microbench import (
+    BatchSweep,
+    batch_sweep,
+    compiled_batch_sweep,
+    measure_copy_bandwidth,
+    measure_matmul_flops,
+)
 from engine.measure.telemetry import nvml_available, nvml_snapshot
 from engine.models.pool import ModelPool
 from foundation.jsonable import jsonable
+
+log = logging.getLogger("spectune.regime")
 
 
 def _roofline_for(target: Any, serving_batch: int, step_time_s: float, context_len: int) -> Any:
@@ -32,8 +41,23 @@ def _roofline_for(target: Any, serving_batch: int, step_time_s: float, context_l
     return roofline(weight_bytes, kv_bytes, flops, step_time_s, peak_bw, peak_flops)
 
 
+def _sweep_in_session_loop(target: Any, report: dict[str, Any], sizes: list[int]) -> BatchSweep:
+    """The batch sweep timed in the loop the session decoded in: the target's compiled loop when the report says
+    "compiled" and the target still holds it, else (or when the compiled sweep fails, said in one line) eager."""
+    loop = getattr(target, "compiled", None)
+    if report.get("loop") == "compiled" and loop is not None:
+        try:
+            return compiled_batch_sweep(loop, input_len=32, batch_sizes=sizes, reps=5)
+        except Exception as exc:  # noqa: BLE001 - the eager sweep still measures the regime
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            log.warning("%s: the batch sweep in the compiled loop failed (%s); sweeping eagerly", target.ref, first)
+    return batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=5, device=target.device)
+
+
 def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, serving_batch: int) -> dict[str, Any]:
     """Regime evidence for the session: measured v(k), a batch sweep, a roofline, and NVML counters on a GPU.
+
+    The batch sweep runs in the loop the session decoded in (the report's "loop"), and the record says which.
 
     The measurements are stored raw and judged by engine.analysis.regime.judge_regime — the same
     judgement the CLI and the dashboard make later from the stored record.
@@ -42,14 +66,19 @@ def detect_regime(pool: ModelPool, report: dict[str, Any], settings: Any, servin
     target = pool.get(settings.target, settings.dtype, settings.device, settings.trust_remote_code)
     # up to the serving batch and beyond, in interleaved rounds (a burst of load never lands on one batch alone)
     sizes = sorted({1, 2, 4, 8, 16, 32, 64, serving_batch, serving_batch * 2})
-    sweep = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=5, device=target.device)
+    sweep = _sweep_in_session_loop(target, report, sizes)
     times = dict(zip(sweep.batch_sizes, sweep.step_times_s, strict=True))
     at_batch = min(times, key=lambda b: abs(b - serving_batch))
     roof = _roofline_for(target, at_batch, times[at_batch], 32)
     record: dict[str, Any] = {
         "serving_batch": serving_batch,
-        "batch_sweep": {"batch_sizes": list(sweep.batch_sizes), "step_times_s": list(sweep.step_times_s),
-                        "spread_s": [list(x) for x in sweep.spread_s], "reps": sweep.reps},
+        "batch_sweep": {
+            "batch_sizes": list(sweep.batch_sizes),
+            "step_times_s": list(sweep.step_times_s),
+            "spread_s": [list(x) for x in sweep.spread_s],
+            "reps": sweep.reps,
+            "loop": sweep.loop,
+        },
         "verify_cost": {str(k): v for k, v in sorted(verify.items())},
         "roofline": jsonable(roof),
     }
