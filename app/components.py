@@ -167,6 +167,9 @@ def session_progress(session: Mapping[str, Any]) -> None:
         f"{md_escape(', '.join(map(str, session.get('gammas') or [])))}{md_escape(run_view.policies_suffix(session))}"
     )
     st.progress(*run_view.progress_bar(session))
+    if status == "stalled":  # its end waits for room on the disk: the cause, not a phase that no longer moves
+        st.caption(md_escape(f"Stalled: {session.get('error') or 'its end could not be written'}"))
+        return
     if not (line := run_view.phase_text(phase, status)) or status == "queued":
         return
     if run_view.is_decoding(phase) or status != "running":  # an ended session's phase is where it stopped

@@ -197,3 +197,19 @@ def test_every_page_says_which_session_is_stalled_and_why(home: Path, store: Sto
             assert len(shown) == 1 and shown[0].startswith(f"Session {sid} is stalled: {FULL}"), page
     finally:
         (home / "spectune.db").chmod(0o644)
+
+
+def test_the_run_page_watching_a_stalled_session_says_why_not_a_phase(home: Path, store: Store) -> None:
+    from tests.test_app_pages import page
+
+    sid = running_session(store)
+    store.record_ending(sid, "failed", FULL)
+    store.close()
+    (home / "spectune.db").chmod(0o444)  # the dashboard cannot write the end either
+    try:
+        at = page("pages/2_Run.py", {"session": str(sid)})
+    finally:
+        (home / "spectune.db").chmod(0o644)
+    assert not at.exception, [e.value for e in at.exception]
+    said = "\n".join(str(m.value).replace("\\", "") for m in [*at.markdown, *at.caption])
+    assert "⚠ **stalled**" in said and f"Stalled: {FULL}" in said, said
