@@ -261,3 +261,18 @@ class EndpointRequest(Base):
     draft_n: Mapped[int | None] = mapped_column(Integer)
     draft_n_accepted: Mapped[int | None] = mapped_column(Integer)
     verify_calls: Mapped[int | None] = mapped_column(Integer)
+
+
+class WatchWindow(Base):
+    """One window of a watched deployment: when it ended, its figures (counter deltas, mean acceptance length,
+    requests running, predicted speedup) and its verdict or state. Kept for a retention period, then deleted."""
+
+    __tablename__ = "watch_windows"
+    __table_args__ = (Index(None, "deployment", "ended_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200))
+    ended_at: Mapped[datetime]
+    seconds: Mapped[float] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(40))
+    figures: Mapped[JsonDict]

@@ -13,10 +13,18 @@ from store.readers import ReadersMixin
 from store.recommendations import RecommendationsMixin
 from store.runs import RunsMixin
 from store.sessions import SessionsMixin
+from store.watch import WatchMixin
 
 
 class Store(
-    PromptSetsMixin, SessionsMixin, RunsMixin, ReadersMixin, RecommendationsMixin, EndpointsMixin, DecisionsMixin
+    PromptSetsMixin,
+    SessionsMixin,
+    RunsMixin,
+    ReadersMixin,
+    RecommendationsMixin,
+    EndpointsMixin,
+    DecisionsMixin,
+    WatchMixin,
 ):
     """Repository over one database; thread-safe (each call uses its own short transaction)."""
 

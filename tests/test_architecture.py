@@ -239,7 +239,7 @@ def test_foundation_imports_nothing_of_ours() -> None:
 # analysis, service, session; analysis neither service nor session; session not service.
 ENGINE_RANK = {
     "core": 0, "drafts": 1, "models": 1, "llamacpp": 1, "measure": 2, "endpoint": 2, "analysis": 3, "vllm": 3,
-    "session": 4,
+    "session": 4, "watch": 4,
     "engines": 5, "service": 6,
 }  # fmt: skip
 ENGINE_SHARED = ("engine.errors", "engine.prompts")  # modules or packages any engine package may use, not layers

@@ -40,9 +40,10 @@ TABLES = {
     "exports",
     "endpoint_requests",
     "decisions",
+    "watch_windows",
     "alembic_version",
 }
-HEAD = "0008"  # the newest migration in store/migrations/versions
+HEAD = "0009"  # the newest migration in store/migrations/versions
 SETTINGS = {"target": "tiny", "drafts": ["ngram", "none"], "gammas": [2, 4], "temperatures": [0.0], "max_new_tokens": 8}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.service import endpoint_cli, export_check_cli, policy_cli, recommend_cli, report_cli, store_cli
+from engine.service import endpoint_cli, export_check_cli, policy_cli, recommend_cli, report_cli, store_cli, watch_cli
 from engine.service.outputs import os_error_reason, output_file
 from engine.service.run_options import spec_from_args
 from engine.session.spec import LOOPS
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_commands(sub)  # report (one shareable HTML file of a session)
     export_check_cli.add_commands(sub)  # check-export (a vLLM export measured as it is)
     store_cli.add_commands(sub)  # backup (checked, or --recover), restore
+    watch_cli.add_commands(sub)  # watch (a running deployment, window by window)
     return parser
 
 
@@ -365,7 +366,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": cmd_run, "theory": cmd_theory, "crossover": cmd_crossover, "prepare": cmd_prepare,
             **recommend_cli.COMMANDS, **endpoint_cli.COMMANDS, **policy_cli.COMMANDS,
-            **report_cli.COMMANDS, **export_check_cli.COMMANDS, **store_cli.COMMANDS}  # fmt: skip
+            **report_cli.COMMANDS, **export_check_cli.COMMANDS, **store_cli.COMMANDS, **watch_cli.COMMANDS}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

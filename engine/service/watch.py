@@ -1,0 +1,106 @@
+"""Watching a deployment against a stored session: the deployed configuration, then each window judged and kept.
+
+The session gives the draft's measurement (engine.service.evidence.gather), the γ deployed (given, or the
+session's recommendation for that draft), the α band it measured and the regime by batch (judge_regime, the one
+judgement). Every window is stored, a failed one too, with its verdict or state (store.watch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from engine.analysis.regime import judge_regime
+from engine.analysis.theory import alpha_from_mean_accepted
+from engine.errors import SettingsError, SpectuneError
+from engine.service.evidence import gather, recommend_from_store
+from engine.watch.prometheus import PrometheusSource
+from engine.watch.scrape import MetricsSource
+from engine.watch.verdict import Deployment, Verdict, judge
+from engine.watch.watcher import metrics_windows, prometheus_windows
+from engine.watch.window import Window
+
+Source = MetricsSource | PrometheusSource
+RETENTION_DAYS = 30.0  # stored windows older than this are deleted as new ones are written
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One window, its verdict and its stored id."""
+
+    window: Window
+    verdict: Verdict
+    window_id: int
+
+
+def _alpha_of(run: dict[str, Any]) -> float | None:
+    if run.get("alpha") is not None:
+        return float(run["alpha"])
+    summary = run.get("summary") or {}
+    if summary.get("alpha_from_acceptance_length") is not None:
+        return float(summary["alpha_from_acceptance_length"])
+    mal, gamma = summary.get("mean_acceptance_length"), int(run.get("gamma") or 0)
+    return alpha_from_mean_accepted(min(float(mal), gamma + 1.0), gamma) if mal and gamma >= 1 else None
+
+
+def alpha_band(store: Any, session_id: int, draft: str) -> tuple[float, float] | None:
+    """The lowest and highest α the session measured for this draft (over its finished speculative runs)."""
+    alphas = [a for r in store.list_runs(session_id)
+              if r.get("status") == "done" and r.get("kind") == "speculative" and r.get("draft") == draft
+              and (a := _alpha_of(r)) is not None]  # fmt: skip
+    return (min(alphas), max(alphas)) if alphas else None
+
+
+def deployment_for(store: Any, session_id: int, draft: str | None = None, gamma: int | None = None) -> Deployment:
+    """The deployed configuration as session `session_id` measured it: `draft` (default: its only draft) at `gamma`
+    (default: the γ the session recommends for that draft); SettingsError for one the session did not measure."""
+    try:
+        ev = gather(store, [session_id])
+    except SpectuneError as exc:
+        raise SettingsError(f"session {session_id}: {exc}") from exc
+    names = [m.name for m in ev.measurements]
+    if draft is None and len(names) != 1:
+        raise SettingsError(
+            f"session {session_id} measured {len(names)} drafts ({', '.join(names)}): name one with --draft"
+        )
+    chosen = next((m for m in ev.measurements if m.name == (draft or names[0])), None)
+    if chosen is None:
+        raise SettingsError(f"session {session_id} did not measure draft {draft!r} (it measured {', '.join(names)})")
+    if gamma is None:
+        rec = recommend_from_store(store, [session_id])[0]
+        measured = sorted(chosen.measured_speedup) or [4]
+        gamma = rec.gamma if rec.draft_name == chosen.name and rec.gamma >= 1 else measured[-1]
+    if gamma < 1:
+        raise SettingsError(f"γ {gamma}: a deployment that speculates drafts at least 1 token")
+    band = alpha_band(store, session_id, chosen.name) or (chosen.alpha, chosen.alpha)
+    fixed_gamma = int(gamma)
+    return Deployment(chosen, fixed_gamma, band,
+                      lambda batch: judge_regime(ev.regime, batch, fixed_gamma, ev.verify_cost).label)  # fmt: skip
+
+
+def record(window: Window, verdict: Verdict) -> dict[str, Any]:
+    """What is stored of a window: its figures, the predicted speedup and the verdict's reasons."""
+    return {**window.figures(), "start": window.start, "state": window.state, "message": window.message,
+            "predicted_speedup": verdict.predicted_speedup, "alpha": verdict.alpha, "batch": verdict.batch,
+            "regime": verdict.regime, "action": verdict.action, "why": verdict.why}  # fmt: skip
+
+
+def watch(
+    store: Any, source: Source, dep: Deployment, deployment: str, seconds: float, count: int | None,
+    retention_days: float | None = RETENTION_DAYS, polls: int = 5, sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Judged]:  # fmt: skip
+    """Watch `source` for `count` windows of `seconds` (None: until stopped), judging and storing each (`sleep`
+    waits between reads)."""
+    windows = (metrics_windows(source, seconds, count, polls, sleep) if isinstance(source, MetricsSource)
+               else prometheus_windows(source, seconds, count, sleep))  # fmt: skip
+    earlier: list[float | None] = []
+    for window in windows:
+        verdict = judge(window, dep, earlier)
+        earlier.append(verdict.predicted_speedup)
+        ended = datetime.fromtimestamp(window.end, UTC)
+        kept = store.save_watch_window(deployment, ended, window.seconds, verdict.verdict, record(window, verdict),
+                                       retention_days)  # fmt: skip
+        yield Judged(window, verdict, kept)

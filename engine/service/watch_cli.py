@@ -1,0 +1,102 @@
+"""`python -m engine watch`: one line per window of a running deployment, with its verdict (engine.service.watch).
+
+`watch --metrics-url URL --session N` reads the engine's /metrics itself; `watch --prometheus URL --session N`
+asks a Prometheus server that scrapes it (`--match 'job="llama"'` picks the deployment's series). Bad input is one
+line and exit 2; a source that goes down is a state line and the watch goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from engine.errors import SettingsError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_s(text: str) -> float:
+    """Seconds in '15s', '2m', '500ms' or a bare number of seconds; SettingsError for anything else."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise SettingsError(f"window {text!r}: write a duration such as 15s, 2m or 30")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2) or "s"]
+    if seconds < 1.0:
+        raise SettingsError(f"window {text!r}: at least 1 s")
+    return seconds
+
+
+def add_commands(sub: Any) -> None:
+    """Register `watch` on the main parser."""
+    w = sub.add_parser("watch", help="watch a running deployment: is speculation still paying, window by window")
+    source = w.add_mutually_exclusive_group(required=True)
+    source.add_argument("--metrics-url", default=None, help="the engine's root URL; its /metrics is read directly")
+    source.add_argument("--prometheus", default=None, help="a Prometheus server's root URL that scrapes the engine")
+    w.add_argument("--session", type=int, required=True, help="the stored session that measured this deployment")
+    w.add_argument("--match", default="", help='Prometheus label matchers for the deployment, e.g. job="llama"')
+    w.add_argument("--window", default="15s", help="window length (default 15s)")
+    w.add_argument("--windows", type=int, default=None, metavar="K", help="stop after K windows (default: never)")
+    w.add_argument("--deployment", default=None, help="the name windows are stored under (default: the URL)")
+    w.add_argument("--draft", default=None, help="the deployed draft (default: the session's only draft)")
+    w.add_argument("--gamma", type=int, default=None, help="the deployed γ (default: the session's recommendation)")
+    w.add_argument("--keep-days", type=float, default=None, help="delete stored windows older than this (default 30)")
+
+
+def _num(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
+    return "—" if x is None else f"{x:{fmt}}{unit}"
+
+
+def line(judged: Any) -> str:
+    """One window as one line: its end time, verdict, figures and reason."""
+    w, v = judged.window, judged.verdict
+    when = time.strftime("%H:%M:%S", time.localtime(w.end))
+    if v.predicted_speedup is None and v.alpha is None and w.mean_acceptance_length is None:
+        return f"{when}  {v.verdict}: {v.why}"
+    figures = (
+        f"mean acceptance length {_num(w.mean_acceptance_length)}, draft acceptance rate "
+        f"{_num(w.draft_acceptance_rate)}, α {_num(v.alpha)}, requests running {_num(w.requests_running, '.1f')}"
+    )
+    tail = f"{v.why}" + (f"; {v.action}" if v.action else "")
+    return f"{when}  {v.verdict}  {figures} — {tail}"
+
+
+def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    from engine.service.jobs import open_app_store
+    from engine.service.watch import RETENTION_DAYS, deployment_for, watch
+    from engine.watch.prometheus import PrometheusSource
+    from engine.watch.scrape import MetricsSource
+
+    seconds = duration_s(args.window)
+    if args.windows is not None and args.windows < 1:
+        raise SettingsError(f"--windows {args.windows}: at least 1")
+    if args.keep_days is not None and args.keep_days <= 0:
+        raise SettingsError(f"--keep-days {args.keep_days}: more than 0")
+    url = args.metrics_url or args.prometheus
+    if not re.match(r"^https?://[^/\s]+", url or ""):
+        raise SettingsError(f"{url!r} is not an http(s) URL")
+    try:
+        source = MetricsSource(url) if args.metrics_url else PrometheusSource(url, args.match)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from exc
+    store = open_app_store()
+    try:
+        dep = deployment_for(store, args.session, args.draft, args.gamma)
+        name = args.deployment or url
+        out(f"watching {name}: {dep.measurement.name} at γ={dep.gamma}, session {args.session} "
+            f"(α measured {dep.alpha_band[0]:.2f}–{dep.alpha_band[1]:.2f}), {seconds:g} s windows")  # fmt: skip
+        keep = RETENTION_DAYS if args.keep_days is None else args.keep_days
+        for judged in watch(store, source, dep, name, seconds, args.windows, keep):
+            out(line(judged))
+            sys.stdout.flush()
+    finally:
+        source.close()
+        store.close()
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"watch": cmd_watch}

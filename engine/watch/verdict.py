@@ -1,0 +1,115 @@
+"""Verdicts on a window: does the deployed configuration still pay at the observed acceptance and load?
+
+The predicted speedup is the one predictor's (engine.analysis.predictor): the stored session's draft measurement
+with its acceptance replaced by the window's (per-position rates where the engine counts them, else the single α
+read off the mean acceptance length), its c and v(k) kept, judged in the regime at the observed batch. Memory-bound,
+the gain is the predicted speedup; compute-bound, the extra arithmetic displaces real work, so the gain is
+1 ÷ the operations multiplier (engine.analysis.theory.cost_per_token_multiplier). Pure functions of numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from engine.analysis.predictor import cost_of, predict
+from engine.analysis.recommend_types import DraftMeasurement
+from engine.analysis.theory import MEMORY_BOUND, REGIMES, alpha_from_mean_accepted
+from engine.core.policy import FixedGamma
+from engine.watch.window import OK, Window
+
+PAYING, COSTING, COLLAPSED, DRIFTED = "paying", "costing you", "acceptance collapsed", "traffic drifted"
+BELOW = "below 1×"  # predicted below 1× for fewer than the windows that make it "costing you"
+VERDICTS = (PAYING, COSTING, COLLAPSED, DRIFTED, BELOW)
+COLLAPSE_MARGIN = 0.05  # mean acceptance length within this of 1.00 while drafting: the draft accepts nothing
+COSTING_WINDOWS = 3  # consecutive windows predicted below 1× before "costing you"
+BAND_MARGIN = 0.05  # α this far outside the session's measured α is drift, not noise
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployed configuration and what the stored session measured of it."""
+
+    measurement: DraftMeasurement
+    gamma: int
+    alpha_band: tuple[float, float]  # the lowest and highest α the session measured for this draft
+    regime_at: Callable[[int], str] = lambda batch: MEMORY_BOUND  # the regime at a serving batch (and this γ)
+    costing_windows: int = COSTING_WINDOWS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one window says: a verdict (or the window's state), the predicted gain, and what to do."""
+
+    verdict: str
+    predicted_speedup: float | None = None
+    alpha: float | None = None
+    batch: int | None = None
+    regime: str | None = None
+    action: str = ""
+    why: str = ""
+
+
+def observed_alpha(window: Window, gamma: int) -> float | None:
+    """The single α of the window, read off its mean acceptance length at the deployed γ (as a session reads it)."""
+    mal = window.mean_acceptance_length
+    if mal is None or gamma < 1:
+        return None
+    return alpha_from_mean_accepted(min(max(mal, 1.0), gamma + 1.0), gamma)
+
+
+def observed_batch(window: Window) -> int:
+    """The serving batch of the window: the requests running on average, at least 1."""
+    running = window.requests_running
+    return max(int(round(running)), 1) if running is not None and math.isfinite(running) else 1
+
+
+def predicted_speedup(m: DraftMeasurement, gamma: int, rates: Sequence[float], drafting: float | None,
+                      regime: str) -> float:  # fmt: skip
+    """The gain of γ over no speculation with this draft's c and v(k) at conditional acceptance `rates`: the
+    predicted speedup memory-bound, 1 ÷ the operations multiplier compute-bound."""
+    if regime not in REGIMES:
+        regime = MEMORY_BOUND
+    live = replace(m, per_position_acceptance=[float(r) for r in rates], alpha=float(rates[0]) if rates else 0.0,
+                   traces=[], agreement_runs=[],
+                   drafting_fraction=m.drafting_fraction if drafting is None else drafting)  # fmt: skip
+    c = cost_of(m).c  # calibrated to the session's own acceptance and speedups, once
+    pred = predict(live, FixedGamma(gamma), cost_of(live, c=c, regime=regime))
+    return 1.0 / pred.cost_in(regime)
+
+
+def collapsed(window: Window) -> bool:
+    """Drafts were proposed and the mean acceptance length is within the margin of 1.00."""
+    mal = window.mean_acceptance_length
+    return bool(window.num_drafts) and mal is not None and mal <= 1.0 + COLLAPSE_MARGIN
+
+
+def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ()) -> Verdict:
+    """The verdict on `window`; `earlier`: the predicted speedups of the windows before it, oldest first."""
+    if window.state != OK:
+        return Verdict(window.state, why=window.message)
+    batch = observed_batch(window)
+    regime = dep.regime_at(batch)
+    alpha = observed_alpha(window, dep.gamma)
+    if collapsed(window):
+        return Verdict(COLLAPSED, None, alpha, batch, regime, action="turn speculation off",
+                       why=f"mean acceptance length {window.mean_acceptance_length:.2f} with "
+                           f"{window.num_drafts:.0f} drafts proposed: the draft accepts nothing")  # fmt: skip
+    rates = window.per_position_acceptance or ([alpha] if alpha is not None else [])
+    gain = predicted_speedup(dep.measurement, dep.gamma, rates, window.drafting_fraction, regime)
+    run = [*list(earlier)[-(dep.costing_windows - 1) :], gain] if dep.costing_windows > 1 else [gain]
+    if len(run) >= dep.costing_windows and all(g is not None and g < 1.0 for g in run):
+        return Verdict(COSTING, gain, alpha, batch, regime, action=f"turn speculation off at batch {batch}",
+                       why=f"predicted {gain:.2f}× at batch {batch} ({regime}) for {dep.costing_windows} windows "
+                           "in a row")  # fmt: skip
+    lo, hi = dep.alpha_band
+    if alpha is not None and not lo - BAND_MARGIN <= alpha <= hi + BAND_MARGIN:
+        return Verdict(DRIFTED, gain, alpha, batch, regime, action="measure a new session on today's traffic",
+                       why=f"α {alpha:.2f} is outside the session's measured {lo:.2f}–{hi:.2f}")  # fmt: skip
+    if gain < 1.0:
+        below = next((i for i, g in enumerate(reversed(run)) if g is None or g >= 1.0), len(run))
+        return Verdict(BELOW, gain, alpha, batch, regime,
+                       why=f"predicted {gain:.2f}× at batch {batch} ({regime}): {below} of "
+                           f"{dep.costing_windows} windows below 1×")  # fmt: skip
+    return Verdict(PAYING, gain, alpha, batch, regime, why=f"predicted {gain:.2f}× at batch {batch} ({regime})")

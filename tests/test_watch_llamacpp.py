@@ -1,0 +1,148 @@
+"""`watch` against a real llama-server (smallest bundled GGUF, n-gram speculation, --metrics) on 127.0.0.1.
+
+The windows come from the server's own /metrics: a window with requests has plausible acceptance and a verdict
+from the stored session; a restarted server gives a "reset" window; a stopped one "source down", and the stored
+windows are kept. The watch loop's sleep is where the test drives the server (a request, a restart, a stop), so
+each window holds exactly what the test did. Every test checks that no llama-server it started is left running.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from processes import live_llama_servers
+from watch_parts import DRAFT, complete, ngram_config, ngram_session
+
+from engine.llamacpp.server import ManagedServer
+from engine.service.watch import deployment_for, watch
+from engine.watch.scrape import MetricsSource
+from engine.watch.verdict import PAYING, VERDICTS
+from engine.watch.watcher import metrics_windows
+from engine.watch.window import DOWN, OK, RESET
+from store import Store, open_store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def no_server_left_behind() -> Iterator[None]:
+    before = {p.pid for p in live_llama_servers()}
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
+        time.sleep(0.2)
+    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def driven(steps: list[Callable[[], object]]) -> Callable[[float], None]:
+    """A sleep for the watch loop that runs the next step instead of waiting (polls=1: one call per window)."""
+    queue = list(steps)
+    return lambda _seconds: queue.pop(0)() if queue else None
+
+
+def test_windows_from_a_real_server_then_a_restart_and_a_stop(store: Store) -> None:
+    sid = ngram_session(store)
+    dep = deployment_for(store, sid, gamma=4)
+    assert dep.measurement.name == DRAFT and dep.alpha_band == (0.3, 0.99)
+    server = ManagedServer(ngram_config())
+    try:
+        server.start()
+        source = MetricsSource(server.url)
+
+        def restart() -> None:
+            server.stop()
+            server.start()  # the same port: the same URL, counters from zero
+            complete(server.url, tokens=8)
+
+        sleep = driven([lambda: complete(server.url), restart, server.stop])
+        windows = list(metrics_windows(source, 5.0, 3, polls=1, sleep=sleep))
+    finally:
+        server.stop()
+    first, second, third = windows
+    assert first.state == OK, first.message
+    assert first.num_drafts and first.num_drafts > 0 and first.emitted_tokens == 32
+    assert 1.5 < first.mean_acceptance_length <= 5.0  # the repeated sentence: most drafts accepted, γ 4 at most
+    assert 0.3 < first.draft_acceptance_rate <= 1.0
+    assert first.per_position_acceptance and all(0 <= r <= 1 for r in first.per_position_acceptance)
+    assert first.requests_running is not None
+    assert second.state == RESET and "went down" in second.message
+    assert third.state == DOWN and server.url.split("//")[1] in third.message
+
+
+def test_judged_windows_are_stored_and_kept_when_the_server_stops(store: Store) -> None:
+    sid = ngram_session(store)
+    dep = deployment_for(store, sid, gamma=4)
+    server = ManagedServer(ngram_config())
+    try:
+        server.start()
+        sleep = driven([lambda: complete(server.url), server.stop])
+        judged = list(watch(store, MetricsSource(server.url), dep, "llama", 5.0, 2, polls=1, sleep=sleep))
+    finally:
+        server.stop()
+    paying, down = judged
+    assert paying.verdict.verdict == PAYING and paying.verdict.predicted_speedup > 1.0, paying.verdict
+    assert paying.verdict.verdict in VERDICTS and paying.verdict.batch == 1
+    assert down.verdict.verdict == DOWN
+    kept = store.list_watch_windows("llama")
+    assert [w["verdict"] for w in kept] == [PAYING, DOWN]
+    assert kept[0]["figures"]["mean_acceptance_length"] == pytest.approx(paying.window.mean_acceptance_length)
+    assert kept[0]["figures"]["predicted_speedup"] == pytest.approx(paying.verdict.predicted_speedup)
+
+
+def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'spectune.db'}"
+    with open_store(url) as s:
+        sid = ngram_session(s)
+    server = ManagedServer(ngram_config())
+    proc = None
+    try:
+        server.start()
+        env = {"SPECTUNE_DB_URL": url, "SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+        cmd = [sys.executable, "-m", "engine", "watch", "--metrics-url", server.url, "--session", str(sid),
+               "--gamma", "4", "--window", "3s", "--windows", "6", "--deployment", "llama"]  # fmt: skip
+        err_path = tmp_path / "watch.err"
+        with err_path.open("w") as err_file:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
+        assert proc.stdout is not None
+
+        def traffic() -> None:
+            complete(server.url, tokens=16)
+            time.sleep(4.0)  # a window's reads see the finished request's counters before the server goes
+            server.stop()
+
+        driver = threading.Thread(target=traffic)
+        lines: list[str] = []
+        for line in proc.stdout:  # the header first, then one line a window; the traffic starts after the header
+            lines.append(line.rstrip("\n"))
+            if len(lines) == 1:
+                driver.start()
+        proc.wait(timeout=60)
+        if driver.ident is not None:
+            driver.join(timeout=120)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.stop()
+    out = "\n".join(lines) + "\n" + err_path.read_text()
+    assert proc.returncode == 0 and len(lines) == 7, out
+    assert lines[0].startswith("watching llama: ngram:3-4 at γ=4"), out
+    assert any("mean acceptance length" in line for line in lines[1:]), out
+    assert "source down" in lines[-1], out
+    with open_store(url) as s:
+        assert len(s.list_watch_windows("llama")) == 6

@@ -1,0 +1,47 @@
+"""Real parts for the watch tests: a stored llama.cpp n-gram session, a llama-server speculating by n-gram lookup
+with --metrics (the smallest bundled GGUF), and requests that drive it."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from engine.llamacpp.server import ServerConfig
+from engine.models.bundled import gguf_for
+from store import Store
+
+DRAFT = "ngram:3-4"
+REPETITIVE = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
+VERIFY = {"1": 1.0, "2": 1.2, "4": 2.1, "5": 2.4}  # llama.cpp Q4 kernels on a CPU: a 5-token verify ≈ 2.4 steps
+
+
+def ngram_config() -> ServerConfig:
+    """llama-server on the smallest bundled GGUF, drafting by n-gram lookup (γ 4), two threads."""
+    return ServerConfig(gguf_for("qwen2.5-coder-0.5b", "draft"), spec_type="ngram-simple", ngram_size_n=3,
+                        ngram_size_m=4, parallel=1, ctx_size=1024, threads=2)  # fmt: skip
+
+
+def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
+    """One greedy completion from the server (its counters move when it ends)."""
+    body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
+    request = urllib.request.Request(url + "/completion", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return str(json.loads(reply.read())["content"])
+
+
+def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99)) -> int:
+    """A finished llama.cpp session of the n-gram draft at γ 2 and 4, its α measured at `alphas`."""
+    set_id, _, _ = store.add_prompt_set("watch", None, [{"text": REPETITIVE}])
+    sid = store.create_session(target="qwen2.5-coder-0.5b", drafts=[DRAFT], gammas=[2, 4], temperatures=[0.0],
+                               max_new_tokens=32, prompt_set_id=set_id, n_prompts=1,
+                               options={"engine": "llama.cpp"})  # fmt: skip
+    store.claim_next_session("test:1")
+    base = store.create_run(sid, "none", 0, 0.0, "baseline")
+    store.finish_run(base, {"engine": "llama.cpp"}, tokens_per_s=6.0, tokens_per_call=1.0, speedup_measured=1.0)
+    for gamma, alpha, speedup in ((2, alphas[0], 0.9), (4, alphas[1], 1.6)):
+        run = store.create_run(sid, DRAFT, gamma, 0.0, "speculative")
+        store.finish_run(run, {"engine": "llama.cpp", "alpha_from_acceptance_length": alpha}, c=0.0,
+                         tokens_per_s=6.0 * speedup, speedup_measured=speedup, tokens_per_call=1 + gamma * alpha,
+                         per_position_acceptance=[alpha] * gamma, verify_cost=VERIFY)  # fmt: skip
+    store.finish_session(sid, "done", summary={"verify_cost": VERIFY})
+    return sid
