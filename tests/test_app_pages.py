@@ -380,7 +380,7 @@ def test_start_session_queues_it_and_starts_the_worker(env):
     assert env.worker_calls == [1]
     assert f"Session #{s['id']} queued" in texts(at.success)
     assert at.query_params.get("session") == str(s["id"])
-    from engine.service.estimate import planned_decodes
+    from engine.service.plan import planned_decodes
     from engine.session.spec import SessionSpec
 
     planned = planned_decodes(SessionSpec.from_row(s), 2)  # queued, the bar shows what the session plans

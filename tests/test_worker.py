@@ -437,7 +437,7 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     stored = json.loads(engine_cli(home, "sessions", "--json").stdout)[0]
     # 2 prompts × (baseline + 2 drafts × 2 γ + the A/A), and the most the confirmation of an unmeasured headline may
     # add (the CLI's full mode confirms): the total planned never changes, what the confirmation did not need is done
-    from engine.service.estimate import planned_decodes
+    from engine.service.plan import planned_decodes
     from engine.session.quick import confirm_reserve
     from engine.session.spec import SessionSpec
 

@@ -29,8 +29,9 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError
-from engine.service.estimate import pace, planned_configurations, planned_decodes
+from engine.service.estimate import pace
 from engine.service.pace_probe import PaceProbe, latest
+from engine.service.plan import planned_configurations, planned_decodes
 from engine.session.estimates import batch_sweep_eta_s
 from engine.session.spec import SessionSpec
 

@@ -19,8 +19,8 @@ from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
 from engine.service.pace_probe import PaceProbe, ProbeProgress, latest, probe_for
-from engine.session.quick import confirm_reserve, confirm_runs, probe_plan
-from engine.session.runner import PromptText, RunKey, decodes_per_prompt
+from engine.service.plan import optional_configurations, planned_configurations, planned_decodes, planned_runs
+from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec, session_engine
 
 LONG_S = 15 * 60  # past this, the estimate suggests a cheaper session
@@ -76,30 +76,6 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def planned_configurations(spec: SessionSpec) -> int:
-    """The most runs the session will measure: its engine's plan, or a quick session's probe and confirmation."""
-    return len(planned_runs(spec)) + (_confirmations(spec) if spec.mode == "quick" else optional_configurations(spec))
-
-
-def optional_configurations(spec: SessionSpec) -> int:
-    """The runs a full session confirming its headline adds only when the grid lacks it (a quick one always
-    confirms)."""
-    return _confirmations(spec) if spec.mode != "quick" and spec.confirm else 0
-
-
-def _confirmations(spec: SessionSpec) -> int:
-    return confirm_runs(spec, registry.levels_of(spec))
-
-
-def planned_decodes(spec: SessionSpec, n_prompts: int) -> int:
-    """The prompt decodes a session plans, as its progress bar counts them: each planned run's and each prompt's A/A
-    decode of the target alone, a confirmation at its most; 0 for a deployment, whose requests are capped by time."""
-    if registry.get(spec.engine).deployment:
-        return 0
-    later = confirm_reserve(spec, registry.levels_of(spec)) if spec.mode == "quick" or spec.confirm else 0
-    return n_prompts * (decodes_per_prompt(planned_runs(spec)) + later)
-
-
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
     """Seconds per configuration × prompt × token of the newest comparable finished session, and which it was."""
     for s in sessions:
@@ -124,12 +100,6 @@ def probe_seconds(spec: SessionSpec, n_prompts: int, setup_s: float, token_s: fl
     token; a deployment's, which has no decodes counted, each configuration's."""
     decodes = planned_decodes(spec, n_prompts) or planned_configurations(spec) * n_prompts
     return setup_s + token_s * decodes * spec.max_new_tokens
-
-
-def planned_runs(spec: SessionSpec) -> list[RunKey]:
-    """The configurations the session measures before any confirmation: its grid, or a quick session's probe."""
-    entry, levels = registry.get(spec.engine), registry.levels_of(spec)
-    return probe_plan(spec, levels, entry.two_width_probe) if spec.mode == "quick" else entry.plan(spec, levels)
 
 
 def memory(spec: SessionSpec) -> tuple[int | None, str]:
