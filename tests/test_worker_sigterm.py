@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from store import Store
-from tests.test_worker import home, open_db, queue_long, start_worker, step_count, store, wait_for  # noqa: F401
+from tests.test_worker import open_db, queue_long, start_worker, step_count, store, wait_for  # noqa: F401
 
 WITHIN_S = 10.0
 
