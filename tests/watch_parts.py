@@ -1,12 +1,20 @@
 """Real parts for the watch tests: a stored llama.cpp n-gram session, a llama-server speculating by n-gram lookup
-with --metrics (the smallest bundled GGUF), and requests that drive it."""
+with --metrics (the smallest bundled GGUF), requests that drive it, and a throwaway Prometheus server."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from engine.llamacpp.server import ServerConfig
+import pytest
+
+from engine.llamacpp.server import ServerConfig, die_with_parent, free_port
 from engine.models.bundled import gguf_for
 from store import Store
 
@@ -45,3 +53,53 @@ def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99)) -> in
                          per_position_acceptance=[alpha] * gamma, verify_cost=VERIFY)  # fmt: skip
     store.finish_session(sid, "done", summary={"verify_cost": VERIFY})
     return sid
+
+
+@contextmanager
+def running_prometheus(target: str, folder: Path, scrape_s: float = 1.0) -> Iterator[str]:
+    """A throwaway Prometheus server on 127.0.0.1 scraping `target` (host:port, job "llama") every `scrape_s`;
+    yields its root URL. It is stopped on exit, and dies with the test process if that dies first."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (make prometheus)")
+    port = free_port()
+    config = folder / "prometheus.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {scrape_s:g}s\n  evaluation_interval: {scrape_s:g}s\n"
+        f"scrape_configs:\n  - job_name: llama\n    static_configs:\n      - targets: ['{target}']\n"
+    )
+    log = (folder / "prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=die_with_parent,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prometheus did not start: {(folder / 'prometheus.log').read_text()[-500:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        stop_process(proc)
+        log.close()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s; returns once it is gone."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -3,13 +3,14 @@
 A window is the difference of two readings of a server's cumulative counters (or, from a Prometheus server, the
 increase it computed). Figures use vLLM's names: num_drafts, num_draft_tokens, num_accepted_tokens (and per
 position), mean acceptance length, draft acceptance rate. A window whose counters went down (the server restarted
-in between) is in state "reset" and carries no figures; a window without a draft is "idle".
+in between) is in state "reset" and carries no figures; a window without a draft is "idle". Per-position counts
+that do not add up to the accepted tokens are left out (the single α stands in for them).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.endpoint.metrics import ServerCounters
@@ -75,6 +76,13 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
+def _positions_agree(delta: ServerCounters) -> bool:
+    """Whether the per-position counts add up to the accepted tokens (within 10 %). They do not where a series was
+    first seen inside the window (Prometheus' increase() does not count a series' first value)."""
+    accepted = delta.accepted_tokens or 0.0
+    return abs(sum(delta.accepted_per_position.values()) - accepted) <= 0.1 * accepted + 1.0
+
+
 def window_of(
     start: float,
     end: float,
@@ -90,6 +98,8 @@ def window_of(
         why = f"counters went down ({', '.join(down)})" if down else "counters were reset"
         return Window(start, end, RESET, f"{why}: the server restarted; this window has no figures",
                       requests_running=running, requests_waiting=waiting)  # fmt: skip
+    if delta.accepted_per_position and not _positions_agree(delta):
+        delta = replace(delta, accepted_per_position={})
     w = Window(
         start, end, num_drafts=delta.drafts, num_draft_tokens=delta.draft_tokens,
         num_accepted_tokens=delta.accepted_tokens, num_accepted_tokens_per_pos=dict(delta.accepted_per_position),
