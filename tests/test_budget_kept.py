@@ -139,6 +139,10 @@ def test_submit_keeps_the_budget_with_the_session(tmp_path):
         assert done.returncode == 0, done.stderr
     rows = open_store(f"sqlite:///{tmp_path / 'spectune.db'}").list_sessions()  # newest first
     assert [(r.get("options") or {}).get("time_budget_s") for r in rows] == [None, 420.0]
+    variables = {"SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    listing = subprocess.run([sys.executable, "-m", "engine", "sessions"], cwd=ROOT, env=variables,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert listing.returncode == 0 and listing.stdout.count("time budget 7 min") == 1, listing.stdout
 
 
 # ---------------------------------------------------------------------------------------------------------------------

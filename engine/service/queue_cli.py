@@ -193,6 +193,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from engine.service.budget import budget_outcome
     from engine.service.jobs import open_app_store
     from engine.session.summarise import best_speedup, stored_speedup_flag
 
@@ -213,6 +214,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         )
         if s.get("error"):
             print(f"      error: {s['error']}")
+        if (budget := budget_outcome(s)) is not None:
+            print(f"      time budget {budget}")
         for run in runs:
             if flag := stored_speedup_flag(run):
                 print(f"      impossible, not a result: {_run_name(run)}: {flag}")
