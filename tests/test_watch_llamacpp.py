@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -114,7 +115,8 @@ def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:
         server.start()
         env = {"SPECTUNE_DB_URL": url, "SPECTUNE_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
         cmd = [sys.executable, "-m", "engine", "watch", "--metrics-url", server.url, "--session", str(sid),
-               "--gamma", "4", "--window", "3s", "--windows", "6", "--deployment", "llama"]  # fmt: skip
+               "--gamma", "4", "--window", "3s", "--windows", "6", "--deployment", "llama",
+               "--serve-metrics", "0"]  # fmt: skip
         err_path = tmp_path / "watch.err"
         with err_path.open("w") as err_file:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True)
@@ -127,10 +129,14 @@ def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:
 
         driver = threading.Thread(target=traffic)
         lines: list[str] = []
-        for line in proc.stdout:  # the header first, then one line a window; the traffic starts after the header
+        served = ""
+        for line in proc.stdout:  # two header lines, then one a window; the traffic starts after the headers
             lines.append(line.rstrip("\n"))
-            if len(lines) == 1:
+            if len(lines) == 2:
                 driver.start()
+            if "mean acceptance length" in line and not served:  # the verdict as the exporter serves it
+                with urllib.request.urlopen(lines[1].split(" on ")[1], timeout=5) as reply:
+                    served = reply.read().decode()
         proc.wait(timeout=60)
         if driver.ident is not None:
             driver.join(timeout=120)
@@ -140,9 +146,11 @@ def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:
             proc.wait()
         server.stop()
     out = "\n".join(lines) + "\n" + err_path.read_text()
-    assert proc.returncode == 0 and len(lines) == 7, out
+    assert proc.returncode == 0 and len(lines) == 8, out
     assert lines[0].startswith("watching llama: ngram:3-4 at γ=4"), out
-    assert any("mean acceptance length" in line for line in lines[1:]), out
+    assert lines[1].startswith("serving verdicts on http://127.0.0.1:"), out
+    assert any("mean acceptance length" in line for line in lines[2:]), out
+    assert 'spectune_predicted_speedup{deployment="llama"}' in served, served
     assert "source down" in lines[-1], out
     with open_store(url) as s:
         assert len(s.list_watch_windows("llama")) == 6

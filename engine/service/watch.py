@@ -17,6 +17,7 @@ from engine.analysis.regime import judge_regime
 from engine.analysis.theory import alpha_from_mean_accepted
 from engine.errors import SettingsError, SpectuneError
 from engine.service.evidence import gather, recommend_from_store
+from engine.watch.exporter import Exporter
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
 from engine.watch.verdict import Deployment, Verdict, judge
@@ -91,9 +92,10 @@ def record(window: Window, verdict: Verdict) -> dict[str, Any]:
 def watch(
     store: Any, source: Source, dep: Deployment, deployment: str, seconds: float, count: int | None,
     retention_days: float | None = RETENTION_DAYS, polls: int = 5, sleep: Callable[[float], None] = time.sleep,
+    exporter: Exporter | None = None,
 ) -> Iterator[Judged]:  # fmt: skip
     """Watch `source` for `count` windows of `seconds` (None: until stopped), judging and storing each (`sleep`
-    waits between reads)."""
+    waits between reads); `exporter` shows each window's verdict as Prometheus metrics."""
     windows = (metrics_windows(source, seconds, count, polls, sleep) if isinstance(source, MetricsSource)
                else prometheus_windows(source, seconds, count, sleep))  # fmt: skip
     earlier: list[float | None] = []
@@ -103,4 +105,6 @@ def watch(
         ended = datetime.fromtimestamp(window.end, UTC)
         kept = store.save_watch_window(deployment, ended, window.seconds, verdict.verdict, record(window, verdict),
                                        retention_days)  # fmt: skip
+        if exporter is not None:
+            exporter.update(deployment, window, verdict)
         yield Judged(window, verdict, kept)

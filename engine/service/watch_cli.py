@@ -45,6 +45,14 @@ def add_commands(sub: Any) -> None:
     w.add_argument("--draft", default=None, help="the deployed draft (default: the session's only draft)")
     w.add_argument("--gamma", type=int, default=None, help="the deployed γ (default: the session's recommendation)")
     w.add_argument("--keep-days", type=float, default=None, help="delete stored windows older than this (default 30)")
+    w.add_argument(
+        "--serve-metrics",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the verdicts as Prometheus metrics on PORT (0: a free one); see docs/watch.md",
+    )
+    w.add_argument("--serve-host", default="127.0.0.1", help="the address --serve-metrics listens on")
 
 
 def _num(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
@@ -68,12 +76,15 @@ def line(judged: Any) -> str:
 def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     from engine.service.jobs import open_app_store
     from engine.service.watch import RETENTION_DAYS, deployment_for, watch
+    from engine.watch.exporter import Exporter
     from engine.watch.prometheus import PrometheusSource
     from engine.watch.scrape import MetricsSource
 
     seconds = duration_s(args.window)
     if args.windows is not None and args.windows < 1:
         raise SettingsError(f"--windows {args.windows}: at least 1")
+    if args.serve_metrics is not None and not 0 <= args.serve_metrics <= 65535:
+        raise SettingsError(f"--serve-metrics {args.serve_metrics}: a port from 0 to 65535")
     if args.keep_days is not None and args.keep_days <= 0:
         raise SettingsError(f"--keep-days {args.keep_days}: more than 0")
     url = args.metrics_url or args.prometheus
@@ -84,16 +95,25 @@ def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     except ValueError as exc:
         raise SettingsError(str(exc)) from exc
     store = open_app_store()
+    exporter = Exporter() if args.serve_metrics is not None else None
     try:
         dep = deployment_for(store, args.session, args.draft, args.gamma)
         name = args.deployment or url
         out(f"watching {name}: {dep.measurement.name} at γ={dep.gamma}, session {args.session} "
             f"(α measured {dep.alpha_band[0]:.2f}–{dep.alpha_band[1]:.2f}), {seconds:g} s windows")  # fmt: skip
+        if exporter is not None:
+            try:
+                port = exporter.serve(args.serve_metrics, args.serve_host)
+            except OSError as exc:
+                raise SettingsError(f"cannot serve metrics on {args.serve_host}:{args.serve_metrics}: {exc}") from exc
+            out(f"serving verdicts on http://{args.serve_host}:{port}/metrics")
         keep = RETENTION_DAYS if args.keep_days is None else args.keep_days
-        for judged in watch(store, source, dep, name, seconds, args.windows, keep):
+        for judged in watch(store, source, dep, name, seconds, args.windows, keep, exporter=exporter):
             out(line(judged))
             sys.stdout.flush()
     finally:
+        if exporter is not None:
+            exporter.close()
         source.close()
         store.close()
     return 0
