@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from processes import live_llama_servers
-from watch_parts import DRAFT, complete, ngram_config, ngram_session
+from watch_parts import DRAFT, SHIFTED, complete, ngram_config, ngram_session
 
 from engine.llamacpp.server import ManagedServer
 from engine.service.watch import deployment_for, watch
 from engine.watch.scrape import MetricsSource
-from engine.watch.verdict import PAYING, VERDICTS
+from engine.watch.verdict import DRIFTED, PAYING, VERDICTS
 from engine.watch.watcher import metrics_windows
 from engine.watch.window import DOWN, OK, RESET
 from store import Store, open_store
@@ -103,6 +103,22 @@ def test_judged_windows_are_stored_and_kept_when_the_server_stops(store: Store) 
     assert [w["verdict"] for w in kept] == [PAYING, DOWN]
     assert kept[0]["figures"]["mean_acceptance_length"] == pytest.approx(paying.window.mean_acceptance_length)
     assert kept[0]["figures"]["predicted_speedup"] == pytest.approx(paying.verdict.predicted_speedup)
+
+
+def test_traffic_that_shifts_moves_the_verdict_from_paying_to_drifted(store: Store) -> None:
+    # the session measured the repeated sentence (α 0.95–0.99); then the traffic varies and n-gram drafts miss
+    dep = deployment_for(store, ngram_session(store, alphas=(0.95, 0.99)), gamma=4)
+    server = ManagedServer(ngram_config())
+    try:
+        server.start()
+        sleep = driven([lambda: complete(server.url, tokens=48), lambda: complete(server.url, SHIFTED, tokens=48)])
+        judged = list(watch(store, MetricsSource(server.url), dep, "shift", 5.0, 2, polls=1, sleep=sleep))
+    finally:
+        server.stop()
+    before, after = judged
+    assert before.verdict.verdict == PAYING, before.verdict
+    assert after.verdict.verdict == DRIFTED and after.verdict.alpha < 0.9, after.verdict
+    assert after.window.num_drafts and after.window.mean_acceptance_length < before.window.mean_acceptance_length
 
 
 def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:

@@ -19,13 +19,14 @@ from engine.models.bundled import gguf_for
 from store import Store
 
 DRAFT = "ngram:3-4"
-REPETITIVE = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
+REPETITIVE = " ".join(["the cat sat on the mat."] * 5)  # continued as it goes: n-gram lookup drafts it all
+SHIFTED = "the cat sat on the mat. the dog sat on the rug. the cow sat on the hay. the hen sat on the"  # drafts miss
 VERIFY = {"1": 1.0, "2": 1.2, "4": 2.1, "5": 2.4}  # llama.cpp Q4 kernels on a CPU: a 5-token verify ≈ 2.4 steps
 
 
 def ngram_config() -> ServerConfig:
-    """llama-server on the smallest bundled GGUF, drafting by n-gram lookup (γ 4), two threads."""
-    return ServerConfig(gguf_for("qwen2.5-coder-0.5b", "draft"), spec_type="ngram-simple", ngram_size_n=3,
+    """llama-server on the smallest bundled GGUF (SmolLM2-135M), drafting by n-gram lookup (γ 4), two threads."""
+    return ServerConfig(gguf_for("smollm2-135m", "target"), spec_type="ngram-simple", ngram_size_n=3,
                         ngram_size_m=4, parallel=1, ctx_size=1024, threads=2)  # fmt: skip
 
 
@@ -40,7 +41,7 @@ def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
 def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99)) -> int:
     """A finished llama.cpp session of the n-gram draft at γ 2 and 4, its α measured at `alphas`."""
     set_id, _, _ = store.add_prompt_set("watch", None, [{"text": REPETITIVE}])
-    sid = store.create_session(target="qwen2.5-coder-0.5b", drafts=[DRAFT], gammas=[2, 4], temperatures=[0.0],
+    sid = store.create_session(target="smollm2-135m", drafts=[DRAFT], gammas=[2, 4], temperatures=[0.0],
                                max_new_tokens=32, prompt_set_id=set_id, n_prompts=1,
                                options={"engine": "llama.cpp"})  # fmt: skip
     store.claim_next_session("test:1")

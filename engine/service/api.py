@@ -53,10 +53,13 @@ from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
 from engine.session.spec import LOOPS, LoopOptions, SessionSpec, session_engine
 from engine.session.summarise import BestSpeedup, best_speedup, speedup_flag, stored_speedup_flag
+from engine.watch.verdict import VERDICTS as WATCH_VERDICTS
+from engine.watch.window import STATES as WATCH_STATES
 
 __all__ = [
     "APIS", "BUNDLED", "BUSY_OTHER_CPU_PCT", "COMPUTE_BOUND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "ENGINE_KINDS",
     "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
+    "WATCH_STATES", "WATCH_VERDICTS",
     "BestSpeedup", "Cut", "DraftMeasurement", "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace",
     "ParseResult", "Recommendation", "SessionSpec", "SizedPlan", "batch_sweep_eta_s", "best_speedup", "budget_facts",
     "budget_outcome",
