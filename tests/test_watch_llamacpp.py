@@ -1,9 +1,10 @@
 """`watch` against a real llama-server (smallest bundled GGUF, n-gram speculation, --metrics) on 127.0.0.1.
 
 The windows come from the server's own /metrics: a window with requests has plausible acceptance and a verdict
-from the stored session; a restarted server gives a "reset" window; a stopped one "source down", and the stored
-windows are kept. The watch loop's sleep is where the test drives the server (a request, a restart, a stop), so
-each window holds exactly what the test did. Every test checks that no llama-server it started is left running.
+from the stored session; the server asked as if it were Prometheus gives "malformed"; a restarted server gives a
+"reset" window; a stopped one "source down", and the stored windows are kept. The watch loop's sleep is where the
+test drives the server (a request, a restart, a stop), so each window holds exactly what the test did. Every test
+checks that no llama-server it started is left running.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from watch_parts import DRAFT, SHIFTED, complete, ngram_config, ngram_session
 
 from engine.llamacpp.server import ManagedServer
 from engine.service.watch import deployment_for, watch
+from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
 from engine.watch.verdict import DRIFTED, PAYING, VERDICTS
-from engine.watch.watcher import metrics_windows
-from engine.watch.window import DOWN, OK, RESET
+from engine.watch.watcher import metrics_windows, prometheus_windows
+from engine.watch.window import DOWN, MALFORMED, OK, RESET
 from store import Store, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,10 +73,12 @@ def test_windows_from_a_real_server_then_a_restart_and_a_stop(store: Store) -> N
             complete(server.url, tokens=8)
 
         sleep = driven([lambda: complete(server.url), restart, server.stop])
+        (not_prometheus,) = prometheus_windows(PrometheusSource(server.url), 1.0, 1, sleep=lambda _s: None)
         windows = list(metrics_windows(source, 5.0, 3, polls=1, sleep=sleep))
     finally:
         server.stop()
     first, second, third = windows
+    assert not_prometheus.state == MALFORMED and "no Prometheus query API" in not_prometheus.message
     assert first.state == OK, first.message
     assert first.num_drafts and first.num_drafts > 0 and first.emitted_tokens == 32
     assert 1.5 < first.mean_acceptance_length <= 5.0  # the repeated sentence: most drafts accepted, γ 4 at most

@@ -37,7 +37,12 @@ class PrometheusSource:
 
     def _query(self, promql: str, at: float) -> list[dict[str, Any]]:
         """The vector an instant query answers; EndpointError for an error answer or one not shaped as asked."""
-        answer = self.conn.get_json("/api/v1/query?" + urlencode({"query": promql, "time": f"{at:.3f}"}))
+        try:
+            answer = self.conn.get_json("/api/v1/query?" + urlencode({"query": promql, "time": f"{at:.3f}"}))
+        except EndpointError as exc:
+            if exc.status in (404, 405):
+                raise EndpointError("malformed", f"{self.url} has no Prometheus query API ({exc})", exc.status) from exc
+            raise
         if not isinstance(answer, dict) or answer.get("status") != "success":
             said = answer.get("error") if isinstance(answer, dict) else None
             raise EndpointError("malformed", f"{self.url} did not answer the query {promql!r}: {said or answer!r}")

@@ -28,6 +28,9 @@ class MetricsSource:
     def read(self) -> Reading:
         """The server's counters and load now; EndpointError when it cannot be read or is not Prometheus text."""
         status, _, body = self.conn.get("/metrics")
+        if status in (404, 501):
+            why = "the server exports no metrics (vLLM: on by default; SGLang: --enable-metrics; llama.cpp: --metrics)"
+            raise EndpointError("metrics_missing", f"{self.where} answered {status}: {why}", status)
         if status != 200:
             raise status_error(self.where, status, http.client.responses.get(status, ""), body)
         text = body.decode("utf-8", errors="replace")
