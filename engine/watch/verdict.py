@@ -91,6 +91,7 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
         return Verdict(window.state, why=window.message)
     batch = observed_batch(window)
     regime = dep.regime_at(batch)
+    said = regime if regime in REGIMES else f"regime {regime}: read as {MEMORY_BOUND}"
     alpha = observed_alpha(window, dep.gamma)
     if collapsed(window):
         return Verdict(COLLAPSED, None, alpha, batch, regime, action="turn speculation off",
@@ -101,7 +102,7 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
     run = [*list(earlier)[-(dep.costing_windows - 1) :], gain] if dep.costing_windows > 1 else [gain]
     if len(run) >= dep.costing_windows and all(g is not None and g < 1.0 for g in run):
         return Verdict(COSTING, gain, alpha, batch, regime, action=f"turn speculation off at batch {batch}",
-                       why=f"predicted {gain:.2f}× at batch {batch} ({regime}) for {dep.costing_windows} windows "
+                       why=f"predicted {gain:.2f}× at batch {batch} ({said}) for {dep.costing_windows} windows "
                            "in a row")  # fmt: skip
     lo, hi = dep.alpha_band
     if alpha is not None and not lo - BAND_MARGIN <= alpha <= hi + BAND_MARGIN:
@@ -110,6 +111,6 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
     if gain < 1.0:
         below = next((i for i, g in enumerate(reversed(run)) if g is None or g >= 1.0), len(run))
         return Verdict(BELOW, gain, alpha, batch, regime,
-                       why=f"predicted {gain:.2f}× at batch {batch} ({regime}): {below} of "
+                       why=f"predicted {gain:.2f}× at batch {batch} ({said}): {below} of "
                            f"{dep.costing_windows} windows below 1×")  # fmt: skip
-    return Verdict(PAYING, gain, alpha, batch, regime, why=f"predicted {gain:.2f}× at batch {batch} ({regime})")
+    return Verdict(PAYING, gain, alpha, batch, regime, why=f"predicted {gain:.2f}× at batch {batch} ({said})")
