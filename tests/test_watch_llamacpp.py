@@ -21,11 +21,12 @@ import pytest
 from processes import live_llama_servers
 from watch_parts import DRAFT, SHIFTED, complete, ngram_config, ngram_session
 
+from engine.analysis.theory import COMPUTE_BOUND
 from engine.llamacpp.server import ManagedServer
 from engine.service.watch import deployment_for, watch
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
-from engine.watch.verdict import DRIFTED, PAYING, VERDICTS
+from engine.watch.verdict import BELOW, COSTING, DRIFTED, PAYING, VERDICTS
 from engine.watch.watcher import metrics_windows, prometheus_windows
 from engine.watch.window import DOWN, MALFORMED, OK, RESET
 from store import Store, open_store
@@ -123,6 +124,26 @@ def test_traffic_that_shifts_moves_the_verdict_from_paying_to_drifted(store: Sto
     assert before.verdict.verdict == PAYING, before.verdict
     assert after.verdict.verdict == DRIFTED and after.verdict.alpha < 0.9, after.verdict
     assert after.window.num_drafts and after.window.mean_acceptance_length < before.window.mean_acceptance_length
+
+
+def test_a_costly_verify_is_costing_you_on_the_third_window_below_1x(store: Store) -> None:
+    # a session whose 5-token verify cost 4.5 steps: judge_regime reads that v(k) as compute-bound, where the gain is
+    # 1 ÷ the operations multiplier, below 1× for any n-gram traffic short of perfect; the third window says so
+    steep = {"1": 1.0, "2": 1.9, "4": 3.6, "5": 4.5}
+    dep = deployment_for(store, ngram_session(store, verify=steep), gamma=4)
+    server = ManagedServer(ngram_config())
+    try:
+        server.start()
+        varied = lambda: complete(server.url, SHIFTED)  # noqa: E731
+        judged = list(watch(store, MetricsSource(server.url), dep, "steep", 5.0, 3, polls=1,
+                            sleep=driven([varied, varied, varied])))  # fmt: skip
+    finally:
+        server.stop()
+    verdicts = [j.verdict.verdict for j in judged]
+    assert verdicts == [BELOW, BELOW, COSTING], [j.verdict for j in judged]
+    assert all(j.verdict.regime == COMPUTE_BOUND and j.verdict.predicted_speedup < 1.0 for j in judged)
+    assert "off" in judged[2].verdict.action and "2 of 3" in judged[1].verdict.why
+    assert [w["verdict"] for w in store.list_watch_windows("steep")] == verdicts
 
 
 def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:

@@ -38,8 +38,8 @@ def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
         return str(json.loads(reply.read())["content"])
 
 
-def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99)) -> int:
-    """A finished llama.cpp session of the n-gram draft at γ 2 and 4, its α measured at `alphas`."""
+def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99), verify: dict[str, float] = VERIFY) -> int:
+    """A finished llama.cpp session of the n-gram draft at γ 2 and 4, its α measured at `alphas`, v(k) `verify`."""
     set_id, _, _ = store.add_prompt_set("watch", None, [{"text": REPETITIVE}])
     sid = store.create_session(target="smollm2-135m", drafts=[DRAFT], gammas=[2, 4], temperatures=[0.0],
                                max_new_tokens=32, prompt_set_id=set_id, n_prompts=1,
@@ -51,8 +51,8 @@ def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99)) -> in
         run = store.create_run(sid, DRAFT, gamma, 0.0, "speculative")
         store.finish_run(run, {"engine": "llama.cpp", "alpha_from_acceptance_length": alpha}, c=0.0,
                          tokens_per_s=6.0 * speedup, speedup_measured=speedup, tokens_per_call=1 + gamma * alpha,
-                         per_position_acceptance=[alpha] * gamma, verify_cost=VERIFY)  # fmt: skip
-    store.finish_session(sid, "done", summary={"verify_cost": VERIFY})
+                         per_position_acceptance=[alpha] * gamma, verify_cost=verify)  # fmt: skip
+    store.finish_session(sid, "done", summary={"verify_cost": verify})
     return sid
 
 
