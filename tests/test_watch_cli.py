@@ -55,3 +55,14 @@ def test_a_source_that_is_down_is_a_state_line_not_a_crash(session_id: int, caps
     assert all("source down" in line and "refused" in line for line in lines[1:])
     with open_store(f"sqlite:///{tmp_path / 'spectune.db'}") as store:
         assert [w["verdict"] for w in store.list_watch_windows("gone")] == ["source down", "source down"]
+
+
+def test_the_deployed_gamma_defaults_to_the_sessions_recommendation(session_id: int, tmp_path: Path) -> None:
+    from engine.service.evidence import recommend_from_store
+    from engine.service.watch import deployment_for
+
+    with open_store(f"sqlite:///{tmp_path / 'spectune.db'}") as store:
+        dep = deployment_for(store, session_id)
+        rec = recommend_from_store(store, [session_id])[0]
+    assert dep.measurement.name == "ngram:3-4" and dep.alpha_band == (0.3, 0.99)
+    assert rec.draft_name == "ngram:3-4" and dep.gamma == rec.gamma >= 1  # "deployed as recommended"
