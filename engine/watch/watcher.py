@@ -40,7 +40,6 @@ def metrics_windows(
     start = clock()
     done = 0
     while count is None or done < count:
-        end = start + seconds
         loads: list[Load] = [base.load] if isinstance(base, Reading) else []
         last: Reading | EndpointError = base
         for i in range(1, max(polls, 1) + 1):
