@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.engines import registry
-from engine.measure.noise import MeasurementFloor, floor_off, spread_of
+from engine.measure.noise import MeasurementFloor, MeasurementOverhead, floor_off, spread_of
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.prompts import load_prompt_file
@@ -224,3 +224,11 @@ def test_what_measuring_costs_is_measured_and_said(slow_sweep):
     twice = MeasurementOverhead.from_dict(merged_overhead(slow_sweep["measurement_overhead"],
                                                           slow_sweep["measurement_overhead"]))  # fmt: skip
     assert twice is not None and abs(twice.share - overhead.share) < 1e-3 and twice.decoding_s > overhead.decoding_s
+
+
+def test_the_measuring_cost_sentence_shows_short_parts_to_a_tenth_of_a_second() -> None:
+    short = MeasurementOverhead(prime_s=0.2, aa_s=0.3, decoding_s=0.75).sentence()
+    assert short == ("Measuring cost 67% on top of decoding (the prime 0.2 s, the A/A check 0.3 s, the configurations' "
+                     "decodes 0.8 s); more than the 25% aimed at.")  # fmt: skip
+    assert "(the prime 12 s, the A/A check 9.0 s, the configurations' decodes 68 s)" in str(
+        MeasurementOverhead(prime_s=12.0, aa_s=9.0, decoding_s=68.0).sentence())  # fmt: skip

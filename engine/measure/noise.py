@@ -188,8 +188,8 @@ class MeasurementOverhead:
         if share is None:
             return None
         over = f"; more than the {OVERHEAD_GOAL:.0%} aimed at" if share > OVERHEAD_GOAL else ""
-        return (f"Measuring cost {share:.0%} on top of decoding (the prime {self.prime_s:.0f} s, the A/A check "
-                f"{self.aa_s:.0f} s, the configurations' decodes {self.decoding_s:.0f} s){over}.")  # fmt: skip
+        return (f"Measuring cost {share:.0%} on top of decoding (the prime {_seconds(self.prime_s)}, the A/A check "
+                f"{_seconds(self.aa_s)}, the configurations' decodes {_seconds(self.decoding_s)}){over}.")  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         share = self.share
@@ -261,3 +261,8 @@ def busy_note(load: Mapping[str, Any] | None) -> str | None:
         "median of per-prompt ratios measured side by side, which cancels slow drift, but a wide spread or a "
         "'too noisy to tell' verdict is the machine's noise, not the draft's: repeat on a quiet machine."
     )
+
+
+def _seconds(value: float) -> str:
+    """'12 s', or '0.4 s' below 10 s (a short session's parts would all read '0 s')."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
