@@ -326,7 +326,7 @@ def page_gamma(snap: Snapshot) -> int | None:
     if "off" in metric[0]:
         assert snap.off, f"{snap.name}: γ metric {metric[0]!r} but no 'Speculation OFF' banner"
         return None
-    banner = re.search(r"with γ = (\d+): predicted", snap.text)
+    banner = re.search(r"with γ = (\d+): (?:predicted|measured)", snap.text)  # measured: it disagreed beyond noise
     assert banner, f"{snap.name}: no decision banner naming γ"
     assert int(banner.group(1)) == int(metric[0]), f"{snap.name}: banner γ {banner.group(1)} vs metric {metric[0]}"
     return int(metric[0])
@@ -431,6 +431,15 @@ def test_headline_check_catches_a_prediction_that_hides_its_measurement() -> Non
     flagged = "ngram with γ = 1: predicted 1.02× faster\nDecision: … measured 3.24×, impossible (a measurement error)"
     assert headline_violations(flagged, [thrown]) == []
     assert headline_violations(flagged.replace(", impossible", ""), [thrown])  # unflagged, it must say so
+
+
+def test_page_gamma_reads_a_headline_that_shows_its_measurement() -> None:
+    metric = [[Metric("Draft", "ngram"), Metric("γ", "2")]]
+    measured = Snapshot("rec", "ngram with γ = 2: measured 0.15× (predicted 1.04×: they disagree beyond the noise)",
+                        metrics=metric)  # fmt: skip
+    assert page_gamma(measured) == 2
+    with pytest.raises(AssertionError, match="banner γ 3"):
+        page_gamma(Snapshot("rec", "ngram with γ = 3: predicted 1.04× faster", metrics=metric))
 
 
 def test_out_of_view_catches_a_missing_or_cut_header() -> None:

@@ -232,7 +232,7 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     store.close()
 
 
-def test_bad_flag_and_missing_gguf_fail_with_a_clear_message() -> None:
+def test_bad_flag_and_missing_gguf_fail_with_a_clear_message(tmp_path: Path) -> None:
     target = gguf_for(TARGET, "target")
     with pytest.raises(ServerError, match="invalid argument: --no-such-flag"):
         ManagedServer(ServerConfig(target, extra=("--no-such-flag",))).start()
@@ -242,7 +242,7 @@ def test_bad_flag_and_missing_gguf_fail_with_a_clear_message() -> None:
         gguf_for("some/hub-model", "target")
     cli = subprocess.run(
         [sys.executable, "-m", "engine", "run", "--engine", "llamacpp", "--target", "/nonexistent.gguf",
-         "--prompts", str(ROOT / "samples" / "code.jsonl"), "--json", os.devnull],
+         "--prompts", str(ROOT / "samples" / "code.jsonl"), "--json", str(tmp_path / "out.json")],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip
     assert cli.returncode == 2 and cli.stderr.strip() == "error: target file not found: /nonexistent.gguf"

@@ -25,6 +25,7 @@ from sqlalchemy import event, text  # noqa: E402
 
 from engine.core.records import Divergence, PromptOutput, StepRecord  # noqa: E402
 from store import Store, StoreError  # noqa: E402
+from store.db import sqlite_path  # noqa: E402
 from store.readers import positions_from_histogram  # noqa: E402
 
 SETTINGS = {"target": "tiny", "drafts": ["ngram"], "gammas": [4], "temperatures": [0.0], "max_new_tokens": 8}
@@ -124,8 +125,8 @@ def test_writer_flushes_when_the_run_fails(store: Store, run_id: int) -> None:
 
 @pytest.mark.sqlite_only  # WAL mode: readers see the last commit while another connection holds the write lock
 def test_reader_not_blocked_by_open_write_transaction(store: Store, run_id: int) -> None:
-    db_path = Path(store.engine.url.database or "")
-    assert db_path.is_file()
+    db_path = sqlite_path(store.engine.url)
+    assert db_path is not None and db_path.is_file()
     with store.step_writer(run_id) as writer:
         for record in make_steps(100):
             writer.add(record)
