@@ -14,12 +14,13 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from processes import live_llama_servers
 from watch_parts import DRAFT, SHIFTED, complete, ngram_config, ngram_session
+from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
+from watch_parts import store as store  # noqa: F401 - a fixture
 
 from engine.analysis.theory import COMPUTE_BOUND
 from engine.llamacpp.server import ManagedServer
@@ -32,25 +33,6 @@ from engine.watch.window import DOWN, MALFORMED, OK, RESET
 from store import Store, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def no_server_left_behind() -> Iterator[None]:
-    before = {p.pid for p in live_llama_servers()}
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
-        time.sleep(0.2)
-    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def driven(steps: list[Callable[[], object]]) -> Callable[[float], None]:

@@ -9,12 +9,12 @@ Prometheus dies with the test process if that dies first.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from processes import live_llama_servers
 from watch_parts import complete, ngram_config, ngram_session, running_prometheus
+from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
+from watch_parts import store as store  # noqa: F401 - a fixture
 
 from engine.endpoint.metrics import scrape
 from engine.endpoint.transport import Connection
@@ -23,26 +23,7 @@ from engine.service.watch import deployment_for, watch
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.verdict import PAYING
 from engine.watch.window import DOWN, OK, RESET
-from store import Store, open_store
-
-
-@pytest.fixture(autouse=True)
-def no_server_left_behind() -> Iterator[None]:
-    before = {p.pid for p in live_llama_servers()}
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
-        time.sleep(0.2)
-    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"
-
-
-@pytest.fixture()
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
-    try:
-        yield s
-    finally:
-        s.close()
+from store import Store
 
 
 def wait_up(source: PrometheusSource, want: float, timeout_s: float = 30.0) -> None:

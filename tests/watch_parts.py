@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from processes import live_llama_servers
 
 from engine.llamacpp.server import ServerConfig, die_with_parent, free_port
 from engine.models.bundled import gguf_for
-from store import Store
+from store import Store, open_store
 
 DRAFT = "ngram:3-4"
 REPETITIVE = " ".join(["the cat sat on the mat."] * 5)  # continued as it goes: n-gram lookup drafts it all
@@ -104,3 +105,24 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.fixture(autouse=True)
+def no_server_left_behind() -> Iterator[None]:
+    """Fails a test that leaves a llama-server of its own running (10 s to go after the test)."""
+    before = {p.pid for p in live_llama_servers()}
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
+        time.sleep(0.2)
+    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A fresh SQLite store in the test's folder."""
+    s = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+    try:
+        yield s
+    finally:
+        s.close()
