@@ -1,6 +1,9 @@
-"""The CLI as the shell sees it, in process: exit code and output of `main(args)`, and its one-line refusals."""
+"""The CLI as the shell sees it, in process: exit code and output of `main(args)`, its one-line refusals, and a
+small prompt file to submit."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +25,11 @@ def one_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith("warning:")]
     assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
     return lines[0]
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    """A two-line prompt file in the test's folder."""
+    path = tmp_path / "prompts.txt"
+    path.write_text("hello world, this is\nabc abc abc abc ab\n")
+    return path

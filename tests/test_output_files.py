@@ -24,6 +24,7 @@ from engine.service import outputs
 from foundation.paths import default_database_url
 from store import open_store
 from tests.cli_calls import cli, one_line
+from tests.cli_calls import prompts as prompts  # noqa: F401 - a fixture
 from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,13 +49,6 @@ def finished(home: Path) -> int:
         return store_session(store, T5)
     finally:
         store.close()
-
-
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "prompts.txt"
-    path.write_text("hello world, this is\nabc abc abc abc ab\n")
-    return path
 
 
 def sha256(path: Path) -> str:

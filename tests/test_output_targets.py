@@ -24,6 +24,7 @@ from foundation.paths import default_database_url
 from store import open_store
 from store.files import write_whole
 from tests.cli_calls import cli, one_line
+from tests.cli_calls import prompts as prompts  # noqa: F401 - a fixture
 from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +41,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         store_session(store, T5)
     finally:
         store.close()
-    return path
-
-
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "prompts.txt"
-    path.write_text("hello world, this is\nabc abc abc abc ab\n")
     return path
 
 

@@ -22,17 +22,11 @@ from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
 from tests.cli_calls import cli, one_line
+from tests.cli_calls import prompts as prompts  # noqa: F401 - a fixture
 
 TARGET = "tiny:1:48:2:64"
 DRAFT = "tiny:1:48:2:64~0.15"
 LONG = "a" * (TINY_CONTEXT + 10)  # the tiny tokenizer reads one token a character
-
-
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "prompts.txt"
-    path.write_text("hello world, this is\nabc abc abc abc ab\n")
-    return path
 
 
 @pytest.fixture
