@@ -8,6 +8,7 @@ grid) reads the figures the decision was made from instead of predicting again. 
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,8 +46,8 @@ class Analysis:
         """The analysis stored by to_dict, with the records that are one object in a made analysis (the
         recommendation's measurement is one of the evidence's; the best policies are rows of their grid) made one
         again. TypeError or KeyError when the data is not an analysis of today's records."""
-        hints = cls.__annotations__
-        made = cls(**{name: typed_json.load(_type(hints[name]), data[name]) for name in cls.__dataclass_fields__})
+        hints = typing.get_type_hints(cls)
+        made = cls(**{name: typed_json.load(hints[name], data[name]) for name in cls.__dataclass_fields__})
         made._relink()
         return made
 
@@ -59,14 +60,6 @@ class Analysis:
             grid = draft.comparison
             grid.best, grid.best_fixed = _same(grid.best, grid.results), _same(grid.best_fixed, grid.results)
         policies.chosen = _same(policies.chosen, policies.drafts)
-
-
-_TYPES = {"Recommendation": Recommendation, "Evidence": Evidence, "RegimeReport": RegimeReport,
-          "PolicyReport": PolicyReport}  # fmt: skip
-
-
-def _type(hint: Any) -> type:
-    return _TYPES[hint] if isinstance(hint, str) else hint
 
 
 def _same(value: T, candidates: Iterable[T]) -> T:
