@@ -60,12 +60,18 @@ def decision_figures(home: Path) -> dict[str, Any]:
                                                                                   0.0))  # fmt: skip
         measured = (decision.measured or {}).get("speedup")
         predicted = decision.predicted_speedup
+        record = summary.get("quick") or summary.get("confirmation") or {}
+        confirmed = [{"configuration": c.get("configuration"), "predicted": c.get("predicted_speedup"),
+                      "measured_whole_run": c.get("measured_whole_run"),
+                      "measured_over_predicted": c.get("measured_over_predicted")}
+                     for c in record.get("confirmed") or []]  # fmt: skip
         return {
             "session": session["id"], "status": session.get("status"), "ran_in": options.get("engine") or "spectune",
             "decision": decision.headline(), "predicted": predicted, "measured": measured,
             "measured_over_predicted": None if not (measured and predicted) else round(measured / predicted, 3),
             "floor": summary.get("measurement_floor"), "overhead": summary.get("measurement_overhead"),
-            "budget_s": options.get("time_budget_s"),
+            "budget_s": options.get("time_budget_s"), "confirmed": confirmed,
+            "time_to_confirmed_s": (summary.get("quick") or {}).get("time_to_confirmed_s"),
         }  # fmt: skip
     finally:
         store.close()
@@ -97,6 +103,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         floor = r.get("floor") or {}
         share = (r.get("overhead") or {}).get("share")
         ratio = r.get("measured_over_predicted")
+        if ratio is None and r.get("confirmed"):  # speculation off: its best candidate, confirmed live
+            ratio = r["confirmed"][0].get("measured_over_predicted")
         who = f"{r['engine']} ({r.get('ran_in') or '?'})"
         out.append(f"| {who} | {r['probe_s']:.0f} s | {r['session_s'] / 60:.1f} min | "
                    f"{'yes' if r['session_s'] <= GOAL_S else 'no'} | {r['decision']} | "

@@ -188,8 +188,8 @@ def test_upload_run_watch_and_review(dashboard, tmp_path):
             done, total = map(int, re.search(r"Progress: (\d+) / (\d+)", final).groups())
             # 2 prompts × (baseline, 2 γ values and the A/A decode), and the most the headline's confirmation may add
             # (planned from the start; what it did not need counts as done)
-            reserved = confirm_reserve(SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[1, 3]))
-            assert done == total == 2 * (1 + 2 + 1 + reserved), final
+            reserved = confirm_reserve(SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[1, 3]), 2)
+            assert done == total == 2 * (1 + 2 + 1) + reserved, final
 
             # A refresh keeps watching the same session (its id is in the address)
             page.reload()

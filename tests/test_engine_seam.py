@@ -58,6 +58,9 @@ class ScriptedRunner:
     def prime(self, index: int, ctx: DecodeContext) -> None:
         self.primed.append(index)
 
+    def reference_at(self, index: int, prefix: list[int]) -> None:
+        return None
+
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         if key == self.broken and index >= self.fail_at:
             raise RunFailed("its server exited")

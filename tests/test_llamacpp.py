@@ -169,6 +169,31 @@ def test_sweep_measures_every_configuration_side_by_side_and_judges_fidelity() -
     )
 
 
+def test_the_target_top_after_a_prefix_is_the_token_the_target_decoded_there() -> None:
+    """reference_at sends the prompt's text and then token ids, which llama-server tokenizes as the text alone and
+    appends: after k tokens of the target's own greedy output, the target's token k is its best, or within the
+    fidelity tolerance of it (one batched forward sums in another order than k single steps)."""
+    from engine.engines.llamacpp import LlamaCppRunner
+    from engine.measure.fidelity import TOLERANCE
+    from engine.session.runner import DecodeContext, RunKey
+
+    spec = SessionSpec(target=OTHER_VOCAB, drafts=["ngram"], gammas=[2], max_new_tokens=12, engine="llama.cpp",
+                       measure_verify_cost=False)  # fmt: skip
+    baseline = RunKey("none", 0, 0.0)
+    ctx = DecodeContext(on_step=lambda r: None, should_stop=lambda: False, phase=lambda *a: None)
+    runner = LlamaCppRunner()
+    try:
+        assert runner.start(spec, PROMPTS[:1], [baseline], ctx) == {}
+        output = runner.decode(baseline, 0, ctx, reference=True).output.token_ids
+        assert len(output) == 12
+        for k in (0, 1, 5, 11):
+            top = runner.reference_at(0, output[:k])
+            assert top is not None and len(top.ids) == 16 and top.values == sorted(top.values, reverse=True)
+            assert output[k] in top.ids and top.values[0] - top.values[top.ids.index(output[k])] <= TOLERANCE["gguf"]
+    finally:
+        runner.stop()
+
+
 @pytest.mark.real_model  # the draft's trace is recorded in PyTorch (float32)
 def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     tmp_path: Path, monkeypatch, capsys

@@ -20,6 +20,7 @@ from engine.measure.noise import MeasurementFloor, MeasurementOverhead, floor_of
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.prompts import load_prompt_file
+from engine.session.aa_check import aa_count
 from engine.session.runner import PromptText
 from engine.session.spec import LoopOptions, SessionSpec
 
@@ -62,7 +63,7 @@ def slow_sweep():
 
 def test_the_first_pass_lands_on_no_configuration_and_the_floor_is_one(slow_sweep):
     floor = slow_sweep["measurement_floor"]
-    assert floor["spread"]["n"] == 6
+    assert floor["spread"]["n"] == floor["prompts"] == aa_count(6, 2) == 3  # one rotation: 3 of the 6 prompts
     assert abs(floor["spread"]["median"] - 1.0) <= 0.10, floor["sentence"]
     run = slow_sweep["runs"][0]
     # the whole run's speedup at most its tokens per call (and 10% of noise): before the prime it read 5.9× at 1.58
@@ -70,9 +71,10 @@ def test_the_first_pass_lands_on_no_configuration_and_the_floor_is_one(slow_swee
     assert run["speedup_measured"] <= run["tokens_per_call"] * 1.10, run
 
 
-def test_no_timed_decode_records_the_fidelity_reference(monkeypatch):
-    """The greedy baseline's top logits come from the prompt's untimed prime: the timed baseline and its A/A twin
-    do the same work, and the baseline pays for nothing a speculative run does not."""
+def test_no_decode_records_top_logits_and_the_target_top_is_asked_only_at_a_divergence(monkeypatch):
+    """No decode records top logits, the prime included: the timed baseline and its A/A twin do the same work. The
+    target's top is asked for once where a greedy output leaves the baseline's, at that position, and the verdict
+    reads its margin there; an output that never diverges asks for nothing."""
     from engine.engines import spectune
 
     asked: list[int] = []
@@ -83,33 +85,98 @@ def test_no_timed_decode_records_the_fidelity_reference(monkeypatch):
         return decode(target, source, ids, cfg, **kwargs)
 
     monkeypatch.setattr(spectune, "decode_prompt", spy)
-    runner = spectune.SpectuneRunner(ModelPool())
+    tops: list[tuple[int, int]] = []
+    reference_at = spectune.SpectuneRunner.reference_at
+
+    def asked_top(self, index, prefix):
+        tops.append((index, len(prefix)))
+        return reference_at(self, index, prefix)
+
+    monkeypatch.setattr(spectune.SpectuneRunner, "reference_at", asked_top)
+    decode_one = spectune.SpectuneRunner.decode
+
+    def one_token_off(self, key, index, ctx, reference):  # prompt 1's n-gram output leaves the target's at token 5
+        decoded = decode_one(self, key, index, ctx, reference)
+        if key.kind != "baseline" and index == 1:
+            decoded.output.token_ids[5] = (decoded.output.token_ids[5] + 1) % 256
+        return decoded
+
+    monkeypatch.setattr(spectune.SpectuneRunner, "decode", one_token_off)
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=12, dtype="float32",
+                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+    report = registry.sweep(spec, prompts(3), pool=ModelPool()).to_dict()
+    assert set(asked) == {0}
+    assert tops == [(1, 5)]
+    verdicts = report["runs"][0]["divergences"]
+    assert [d["identical"] for d in verdicts] == [True, False, True]
+    off = verdicts[1]
+    assert off["position"] == 5 and off["verdict"] == "bug" and off["margin"] > off["tolerance"], off
+    assert report["measurement_overhead"]["reference_s"] > 0
+
+
+def test_the_target_top_after_a_prefix_is_what_the_target_decodes_next():
+    """reference_at reads the target's logits after the prompt and a prefix of its own greedy output: its best token
+    is the one the target decoded there, at every position."""
+    from engine.engines import spectune
+
+    runner = spectune.SpectuneRunner(ModelPool())
+    spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=10, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
     plan = registry.get(spec.engine).plan(spec, registry.levels_of(spec))
     ctx = spectune.DecodeContext(on_step=lambda r: None, should_stop=lambda: False, phase=lambda *a: None)
-    baseline = next(key for key in plan if key.kind == "baseline")
     runner.start(spec, prompts(1), plan, ctx)
-    asked.clear()
-    runner.prime(0, ctx)
-    stored = runner.decode(baseline, 0, ctx, reference=True).output
-    twin = runner.decode(baseline, 0, ctx, reference=False).output
-    assert asked == [spectune.TOP_LOGITS_K, 0, 0]
-    assert stored.top_logits is not None and len(stored.top_logits) == len(stored.token_ids)
-    assert twin.top_logits is None and twin.token_ids == stored.token_ids
+    try:
+        baseline = next(key for key in plan if key.kind == "baseline")
+        output = runner.decode(baseline, 0, ctx, reference=True).output.token_ids
+        for pos, token in enumerate(output):
+            top = runner.reference_at(0, output[:pos])
+            assert top is not None and top.ids[0] == token and top.values == sorted(top.values, reverse=True)
+    finally:
+        runner.stop()
 
 
-def test_a_floor_outside_its_noise_band_marks_every_speedup_too_noisy(monkeypatch):
+@pytest.mark.parametrize("n_prompts", [3, 8])
+def test_a_floor_outside_its_noise_band_marks_every_speedup_too_noisy(monkeypatch, n_prompts):
     """Without the prime the baseline pays the first pass alone: target ÷ target reads far above 1, and the
-    session says so instead of offering a speedup."""
+    session says so instead of offering a speedup, whether the A/A check covers every prompt or a subset."""
     from engine.engines.spectune import SpectuneRunner
 
     monkeypatch.setattr(SpectuneRunner, "prime", lambda self, index, ctx: None)
+    report = _slow_session(n_prompts)
+    assert report["measurement_floor"]["prompts"] == aa_count(n_prompts, 2) == 3  # all 3, or 3 of 8
+    _assert_caught(report)
+
+
+def test_a_short_prime_leaves_a_shape_cost_the_floor_catches(monkeypatch):
+    """The compiled loop's shapes are static, so its prime decodes only a few tokens. On a loop whose every new
+    length costs a first pass (this test model's), those few tokens leave the cost on the timed decodes, and the A/A
+    floor, on its subset of the prompts, catches it."""
+    from engine.engines import spectune
+
+    prime = spectune.SpectuneRunner.prime
+
+    def as_compiled(self, index, ctx):
+        loop, self.loop = self.loop, spectune.LoopChoice("compiled", "the short prime under test")
+        try:
+            prime(self, index, ctx)
+        finally:
+            self.loop = loop
+
+    monkeypatch.setattr(spectune.SpectuneRunner, "prime", as_compiled)
+    report = _slow_session(8)
+    assert report["measurement_floor"]["prompts"] == aa_count(8, 2) == 3
+    _assert_caught(report)
+
+
+def _slow_session(n_prompts: int) -> dict:
     pool = ModelPool()
     pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), sleep_s=0.05))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    report = registry.sweep(spec, prompts(3), pool=pool).to_dict()
+    return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
+
+
+def _assert_caught(report: dict) -> None:
     assert report["measurement_floor"]["holds"] is False
     assert floor_off(report["measurement_floor"])
     assert "it does not hold" in report["measurement_floor"]["sentence"]
@@ -197,9 +264,9 @@ def test_a_slow_first_decode_after_the_prime_cancels(monkeypatch):
     pool.adopt(model)
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=32, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    report = registry.sweep(spec, prompts(6), pool=pool).to_dict()
+    report = registry.sweep(spec, prompts(9), pool=pool).to_dict()
     floor = report["measurement_floor"]
-    assert floor["prompts"] == 6
+    assert floor["prompts"] == aa_count(9, 2) == 3  # the A/A check's subset: one rotation of three
     assert abs(floor["spread"]["median"] - 1.0) <= 0.10, floor["sentence"]
     run = report["runs"][0]
     assert run["speedup_measured"] <= run["tokens_per_call"] * 1.10, run

@@ -18,6 +18,7 @@ from engine.models.pool import ModelPool
 from engine.service.jobs import submit_session
 from engine.service.policies import recommendation_for, session_policies
 from engine.service.worker import run_session
+from engine.session.aa_check import aa_count
 from engine.session.quick import Choice, ConfirmChoices, confirm_plan, confirm_reserve, probe_gamma, probe_plan
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, validate
@@ -142,10 +143,10 @@ def test_a_full_session_runs_a_headline_its_grid_did_not_measure_live(store: Sto
                                                         ("speculative", fixed["gamma"])]  # fmt: skip
     assert fixed["measured_speedup"] > 0 and fixed["measured_over_predicted"] > 0
     assert 0 < done["grid_s"] and 0 < done["confirm_s"]
-    # the total planned at the start never changes: the grid (the target alone, n-gram γ=1 and the A/A decode) and
-    # the most a confirmation may add; what the confirmation did not need counts as done at its end
-    reserved = confirm_reserve(spec(mode="full", drafts=["ngram"], gammas=[1], confirm=True))
-    assert session["progress_done"] == session["progress_total"] == (3 + reserved) * len(PROMPTS)
+    # the total planned at the start never changes: the grid (the target alone and n-gram γ=1 on every prompt, the A/A
+    # decode on one rotation of 3) and the most a confirmation may add; what it did not need counts as done at its end
+    reserved = confirm_reserve(spec(mode="full", drafts=["ngram"], gammas=[1], confirm=True), len(PROMPTS))
+    assert session["progress_done"] == session["progress_total"] == 2 * len(PROMPTS) + aa_count(4, 2) + reserved
     lines = confirmation_lines(session)
     assert lines[0].startswith(f"The grid's recommendation was not in the grid: ran ngram γ={fixed['gamma']}")
     assert any(f"ngram γ={fixed['gamma']} T=0 — predicted" in line for line in lines), lines

@@ -134,6 +134,27 @@ class TestTheNgramExportsServer:
         assert seen.drafts > 0 and seen.draft_tokens > 0 and seen.accepted_tokens > 0
         assert sorted(seen.accepted_per_position) == list(range(GAMMA))
 
+    def test_the_target_top_after_a_prefix_is_the_token_it_decoded_there(self, ngram_server: VllmServer) -> None:
+        """VllmRunner.reference_at: the prompt's token ids (vLLM's /tokenize) and a prefix of the target's own greedy
+        output, one token generated with its top log-probs; the token the target decoded there is its best, or
+        within the fidelity tolerance of it."""
+        from engine.measure.fidelity import TOLERANCE
+        from engine.vllm import client
+
+        runner, baseline = VllmRunner(), RunKey("none", 0, 0.0)
+        runner.spec = SessionSpec(target="smollm2-135m", drafts=["ngram"], gammas=[GAMMA], max_new_tokens=12,
+                                  engine="vllm")  # fmt: skip
+        runner.configs, runner.servers = {baseline: ngram_server.config}, {ngram_server.config: ngram_server}
+        runner.prompts = [REPEATS]
+        model = str(ngram_server.config.model)
+        output = client.batch(ngram_server.url, model, [REPEATS], runner._sampling(0.0), 0, 300.0).completions[0]
+        assert len(output.token_ids) == 12
+        for k in (0, 4, 11):
+            top = runner.reference_at(0, output.token_ids[:k])
+            token = output.token_ids[k]
+            assert top is not None and top.values == sorted(top.values, reverse=True) and token in top.ids
+            assert top.values[0] - top.values[top.ids.index(token)] <= TOLERANCE["bfloat16"]
+
     def test_the_endpoint_client_against_a_real_vllm(self, ngram_server: VllmServer) -> None:
         endpoint = {"url": ngram_server.url, "concurrency": [1, 2], "max_requests": 2, "request_timeout_s": 300.0}
         report = probe_endpoint(endpoint, [REPEATS, PROMPTS[1].text], max_new_tokens=16)

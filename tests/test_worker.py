@@ -442,7 +442,7 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     from engine.session.spec import SessionSpec
 
     settings = SessionSpec.from_row(stored)
-    runs = 2 * (6 + confirm_reserve(settings))
+    runs = 2 * 6 + confirm_reserve(settings, 2)
     assert runs == planned_decodes(settings, 2)
     assert row.split()[1:3] == ["done", f"{runs}/{runs}"], listing.stdout
 

@@ -22,6 +22,15 @@ def forward_step(model: LoadedModel, input_ids: list[int], cache: object, keep: 
     return out.logits[0, -keep:]
 
 
+@torch.inference_mode()
+def top_after(model: LoadedModel, input_ids: list[int], k: int) -> tuple[list[float], list[int]]:
+    """The model's top-k logits for the token after `input_ids` (values, token ids, best first), from one eager
+    forward over them into a cache of its own."""
+    logits = forward_step(model, input_ids, new_cache(model.model.config), 1)[-1].float()
+    top = torch.topk(logits, min(k, int(logits.shape[-1])))
+    return [float(v) for v in top.values.tolist()], [int(i) for i in top.indices.tolist()]
+
+
 def crop_to(cache: object, length: int) -> None:
     """Roll a KV cache back to `length` positions (transformers 5 crops by a negative count; a static cache moves
     its position back and copies nothing)."""

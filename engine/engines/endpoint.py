@@ -20,6 +20,7 @@ from engine.endpoint.rounds import EndpointClient, Round
 from engine.endpoint.settings import EndpointSessionSettings
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError, SpectuneError
+from engine.measure.fidelity import TargetTop
 from engine.models.pool import ModelPool
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, Enough, PromptText, RunKey
 from engine.session.spec import SessionSpec
@@ -118,6 +119,10 @@ class EndpointRunner:
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
         """Nothing more: the warm-up already sent every prompt once to every endpoint, untimed."""
+
+    def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
+        """None: a deployment's outputs are not judged for fidelity (its requests are capped)."""
+        return None
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
         """Prompt `index` with the next concurrency − 1 prompts in flight; a round with no successful request is

@@ -13,7 +13,6 @@ own target-alone outputs."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +46,7 @@ from engine.llamacpp.memory import (
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.measure.agreement import draft_trace
-from engine.measure.fidelity import served_output, with_reference
+from engine.measure.fidelity import TargetTop
 from engine.measure.verify_cost import from_rounds, verify_ks
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
@@ -62,7 +61,7 @@ from engine.session.runner import (
 )
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
 
-TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+TOP_LOGPROBS = 16  # the target's top log-probs where an output diverged, for the fidelity verdict
 STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the session stops
 
 
@@ -163,7 +162,6 @@ class LlamaCppRunner:
         self.restarts = 0  # servers started after the first round of starts, to take their turn
         self.notes: list[str] = []
         self.call_ms: dict[int, list[float]] = {}  # per prompt: the target alone's ms per call (T=0)
-        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the top log-probs
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per draft-model run: each request's split of its time
         self.should_stop: Callable[[], bool] = lambda: False  # the session's: a stop interrupts what is running
 
@@ -227,14 +225,22 @@ class LlamaCppRunner:
         pass
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """One untimed request of prompt `index` to the target-alone server, greedy, stored nowhere: its top
-        log-probs are the greedy baseline's fidelity reference, so that no timed request asks for them."""
+        """Nothing: a request caches no prompt (cache_prompt is off), and llama-server warms itself up as it starts,
+        so no first pass over a prompt lands on a timed request."""
+
+    def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
+        """One greedy request to the target-alone server, untimed: prompt `index`, then the tokens `prefix`, and one
+        token predicted with its top TOP_LOGPROBS log-probs."""
         key = baseline_of(list(self.configs))
-        if key is None:
-            return
-        with contextlib.suppress(RunFailed, ValueError):
-            done, _ = self._request(self.configs[key], self.texts[index], 0.0, TOP_LOGPROBS)
-            self.references[index] = served_output(done.token_ids, done.top_logprobs)
+        if key is None or self.spec is None:
+            return None
+        server = self._resident(self.configs[key])
+        prompt: str | list[str | int] = [self.texts[index], *prefix] if prefix else self.texts[index]
+        try:
+            done = client.complete(server.url, prompt, 1, 0.0, self.spec.seed, n_probs=TOP_LOGPROBS)
+        except ServerError as exc:
+            raise RunFailed(str(exc)) from None
+        return TargetTop.of_pairs(done.top_logprobs[0]) if done.top_logprobs else None
 
     def _resident(self, config: ServerConfig) -> ManagedServer:
         """The running server of `config`, started now if it is not resident: the server used last is stopped to
@@ -355,8 +361,6 @@ class LlamaCppRunner:
             text=done.text, from_draft=[], wall_time_s=time.time() - t0, steps=calls,
             prefill_time_s=done.prompt_ms / 1000.0,
         )  # fmt: skip
-        if reference and key.temperature == 0:
-            output = with_reference(output, self.references.get(index))
         return Decoded(output, delta, done.predicted_ms / 1000.0)
 
     def _draft_stats(self, config: ServerConfig) -> DraftStats:

@@ -20,6 +20,7 @@ from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.compiled import use_compiled, use_eager
 from engine.core.counters import SpecCounters
 from engine.core.decoder import DecodeConfig, decode_prompt
+from engine.core.kvcache import top_after
 from engine.core.model import LoadedModel
 from engine.core.policy import PolicyRun
 from engine.core.proposal import DraftSource, NoDraft
@@ -29,7 +30,7 @@ from engine.drafts.factory import for_one_run, make_draft
 from engine.drafts.suffix import suffix_state
 from engine.engines.spectune_loop import LoopChoice, choose_loop
 from engine.measure.agreement import draft_trace
-from engine.measure.fidelity import with_reference
+from engine.measure.fidelity import TargetTop
 from engine.measure.threads import ThreadChoice, choose_threads
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
@@ -40,6 +41,7 @@ from engine.session.spec import LoopOptions, SessionSpec, check_context, gammas_
 TOP_LOGITS_K = 16
 LOOP_FIELDS = ("loop", "loop_basis", "compile_s", "threads", "threads_basis")  # this engine's own report fields
 WARM_UP_TOKENS = 4
+PRIME_TOKENS = 4  # the compiled loop's prime: the prompt's prefill and this many steps
 
 
 class SpectuneRunner:
@@ -60,7 +62,6 @@ class SpectuneRunner:
         self.run_drafts: dict[RunKey, DraftSource] = {}  # a stateful draft's state (suffix cache), one per run
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run: each prompt's split of its time
         self.call_ms: dict[float, dict[int, list[float]]] = {}  # per temperature, per prompt: a target-alone step
-        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the target's top logits
         self.spec: SessionSpec | None = None
         self.models: list[LoadedModel] = []  # every model this session decodes with: the target, then draft models
         self.threads: ThreadChoice | None = None
@@ -147,13 +148,20 @@ class SpectuneRunner:
             decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """The target alone decodes prompt `index` once, untimed and unstored, before any configuration does; its
-        top logits are the greedy baseline's fidelity reference, so that no timed decode records them."""
+        """The target alone decodes prompt `index` untimed and unstored before any configuration does: in the eager
+        loop every token (each new sequence length is a new shape, whose first pass runs slower), in the compiled
+        loop, whose shapes are static, the prefill and PRIME_TOKENS steps."""
         assert self.target is not None and self.spec is not None
-        cfg = DecodeConfig(0, SamplingConfig(0.0), self.spec.max_new_tokens, self.spec.seed, TOP_LOGITS_K)
-        primed, _ = decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
-                                  should_stop=ctx.should_stop)  # fmt: skip
-        self.references[index] = primed
+        tokens = PRIME_TOKENS if self.loop.loop == "compiled" else self.spec.max_new_tokens
+        cfg = DecodeConfig(0, SamplingConfig(0.0), min(tokens, self.spec.max_new_tokens), self.spec.seed)
+        decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
+                      should_stop=ctx.should_stop)  # fmt: skip
+
+    def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
+        """One eager forward of the target over prompt `index` and `prefix`: its top TOP_LOGITS_K logits next."""
+        assert self.target is not None
+        values, ids = top_after(self.target, self.encoded[index][1] + list(prefix), TOP_LOGITS_K)
+        return TargetTop(values, ids)
 
     def _config(self, key: RunKey) -> DecodeConfig:
         assert self.spec is not None
@@ -177,8 +185,6 @@ class SpectuneRunner:
             self.target, source, ids, self._config(key), prompt_index=index, prompt_id=prompt.prompt_id,
             on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
         )  # fmt: skip
-        if reference and key.temperature == 0:
-            out = with_reference(out, self.references.get(index))
         decode_s = out.wall_time_s - out.prefill_time_s
         if key.kind != "baseline" or reference:  # the A/A decode (no reference) is the floor's alone
             self._time_split(key, index, records, decode_s)

@@ -14,7 +14,6 @@ AMX), float32 otherwise; a CUDA build takes the session's."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError
-from engine.measure.fidelity import served_output, with_reference
+from engine.measure.fidelity import TargetTop
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.pool import ModelPool
 from engine.session.runner import (
@@ -45,7 +44,7 @@ from engine.vllm import client
 from engine.vllm.binaries import VllmInstall, find_vllm
 from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
 
-TOP_LOGPROBS = 4  # the baseline's top log-probs per token, for the fidelity verdicts
+TOP_LOGPROBS = 16  # the target's top log-probs where an output diverged, for the fidelity verdict (≤ max_logprobs)
 REQUEST_TIMEOUT_S = 600.0
 WARM_UP_TEXT = "Warm-up request."
 
@@ -119,7 +118,6 @@ class VllmRunner:
         self.servers: dict[VllmConfig, VllmServer] = {}
         self.prompts: list[list[int] | str] = []
         self.prompt_ids: list[str] = []
-        self.references: dict[int, PromptOutput] = {}  # per prompt: its prime, with the top log-probs
         self.notes: list[str] = []
         self.startups: list[dict[str, Any]] = []
         self.in_loop: dict[RunKey, list[InLoop]] = {}  # per speculative run alone in flight: each request's steps
@@ -184,14 +182,24 @@ class VllmRunner:
                 pass
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """One untimed request of prompt `index` to the target-alone server, greedy, kept nowhere (prefix caching is
-        off, so it leaves the timed requests nothing to reuse)."""
+        """Nothing: prefix caching is off, so a request leaves the next nothing to reuse, and the warm-up already took
+        each server's first-request initialisation."""
+
+    def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
+        """One greedy request to the target-alone server, untimed: prompt `index`'s token ids, then `prefix`, and
+        one token generated with its top TOP_LOGPROBS log-probs."""
         key = baseline_of(list(self.configs))
-        if key is None:
-            return
-        with contextlib.suppress(RunFailed, ValueError):
-            done = self._batch(key, index, TOP_LOGPROBS, ctx).completions[0]
-            self.references[index] = served_output(done.token_ids, done.top)
+        server = self.servers.get(self.configs[key]) if key is not None else None
+        if server is None:
+            return None
+        model, prompt = str(server.config.model), self.prompts[index]
+        try:
+            ids = prompt if isinstance(prompt, list) else client.tokenize(server.url, model, prompt)
+            done = client.batch(server.url, model, [[*ids, *prefix]], self._sampling(0.0) | {"max_tokens": 1},
+                                TOP_LOGPROBS, self.request_timeout_s).completions[0]  # fmt: skip
+        except EndpointError as exc:
+            raise RunFailed(str(exc)) from None
+        return TargetTop.of_pairs(done.top[0]) if done.top else None
 
     def _sampling(self, temperature: float) -> dict[str, Any]:
         assert self.spec is not None
@@ -233,8 +241,6 @@ class VllmRunner:
             token_ids=done.token_ids, text=done.text, from_draft=[], wall_time_s=time.time() - t0,
             steps=int(counters.target_calls), prefill_time_s=done.ttft_s or 0.0,
         )  # fmt: skip
-        if reference and key.temperature == 0:
-            output = with_reference(output, self.references.get(index))
         ttft = [c.ttft_s for c in batch.completions if c.ttft_s is not None]
         itl = [gap for c in batch.completions for gap in c.itl_s]
         self._time_split(key, index, counters, batch.wall_s)

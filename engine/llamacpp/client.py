@@ -78,7 +78,7 @@ def chat_prompt(base_url: str, text: str, timeout_s: float = 30.0) -> str:
 
 def complete(
     base_url: str,
-    prompt: str,
+    prompt: str | list[str | int],
     n_predict: int,
     temperature: float = 0.0,
     seed: int = 0,
@@ -87,7 +87,8 @@ def complete(
     n_probs: int = 0,
     timeout_s: float = 600.0,
 ) -> Completion:
-    """Generate up to `n_predict` tokens (no prompt cache, so every request does the same work)."""
+    """Generate up to `n_predict` tokens (no prompt cache, so every request does the same work); `prompt` is a text,
+    or a text followed by token ids (llama-server tokenizes the text as it would alone and appends the ids)."""
     body: dict[str, Any] = {
         "prompt": prompt, "n_predict": n_predict, "temperature": temperature, "seed": seed, "top_k": top_k,
         "top_p": top_p, "cache_prompt": False, "return_tokens": True, "n_probs": n_probs,

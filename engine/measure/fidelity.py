@@ -16,13 +16,16 @@ llama.cpp ("gguf": quantised weights, batched verify kernels differ from single-
 the bf16 tolerance; its margins are read from the target-alone run's top log-probs (a log-prob
 difference is a logit difference).
 
-The top logits are recorded by each prompt's untimed prime (the target alone, greedy), never by a timed decode: the
-baseline then pays for nothing a speculative run does not, and its A/A twin does the same work it does.
+No timed decode records top logits: the baseline then pays for nothing a speculative run does not, and its A/A twin
+does the same work it does. Where a greedy output diverges, the sweep asks the engine for the target's top logits at
+that one position (one forward over the prompt and the shared prefix: Runner.reference_at) and the margin is read
+there; an output that never diverges costs nothing to judge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from engine.core.records import Divergence, PromptOutput
 
@@ -38,29 +41,66 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
     return None
 
 
-def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, greedy: bool) -> Divergence:
-    """Compare a speculative output with the target alone (whose top logits were recorded)."""
+@dataclass(frozen=True)
+class TargetTop:
+    """The target's top-k logits (or log-probs: their differences are the same) at one position, best first."""
+
+    values: list[float]
+    ids: list[int]
+
+    @classmethod
+    def of_pairs(cls, pairs: Sequence[tuple[int, float]]) -> TargetTop | None:
+        """From a server's (token id, log-prob) pairs in any order; None when there are none."""
+        ranked = sorted(((int(t), float(v)) for t, v in pairs), key=lambda pair: -pair[1])
+        if not ranked:
+            return None
+        return cls([v for _, v in ranked], [t for t, _ in ranked])
+
+
+def scorable_divergence(baseline: PromptOutput, speculative: PromptOutput, greedy: bool) -> int | None:
+    """The position where a greedy speculative output first leaves the target alone's while both still have a token
+    there and the baseline recorded no top logits at it: where `classify` needs the target's top (reference_at)."""
+    if not greedy:
+        return None
+    pos = first_divergence(baseline.token_ids, speculative.token_ids)
+    if pos is None or pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids):
+        return None
+    recorded = baseline.top_logits is not None and pos < len(baseline.top_logits)
+    return None if recorded else pos
+
+
+def _recorded_top(baseline: PromptOutput, pos: int) -> TargetTop | None:
+    if baseline.top_logits is None or pos >= len(baseline.top_logits):
+        return None
+    ids = [int(x) for x in baseline.top_ids[pos]] if baseline.top_ids is not None else []
+    return TargetTop([float(x) for x in baseline.top_logits[pos]], ids)
+
+
+def classify(
+    baseline: PromptOutput, speculative: PromptOutput, dtype: str, greedy: bool, top: TargetTop | None = None
+) -> Divergence:
+    """Compare a speculative output with the target alone, reading the margin at the first divergence from `top`
+    (the target's top there, asked for on demand) or else from the top logits the baseline recorded."""
     pos = first_divergence(baseline.token_ids, speculative.token_ids)
     if pos is None:
         return Divergence(prompt_id=speculative.prompt_id, identical=True)
     if not greedy:
         return Divergence(prompt_id=speculative.prompt_id, identical=False, position=pos, verdict="not-applicable")
     tol = TOLERANCE.get(dtype, TOLERANCE["bfloat16"])
-    scored = baseline.top_logits is not None and pos < len(baseline.top_logits)
-    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or not scored:
+    scores = top if top is not None else _recorded_top(baseline, pos)
+    if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or scores is None:
         # one stopped (EOS or length) where the other went on, or no top logits there: a choice we cannot score
         return Divergence(
             prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug"
         )
     target_token = baseline.token_ids[pos]
     spec_token = speculative.token_ids[pos]
-    values = [float(x) for x in baseline.top_logits[pos]]
-    ids = [int(x) for x in baseline.top_ids[pos]] if baseline.top_ids is not None else []
-    top = values[ids.index(target_token)] if target_token in ids else values[0]
+    values, ids = scores.values, scores.ids
+    chosen = values[ids.index(target_token)] if target_token in ids else values[0]
     if spec_token in ids:
-        margin = top - values[ids.index(spec_token)]
+        margin = chosen - values[ids.index(spec_token)]
     else:
-        margin = top - values[-1]  # a lower bound: the speculative token is not even in the top-k
+        margin = chosen - values[-1]  # a lower bound: the speculative token is not even in the top-k
     verdict = "near-tie" if margin <= tol else "bug"
     return Divergence(
         prompt_id=speculative.prompt_id,
@@ -72,18 +112,6 @@ def classify(baseline: PromptOutput, speculative: PromptOutput, dtype: str, gree
         tolerance=tol,
         verdict=verdict,
     )
-
-
-def with_reference(output: PromptOutput, primed: PromptOutput | None) -> PromptOutput:
-    """`output`, a timed greedy decode of the target alone, with the top logits its untimed prime recorded: the
-    rows up to and including the first position where the two disagree (past it the contexts differ)."""
-    if primed is None or primed.top_logits is None:
-        return output
-    pos = first_divergence(primed.token_ids, output.token_ids)
-    rows = len(output.token_ids) if pos is None else pos + 1
-    output.top_logits = primed.top_logits[:rows]
-    output.top_ids = primed.top_ids[:rows] if primed.top_ids is not None else None
-    return output
 
 
 def served_output(

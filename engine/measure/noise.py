@@ -166,35 +166,48 @@ OVERHEAD_GOAL = 0.25  # the prime and the A/A decode together should cost at mos
 
 @dataclass(frozen=True)
 class MeasurementOverhead:
-    """What measuring honestly cost a session, in wall seconds: each prompt's untimed prime and its A/A decode of
-    the target alone, beside the timed decodes of every configuration. `share` is (prime + A/A) ÷ decoding."""
+    """What measuring honestly cost a session, in wall seconds: each prompt's untimed prime, the A/A decodes of the
+    target alone and the fidelity references (the target's top where an output diverged), beside the timed decodes of
+    every configuration. `share` is (prime + A/A + references) ÷ decoding."""
 
     prime_s: float = 0.0
     aa_s: float = 0.0
     decoding_s: float = 0.0
+    reference_s: float = 0.0
+
+    @property
+    def measuring_s(self) -> float:
+        return self.prime_s + self.aa_s + self.reference_s
 
     @property
     def share(self) -> float | None:
-        return (self.prime_s + self.aa_s) / self.decoding_s if self.decoding_s > 0 else None
+        return self.measuring_s / self.decoding_s if self.decoding_s > 0 else None
 
     def plus(self, other: MeasurementOverhead) -> MeasurementOverhead:
-        return MeasurementOverhead(self.prime_s + other.prime_s, self.aa_s + other.aa_s,
-                                   self.decoding_s + other.decoding_s)  # fmt: skip
+        return MeasurementOverhead(
+            self.prime_s + other.prime_s,
+            self.aa_s + other.aa_s,
+            self.decoding_s + other.decoding_s,
+            self.reference_s + other.reference_s,
+        )
 
     def sentence(self) -> str | None:
-        """'Measuring cost 31% on top of decoding (prime 12 s, A/A check 9 s, decoding 68 s)', None when nothing
-        was decoded."""
+        """'Measuring cost 31% on top of decoding (the prime 12 s, the A/A check 9.0 s, the configurations' decodes
+        68 s)', the fidelity references named where they took any time; None when nothing was decoded."""
         share = self.share
         if share is None:
             return None
         over = f"; more than the {OVERHEAD_GOAL:.0%} aimed at" if share > OVERHEAD_GOAL else ""
+        references = f", fidelity references {_seconds(self.reference_s)}" if self.reference_s >= 0.05 else ""
+        decodes = _seconds(self.decoding_s)
         return (f"Measuring cost {share:.0%} on top of decoding (the prime {_seconds(self.prime_s)}, the A/A check "
-                f"{_seconds(self.aa_s)}, the configurations' decodes {_seconds(self.decoding_s)}){over}.")  # fmt: skip
+                f"{_seconds(self.aa_s)}{references}, the configurations' decodes {decodes}){over}.")  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         share = self.share
         return {"prime_s": round(self.prime_s, 3), "aa_s": round(self.aa_s, 3), "decoding_s": round(self.decoding_s, 3),
-                "share": None if share is None else round(share, 4), "sentence": self.sentence()}  # fmt: skip
+                "reference_s": round(self.reference_s, 3), "share": None if share is None else round(share, 4),
+                "sentence": self.sentence()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementOverhead | None:
@@ -202,7 +215,8 @@ class MeasurementOverhead:
         if not isinstance(data, Mapping):
             return None
         try:
-            return cls(float(data["prime_s"]), float(data["aa_s"]), float(data["decoding_s"]))  # type: ignore[arg-type]
+            return cls(float(data["prime_s"]), float(data["aa_s"]), float(data["decoding_s"]),  # type: ignore[arg-type]
+                       float(data.get("reference_s") or 0.0))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             return None
 

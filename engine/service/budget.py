@@ -161,14 +161,15 @@ class SizedPlan:
 def plan_seconds(spec: SessionSpec, n_prompts: int, at: Pace) -> float:
     """The estimate's time for the plan (its configurations × prompts × new tokens at the pace, or a probe's every
     prompt decode, the setup once), with the batch sweep where it runs and its step is known."""
-    seconds = at.setup_s + at.token_s * _units(spec, at) * n_prompts * spec.max_new_tokens
+    seconds = at.setup_s + at.token_s * _decodes(spec, n_prompts, at) * spec.max_new_tokens
     return seconds + _sweep_s(spec, at)
 
 
-def _units(spec: SessionSpec, at: Pace) -> int:
-    """What one prompt's new tokens are charged for: each configuration, or each prompt decode at a probe's pace."""
-    configurations = planned_configurations(spec)
-    return (planned_decodes(spec, 1) or configurations) if at.probed else configurations
+def _decodes(spec: SessionSpec, n_prompts: int, at: Pace) -> int:
+    """The prompt decodes whose new tokens are charged: each configuration's, or at a probe's pace every prompt
+    decode the progress bar counts."""
+    configurations = planned_configurations(spec) * n_prompts
+    return (planned_decodes(spec, n_prompts) or configurations) if at.probed else configurations
 
 
 def _sweep_s(spec: SessionSpec, at: Pace) -> float:
@@ -216,14 +217,16 @@ def _fill(shape: SessionSpec, n_prompts: int, tokens: int, at: Pace, budget_s: f
     """The most new tokens, then prompts, that fit `budget_s` for `shape`'s runs, neither below its floor (nor above
     the plan's own)."""
     room = budget_s - at.setup_s - _sweep_s(shape, at)
-    per_token = at.token_s * _units(shape, at)
 
-    def most(other: int, floor: int, ceiling: int, step: int = 1) -> int:
-        fit = math.floor(room / (per_token * other)) if room > 0 and per_token > 0 else 0
-        return max(min(floor, ceiling), min(fit // step * step, ceiling))
+    def seconds_per_token(prompts: int) -> float:
+        return at.token_s * _decodes(shape, prompts, at)
 
-    tokens_fit = most(n_prompts, floors[0], tokens, TOKEN_STEP)
-    return tokens_fit, most(tokens_fit, floors[1], n_prompts)
+    per_token = seconds_per_token(n_prompts)
+    fit = math.floor(room / per_token) if room > 0 and per_token > 0 else 0
+    tokens_fit = max(min(floors[0], tokens), min(fit // TOKEN_STEP * TOKEN_STEP, tokens))
+    fewest = min(floors[1], n_prompts)
+    fitting = [p for p in range(fewest, n_prompts + 1) if seconds_per_token(p) * tokens_fit <= room]
+    return tokens_fit, max(fitting, default=fewest)
 
 
 def _cuts(spec: SessionSpec, n_prompts: int, final: SessionSpec, prompts: int, at: Pace) -> list[Cut]:

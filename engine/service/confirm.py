@@ -28,7 +28,7 @@ def run_full(
     `confirmation` says what was chosen, whether it ran, and how it measured."""
     started = time.perf_counter()
     if spec.confirm:
-        hooks.reserve(len(prompts) * confirm_reserve(spec, registry.levels_of(spec)))
+        hooks.reserve(confirm_reserve(spec, len(prompts), registry.levels_of(spec)))
     grid = registry.sweep(spec, prompts, hooks, pool)
     if not spec.confirm or grid.stopped:
         return grid

@@ -45,7 +45,7 @@ class SessionEstimate:
         if self.optional:
             work += f" ({self.optional} of them only if the grid does not measure the recommendation)"
         if self.decodes:
-            work += f", {self.decodes} prompt decodes on the progress bar (each prompt's A/A check included)"
+            work += f", {self.decodes} prompt decodes on the progress bar (the A/A check's included)"
         if self.seconds is None:
             lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here "
                      "(or a probe of its pace)."]

@@ -5,8 +5,9 @@ The estimate, the time budget's sizing and the store's progress total read these
 from __future__ import annotations
 
 from engine.engines import registry
+from engine.session.aa_check import sweep_decodes
 from engine.session.quick import confirm_reserve, confirm_runs, probe_plan
-from engine.session.runner import RunKey, decodes_per_prompt
+from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
 
 
@@ -26,12 +27,12 @@ def _confirmations(spec: SessionSpec) -> int:
 
 
 def planned_decodes(spec: SessionSpec, n_prompts: int) -> int:
-    """The prompt decodes a session plans, as its progress bar counts them: each planned run's and each prompt's A/A
-    decode of the target alone, a confirmation at its most; 0 for a deployment, whose requests are capped by time."""
+    """The prompt decodes a session plans, as its progress bar counts them: each planned run's and its A/A check's
+    (engine.session.aa_check), a confirmation at its most; 0 for a deployment, whose requests are capped by time."""
     if registry.get(spec.engine).deployment:
         return 0
-    later = confirm_reserve(spec, registry.levels_of(spec)) if spec.mode == "quick" or spec.confirm else 0
-    return n_prompts * (decodes_per_prompt(planned_runs(spec)) + later)
+    later = confirm_reserve(spec, n_prompts, registry.levels_of(spec)) if spec.mode == "quick" or spec.confirm else 0
+    return sweep_decodes(planned_runs(spec), n_prompts) + later
 
 
 def planned_runs(spec: SessionSpec) -> list[RunKey]:

@@ -96,7 +96,7 @@ def run_quick(
     started = time.perf_counter()
     levels = registry.levels_of(spec)
     plan = probe_plan(spec, levels, registry.get(spec.engine).two_width_probe)
-    hooks.reserve(len(prompts) * confirm_reserve(spec, levels))
+    hooks.reserve(confirm_reserve(spec, len(prompts), levels))
     probe = registry.sweep(spec, prompts, hooks, pool, plan=plan)
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
@@ -121,7 +121,8 @@ def confirm_after(
     """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
     run live beside a fresh target alone at every level; then, where what they measured changes the decision to a
     configuration no run measured, that one too, up to CONFIRM_ROUNDS rounds: (one merged report, the decision, every
-    confirmation's plan — empty when `first` measured every choice)."""
+    confirmation's plan — empty when `first` measured every choice). A confirmation measures no A/A check of its own:
+    `first`'s floor is the session's."""
     decision = choices_to_confirm(store, session_id, spec)
     levels = registry.levels_of(spec)
     plan = confirm_plan(spec, decision, measured_keys(first), levels)
@@ -131,7 +132,8 @@ def confirm_after(
         if not plan:
             hooks.progress(0, 0)  # nothing to confirm: the decodes reserved for it go, and the bar is full
             break
-        confirm = registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False)
+        confirm = registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False,
+                                 aa_check=False)  # judged by the floor the first sweep measured
         report = merged(report, confirm)
         if round_no == CONFIRM_ROUNDS or report.stopped:
             break

@@ -105,11 +105,10 @@ def confirm_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
 CHANGED_RUNS = 2  # a second round, where the first changed the decision: the target alone and the new choice
 
 
-def confirm_reserve(spec: SessionSpec, levels: Sequence[int] = (1,)) -> int:
-    """The most prompt decodes a confirmation adds per prompt: its runs and the A/A decode of the target alone, and
-    a second round's (the decision the first round changed)."""
-    second = CHANGED_RUNS * len(spec.temperatures) * len(levels) + 1
-    return confirm_runs(spec, levels) + 1 + second
+def confirm_reserve(spec: SessionSpec, n_prompts: int, levels: Sequence[int] = (1,)) -> int:
+    """The most prompt decodes a confirmation adds over `n_prompts` prompts: its runs, and a second round's (the
+    decision the first round changed); a confirmation measures no A/A check (its session's first sweep did)."""
+    return n_prompts * (confirm_runs(spec, levels) + CHANGED_RUNS * len(spec.temperatures) * len(levels))
 
 
 def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:

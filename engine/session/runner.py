@@ -16,6 +16,7 @@ from engine.core.counters import SpecCounters
 from engine.core.policy import SpeculationPolicy
 from engine.core.records import PromptOutput, StepRecord
 from engine.errors import SpectuneError
+from engine.measure.fidelity import TargetTop
 from engine.session.spec import SessionSpec, gammas_and_policies
 
 
@@ -80,12 +81,6 @@ def plan_runs(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
     plan += [RunKey(d, g, t, None, n) for d in drafts for g in gammas for n in levels for t in spec.temperatures]
     plan += [RunKey(d, 0, t, p, n) for d in drafts for p in policies for n in levels for t in spec.temperatures]
     return plan
-
-
-def decodes_per_prompt(plan: Sequence[RunKey]) -> int:
-    """How often a sweep of `plan` decodes each prompt: each configuration once, and the target alone once more
-    for the A/A measurement when the plan has a baseline."""
-    return len(plan) + (1 if any(key.kind == "baseline" for key in plan) else 0)
 
 
 class RunFailed(SpectuneError):
@@ -161,15 +156,22 @@ class Runner(Protocol):
         ...
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """Decode prompt `index` once, untimed and unrecorded, through whatever every configuration shares (the target
-        alone), before any configuration decodes it: a first pass over a prompt's shapes lands on no measurement."""
+        """Before any configuration decodes prompt `index`, untimed and unrecorded, whatever a first pass over the
+        prompt costs in this engine's loop (the target alone over the prompt's shapes), so that it lands on no
+        measurement; nothing where a first pass costs nothing more (a server without a prompt cache)."""
         ...
 
     def decode(self, key: RunKey, index: int, ctx: DecodeContext, reference: bool) -> Decoded:
-        """Decode prompt `index` in configuration `key`; `reference`: record what the fidelity verdicts need (the
-        logged baseline's top logits; the target alone without it is the sweep's A/A check, which an engine may
-        decline by raising Enough). Raises RunFailed when the configuration breaks, Enough when it has measured all it
-        may (it keeps its measurements), Cancelled when told to stop."""
+        """Decode prompt `index` in configuration `key`; `reference`: the logged baseline, whose output the others are
+        judged against (the target alone without it is the sweep's A/A check, which an engine may decline by raising
+        Enough). No decode records top logits (reference_at gives them where needed). Raises RunFailed when the
+        configuration breaks, Enough when it has measured all it may (it keeps its measurements), Cancelled when told
+        to stop."""
+        ...
+
+    def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
+        """The target's top logits (or log-probs) after prompt `index` and the tokens `prefix`, untimed: what a greedy
+        output that leaves the target alone's after `prefix` is judged by; None where this engine cannot tell."""
         ...
 
     def side_measure(self, index: int) -> None:

@@ -1,18 +1,19 @@
 """The one sweep driver: a session's plan measured in any engine (a Runner), interleaved prompt by prompt.
 
-For each prompt the runner first primes it, untimed (a decode's first pass over a prompt's shapes runs slower than
-every later one: on a GPU 1.5–4.5×, which a baseline that always decodes first would pay alone); then every
-configuration decodes it, the baseline at each temperature and a second measurement of the target alone (the A/A
-check) included, in an order that rotates from prompt to prompt (so whatever the first decode after the prime still
+For each prompt the runner first primes it, untimed, as far as its loop needs (a decode's first pass over a prompt's
+shapes runs slower than every later one: in an eager loop on a GPU 1.5–4.5×, which a baseline that always decodes
+first would pay alone); then every configuration decodes it, the baseline at each temperature included and, on a
+stratified subset of the prompts (engine.session.aa_check), a second measurement of the target alone (the A/A check),
+in an order that rotates from prompt to prompt (so whatever the first decode after the prime still
 pays lands on each configuration in turn, and no configuration is always another's neighbour).
 Each speedup is a median of per-prompt ratios of neighbouring measurements, with its spread and a noise verdict,
 and a change in the machine's load between minutes does not show up as a speedup. The A/A ratios are the session's
 measurement floor (engine.measure.noise.MeasurementFloor): when target ÷ target lands outside its own noise band,
-every speedup of the sweep is marked too noisy to tell. The machine's load is read around every decode;
-every output is judged against the baseline at its temperature. The CLI's `run` and the worker's sessions both
-go through `run_sweep`; hooks let the worker log every step to the store and honour cancellation, and, for a
-re-queued session, hand back what an earlier attempt measured (`measured`): those configuration × prompt pairs are
-counted as they were, not decoded again (engine.service.resume)."""
+every speedup of the sweep is marked too noisy to tell. The machine's load is read around every decode; every output
+is judged against the baseline at its temperature (engine.session.judging). The CLI's `run` and the worker's
+sessions both go through `run_sweep`; hooks let the worker log every step to the store and honour cancellation, and,
+for a re-queued session, hand back what an earlier attempt measured (`measured`): those configuration × prompt pairs
+are counted as they were, not decoded again (engine.service.resume)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ from typing import Any
 
 from engine.analysis.step_overhead import LoopPoint, StepOverhead, fit_step_overhead
 from engine.analysis.theory import fit_verify_cost
-from engine.core.records import Cancelled, PromptOutput
+from engine.core.records import Cancelled
 from engine.drafts.refs import draft_method
 from engine.measure import noise
-from engine.measure.fidelity import classify
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.measure.telemetry import LoadMeter
+from engine.session.aa_check import aa_prompts, decode_orders, sweep_decodes
 from engine.session.hooks import Hooks, PhaseClock
+from engine.session.judging import Judge
 from engine.session.runner import (
     DecodeContext,
     Decoded,
@@ -39,7 +41,6 @@ from engine.session.runner import (
     RunFailed,
     RunKey,
     Runner,
-    decodes_per_prompt,
     plan_runs,
 )
 from engine.session.spec import SessionSpec, gammas_and_policies, widest_draft
@@ -87,13 +88,14 @@ class SweepReport:
 def run_sweep(
     runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
     levels: Sequence[int] = (1,), plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
-    traces: bool = True,
+    traces: bool = True, aa_check: bool = True,
 ) -> SweepReport:  # fmt: skip
     """`plan` (by default the baseline at each temperature + every draft × γ × temperature + every draft × policy ×
     temperature, each at every concurrency of `levels`) measured in `runner`, which is stopped on the way out,
     whatever happens; `verify_cost` given (measured before, in the same session) is not measured again, nor the
-    drafts' traces when `traces` is False (a quick session's confirmation: its probe recorded them). The spec is
-    validated by its engine first (engine.engines.registry.sweep)."""
+    drafts' traces when `traces` is False (a quick session's confirmation: its probe recorded them), nor the A/A
+    check when `aa_check` is False (a confirmation, judged by its session's floor). The spec is validated by its
+    engine first (engine.engines.registry.sweep)."""
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
     plan = plan if plan is not None else plan_runs(spec, levels)
@@ -109,7 +111,7 @@ def run_sweep(
         verify_cost, notes = (verify_cost, []) if verify_cost is not None else _verify_cost(runner, spec, clock)
         clock.start("warming up", 0, 1)
         runner.warm_up([key for key, t in tallies.items() if t.failed is None])
-        floor, overhead = _decode_all(runner, prompts, tallies, hooks, clock, restored)
+        floor, overhead = _decode_all(runner, prompts, tallies, hooks, clock, restored, aa_check)
         baselines = _baselines(tallies)
         lowest = min(key.concurrency for key in plan) if plan else 1
         alone = {key.temperature: t.outputs for key, t in baselines.items() if key.concurrency == lowest}
@@ -148,39 +150,40 @@ def _restore(tallies: dict[RunKey, RunTally], hooks: Hooks) -> dict[RunKey, set[
 
 def _decode_all(
     runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock,
-    restored: dict[RunKey, set[int]] | None = None,
+    restored: dict[RunKey, set[int]] | None = None, aa_check: bool = True,
 ) -> tuple[MeasurementFloor | None, MeasurementOverhead]:  # fmt: skip
-    """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed, then every configuration,
-    the baselines and the A/A measurement included, in an order that rotates per prompt, so that whatever the first
-    decode after a prime pays lands on each configuration in turn and cancels in the per-prompt median. A decode
-    that ran before its baseline is judged once the baseline has decoded the prompt. A configuration × prompt in
-    `restored` (measured by an earlier attempt) is not decoded again; a prompt all of whose configurations are
-    restored is skipped whole, the others get a fresh A/A measurement of the target alone beside what they decode.
-    Returns the measurement floor (None without a baseline) and what the primes and the A/A decodes cost beside the
-    configurations' decodes."""
+    """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed (as far as the engine's loop
+    needs it), then every configuration, the baselines included and, on the prompts the A/A check covers, a second
+    measurement of the target alone, in an order that rotates per prompt (engine.session.aa_check), so that whatever
+    the first decode after a prime pays lands on each configuration in turn and cancels in the per-prompt median. A
+    decode that ran before its baseline is judged once the baseline has decoded the prompt. A configuration × prompt
+    in `restored` (measured by an earlier attempt) is not decoded again; a prompt all of whose configurations are
+    restored is skipped whole. Returns the measurement floor (None without a baseline) and what the primes, the A/A
+    decodes and the fidelity references cost beside the configurations' decodes."""
     restored = restored or {}
     plan = list(tallies)
-    reference = _floor_key([key for key in plan if key.kind == "baseline"])
+    reference = _floor_key([key for key in plan if key.kind == "baseline"]) if aa_check else None
     floor = RunTally(reference, None) if reference is not None else None
-    order: list[RunKey | None] = plan + ([None] if floor else [])
-    total = len(prompts) * decodes_per_prompt(plan)
+    checked = aa_prompts([p.category for p in prompts], len(plan)) if floor else []
+    orders = decode_orders(plan, len(prompts), checked)
+    judge = Judge(runner)
+    total = sweep_decodes(plan, len(prompts), aa_check)
     meter = LoadMeter(gpu=str(runner.device).startswith("cuda"))
     done = 0
     started = time.perf_counter()
     spent = {"prime": 0.0, "aa": 0.0, "decoding": 0.0}
     hooks.progress(0, total)
-    for index in range(len(prompts)):
+    for index, order in enumerate(orders):
         if restored and all(index in restored.get(key, ()) for key in plan):  # measured whole by an earlier attempt
-            done += decodes_per_prompt(plan)
+            done += len(order)
             hooks.progress(done, total)
             continue
         clock.start(f"priming prompt {index + 1} of {len(prompts)}", done, total, None)
         t0 = time.perf_counter()
         runner.prime(index, _quiet(hooks))
         spent["prime"] += time.perf_counter() - t0
-        shift = index % len(order) if order else 0
         waiting: list[tuple[RunKey, Decoded]] = []
-        for key in [*order[shift:], *order[:shift]]:
+        for key in order:
             if hooks.should_stop():
                 raise Cancelled()
             if key is not None and index in restored.get(key, ()):
@@ -200,12 +203,12 @@ def _decode_all(
                 tallies[key].loads.append(meter.read())
                 if decoded is not None:
                     waiting.append((key, decoded))
-                    waiting = _judge_ready(runner, tallies, index, hooks, waiting)
+                    waiting = judge.ready(tallies, index, hooks, waiting)
             done += 1
             hooks.progress(done, total)
-        _judge_ready(runner, tallies, index, hooks, waiting, last=True)
+        judge.ready(tallies, index, hooks, waiting, last=True)
         runner.side_measure(index)
-    overhead = MeasurementOverhead(spent["prime"], spent["aa"], spent["decoding"])
+    overhead = MeasurementOverhead(spent["prime"], spent["aa"], spent["decoding"], judge.spent_s)
     if floor is None:
         return None, overhead
     return MeasurementFloor(tuple(floor.ratios(tallies[floor.key])), len(floor.decoded)), overhead
@@ -261,42 +264,6 @@ def _decode_one(
         return None
     tally.add(index, decoded, time.perf_counter() - t0)
     return decoded
-
-
-def _judge_ready(
-    runner: Runner, tallies: dict[RunKey, RunTally], index: int, hooks: Hooks,
-    waiting: list[tuple[RunKey, Decoded]], last: bool = False,
-) -> list[tuple[RunKey, Decoded]]:  # fmt: skip
-    """Judge each waiting output of prompt `index` against its baseline's and hand it to the hooks, in the order
-    decoded; those whose baseline has not decoded the prompt yet keep waiting (`last`: the round is over, the rest
-    go without a verdict). Returns what still waits."""
-    still: list[tuple[RunKey, Decoded]] = []
-    for key, decoded in waiting:
-        tally = tallies[key]
-        reference = _baseline_output(tallies, key, index)
-        if key.kind != "baseline" and reference is None and not last and _baseline_pending(tallies, key, index):
-            still.append((key, decoded))
-            continue
-        divergence = None
-        if key.kind != "baseline" and reference is not None and "fidelity" not in runner.unavailable:
-            divergence = classify(reference, decoded.output, runner.dtype, key.temperature == 0).__dict__
-        tally.divergences.append(divergence)
-        hooks.output(tally.handle, decoded.output, divergence)
-    return still
-
-
-def _baseline_pending(tallies: dict[RunKey, RunTally], key: RunKey, index: int) -> bool:
-    """Whether `key`'s baseline may still decode prompt `index` in this round (it has not, and has not failed)."""
-    base = tallies.get(key.baseline())
-    return base is not None and base.failed is None and base.enough is None and index not in base.decoded
-
-
-def _baseline_output(tallies: dict[RunKey, RunTally], key: RunKey, index: int) -> PromptOutput | None:
-    """The baseline's output of prompt `index` (None where it has none)."""
-    base = tallies.get(key.baseline())
-    if base is None or base.failed is not None:
-        return None
-    return base.by_index.get(index)
 
 
 def _fail(tally: RunTally, hooks: Hooks, message: str) -> None:

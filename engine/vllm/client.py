@@ -45,7 +45,16 @@ class Batch:
 
 def tokenize_chat(url: str, model: str, text: str) -> list[int]:
     """The prompt's token ids with the model's chat template, rendered by vLLM itself (POST /tokenize)."""
-    body = {"model": model, "messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
+    return _tokenize(url, {"model": model, "messages": [{"role": "user", "content": text}],
+                           "add_generation_prompt": True})  # fmt: skip
+
+
+def tokenize(url: str, model: str, text: str) -> list[int]:
+    """The token ids vLLM's completions make of `text` as a prompt (POST /tokenize)."""
+    return _tokenize(url, {"model": model, "prompt": text})
+
+
+def _tokenize(url: str, body: dict[str, Any]) -> list[int]:
     request = urllib.request.Request(f"{url}/tokenize", json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
