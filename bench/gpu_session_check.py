@@ -3,8 +3,8 @@ and a quick session on a GGUF given by path.
 
 Usage:
     python bench/gpu_session_check.py --tokenizer DIR [--gguf SmolLM2-135M-Instruct.Q4_1.gguf] [--prompts FILE]
-        [--parts loops,floor,quick] [--budget PART=SECONDS ...] [--kernels default|eager|max-autotune-no-cudagraphs]
-        [--out gpu_session_check.json]
+        [--parts loops,floor,batch,quick] [--budget PART=SECONDS ...]
+        [--kernels default|eager|max-autotune-no-cudagraphs] [--out gpu_session_check.json]
     python bench/gpu_session_check.py --dry-run --out dry.json   # tiny models on the CPU: budgets and JSON only
 
 Every part runs under a time budget of its own (PART_BUDGET_S, or --budget): past it, the part stops where it is,
@@ -20,6 +20,9 @@ for about 6 minutes on an H100, compiles included. On a GPU host it runs:
 - `generate`: the same target in transformers' own `generate`, eager and with a static cache and torch.compile;
 - `floor`: a sweep on that target (n-gram γ 2 and 4, the 135M draft at γ 4) in the compiled loop and again in the
   eager loop: each session's A/A measurement floor and every speedup against its bound;
+- `batch`: the batch sweep behind the regime on that target, in the eager loop and in the compiled loop (one graph
+  per batch size, captured on a GPU): the step time per batch size in each, their ratio, the compile and capture
+  seconds and the graphs held while it ran;
 - `quick`: a quick session through the CLI (`submit`, `worker --once`) on the GGUF given by path, in its own store.
 
 It writes one JSON and prints a summary; exit 0 when every part ran and every goal held, 1 otherwise. It needs torch,
@@ -56,7 +59,9 @@ DRAFT_SHAPE = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers
 SMALL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                "num_key_value_heads": 2, "rope_theta": 10000.0}  # fmt: skip
 DECODE_TOKENS = 128
-PART_BUDGET_S = {"loops": 150.0, "generate": 120.0, "floor": 200.0, "quick": 900.0}  # loops + floor: about 6 minutes
+PART_BUDGET_S = {"loops": 150.0, "generate": 120.0, "floor": 200.0, "batch": 120.0,
+                 "quick": 900.0}  # loops + floor: about 6 minutes
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the regime evidence's batch sizes (engine.session.regime_evidence)
 LOOP_WIDTHS = {"target": (1, 2, 3, 5), "draft": (1,)}  # what `loops` compiles; `floor` adds the rest of 1..5
 KERNEL_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 TINY_TARGET, TINY_DRAFT = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"  # --dry-run's models
@@ -353,6 +358,41 @@ def part_floor(ctx: dict[str, Any], out: dict[str, Any]) -> None:
         out[loop]["goal_bounds"] = not any(r["unflagged_above_bound"] for r in runs)
 
 
+def part_batch(ctx: dict[str, Any], out: dict[str, Any]) -> None:
+    """The target's batch sweep in the eager loop, then in the compiled loop: per batch size the step time in each
+    and eager ÷ compiled; the compiled sweep's compile and capture seconds and the graphs it held."""
+    from engine.core.compiled import use_compiled, use_eager
+    from engine.measure.microbench import batch_sweep, compiled_batch_sweep
+
+    target, sizes, reps = ctx["target"], ctx["batch_sizes"], ctx["batch_reps"]
+    use_eager(target)
+    eager = batch_sweep(target, input_len=32, batch_sizes=sizes, reps=reps, device=str(target.device))
+    ctx["check"]("the compiled batch sweep")
+    loop = use_compiled(target, len(ctx["ids"]) + ctx["decode_tokens"] + 16, 1)
+    compiled_before, started = loop.compile_s, time.perf_counter()
+    held: list[int] = []
+    step = loop.batch_step
+
+    def counted(seq: Any) -> Any:
+        held.append(loop.graph_count())
+        return step(seq)
+
+    loop.batch_step = counted  # type: ignore[method-assign]
+    try:
+        compiled = compiled_batch_sweep(loop, input_len=32, batch_sizes=sizes, reps=reps)
+    finally:
+        del loop.batch_step
+    out["compiled_sweep_s"] = round(time.perf_counter() - started, 1)
+    out["compile_s"] = round(loop.compile_s - compiled_before, 1)
+    out["graphs_held"] = max(held, default=0)
+    out["loop"] = compiled.loop
+    out["per_batch"] = {str(b): {"eager_ms": round(e * 1000.0, 3), "compiled_ms": round(c * 1000.0, 3),
+                                 "eager_over_compiled": round(e / c, 2) if c > 0 else None}
+                        for b, e, c in zip(sizes, eager.step_times_s, compiled.step_times_s, strict=True)}  # fmt: skip
+    if ctx["gpu"]:
+        out["goal_graph_per_batch"] = out["graphs_held"] >= len(sizes)
+
+
 def part_quick(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """A quick session on the GGUF by path through the CLI, in a store of its own; its summary as stored."""
     gguf = ctx.get("gguf")
@@ -465,6 +505,7 @@ def build_context(args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
                            "quick_prompts": 2 if few else 8, "quick_tokens": 16 if few else 96, "quick_timeout": 1200,
                            "decode_tokens": 8 if args.dry_run else DECODE_TOKENS, "reps": 5 if few else 30,
                            "widths": {"target": (1, 2), "draft": (1,)} if args.dry_run else LOOP_WIDTHS,
+                           "batch_sizes": (1, 2, 4) if few else BATCH_SIZES, "batch_reps": 2 if few else 5,
                            "check": lambda what: None}  # fmt: skip
     if args.dry_run:
         from engine.models.tiny import load_tiny
@@ -483,7 +524,8 @@ def build_context(args: argparse.Namespace, gpu: bool) -> dict[str, Any]:
 
 
 PARTS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
-    "loops": part_loops, "generate": part_generate, "floor": part_floor, "quick": part_quick}  # fmt: skip
+    "loops": part_loops, "generate": part_generate, "floor": part_floor, "batch": part_batch,
+    "quick": part_quick}  # fmt: skip
 
 
 def run_part(name: str, budget: float, ctx: dict[str, Any], report: dict[str, Any], out_path: Path) -> None:

@@ -85,3 +85,19 @@ def test_a_dry_run_reports_each_models_call_costs_per_width(check, tmp_path, mon
             assert costs["graph_launches"] == 0 and costs["kernel_launches"] == 0
     assert loops["compiled_ms_per_token"] > 0 and loops["compiled_v"]["1"] == 1.0
     assert "over_budget" not in loops and loops["part_s"] <= loops["budget_s"]
+
+
+def test_a_dry_run_times_the_batch_sweep_in_both_loops(check, tmp_path, monkeypatch) -> None:
+    """The `batch` part: per batch size the eager and the compiled step, their ratio, and what compiling cost."""
+    monkeypatch.setenv("SPECTUNE_COMPILE_MODE", "eager")
+    out = tmp_path / "dry.json"
+    code = check.main(["--dry-run", "--kernels", "eager", "--parts", "batch", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0 and report["ok"] and not report["errors"]
+    batch = report["batch"]
+    assert batch["loop"] == "compiled" and set(batch["per_batch"]) == {"1", "2", "4"}
+    for row in batch["per_batch"].values():
+        assert row["eager_ms"] > 0 and row["compiled_ms"] > 0
+        assert row["eager_over_compiled"] == pytest.approx(row["eager_ms"] / row["compiled_ms"], rel=0.02)
+    assert batch["compile_s"] > 0 and batch["graphs_held"] == 0  # on a CPU nothing is captured
+    assert "over_budget" not in batch and batch["part_s"] <= batch["budget_s"]

@@ -76,3 +76,16 @@ def test_submit_estimate_prints_it_and_queues_nothing(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "configuration(s) to run live" in done.stdout and "Memory: about" in done.stdout
     assert not db.exists() or open_store(f"sqlite:///{db}").list_sessions() == []
+
+
+def test_the_batch_sweep_eta_counts_its_compiles_in_the_compiled_loop() -> None:
+    """The compiled loop's batch sweep compiles a one-row step and one for every other batch before it times them:
+    its estimate carries what one width took this session to compile, twice; the eager loop's carries none."""
+    from engine.session.estimates import BATCH_SWEEP_COMPILES, batch_sweep_eta_s, compile_each_s
+
+    eager = batch_sweep_eta_s(0.01, 1)
+    assert eager is not None and eager > 0
+    each = compile_each_s(90.0, widths=9, models=2)  # 18 widths compiled in 90 s
+    assert each == 5.0
+    assert batch_sweep_eta_s(0.01, 1, each) == pytest.approx(eager + BATCH_SWEEP_COMPILES * 5.0)
+    assert compile_each_s(None, 9, 1) == 0.0 and batch_sweep_eta_s(None, 1, each) is None

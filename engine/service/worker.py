@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 from engine.core.records import Cancelled
+from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.pool import ModelPool
@@ -30,11 +31,11 @@ from engine.service.worker_control import (
     worker_log_path,
     worker_pid_path,
 )
-from engine.session.estimates import batch_sweep_eta_s
+from engine.session.estimates import batch_sweep_eta_s, compile_each_s
 from engine.session.regime_evidence import detect_regime
 from engine.session.runner import PromptText
 from engine.session.sampling import session_prompts
-from engine.session.spec import SessionSpec
+from engine.session.spec import SessionSpec, gammas_and_policies, widest_draft
 from foundation.jsonable import jsonable
 from store.errors import DamagedStoreError, StoreError
 from store.orphans import STALE_AFTER_S
@@ -192,7 +193,11 @@ def _regime_evidence(
 ) -> None:
     """The batch sweep, roofline and v(k) verdict after the sweep; its time joins the report's phase times."""
     base_tps = (report.get("baseline") or {}).get("tokens_per_s")
-    eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch)
+    compiled = report.get("loop") == "compiled"
+    widths = widest_draft(*gammas_and_policies(settings)) + 1
+    models = 1 + sum(1 for d in settings.drafts if draft_method(d) == "draft_model")
+    each = compile_each_s(report.get("compile_s"), widths, models) if compiled else 0.0
+    eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch, each)
     hooks.phase(f"batch sweep up to batch {settings.serving_batch * 2}", 0, 1, eta)
     started = time.perf_counter()
     try:
