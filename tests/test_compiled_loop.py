@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.compiled import cache_length, use_compiled, use_eager
+from engine.core.compiled import STEP_BUFFER, cache_length, use_compiled, use_eager
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.proposal import NoDraft
 from engine.core.sampling import SamplingConfig
@@ -118,6 +118,30 @@ def test_auto_probes_once_per_machine_target_and_dtype(tiny_models, tmp_path, mo
     monkeypatch.setenv("SPECTUNE_LOOP", "eager")
     assert choose_loop("auto", target, ids[0], need, WIDEST, "this machine").loop == "eager"
     assert choose_loop("compiled", target, ids[0], need, WIDEST, "this machine").basis == "as set"
+
+
+def test_auto_compiles_only_where_the_saving_pays_for_the_widths_left(tiny_models, tmp_path, monkeypatch):
+    """A probe that found the compiled loop 75 ms a token faster after a 55 s compile (a 1.5B target on 2 cores):
+    nine widths still to compile (495 s) pay back only over more than 6600 tokens; with nothing left to compile the
+    compiled loop is kept whatever the sweep's length."""
+    from engine.engines.spectune_loop import LoopProbe, keep, widths_to_compile
+
+    monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
+    monkeypatch.delenv("SPECTUNE_LOOP", raising=False)
+    target, _, ids, need = tiny_models
+    keep(LoopProbe("this machine", target.ref, target.dtype, target.device, 250.0, 175.0, 55.0, "compiled"))
+    short = choose_loop("auto", target, ids[0], need, WIDEST, "this machine", tokens=2000, to_compile=lambda: 9)
+    assert short.loop == "eager" and "about 495 s" in short.basis and "save about 150 s" in short.basis
+    assert short.basis.startswith("kept probe, compiled")  # what the probe chose, then why not here
+    long = choose_loop("auto", target, ids[0], need, WIDEST, "this machine", tokens=7000, to_compile=lambda: 9)
+    assert long.loop == "compiled"
+    assert widths_to_compile(target, need, WIDEST) == 0  # the fixture compiled every width
+    assert widths_to_compile(target, need, WIDEST + 2) == 2  # two more widths, within its input buffers
+    assert widths_to_compile(target, need, STEP_BUFFER + 1) == STEP_BUFFER + 1  # wider buffers: a new loop
+    assert widths_to_compile(target, need * 100, WIDEST) == WIDEST  # so does a longer static cache
+    done = choose_loop("auto", target, ids[0], need, WIDEST, "this machine", tokens=10,
+                       to_compile=lambda: widths_to_compile(target, need, WIDEST))  # fmt: skip
+    assert done.loop == "compiled"
 
 
 def test_the_bundled_model_decodes_the_same_tokens_compiled() -> None:

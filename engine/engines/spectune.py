@@ -28,13 +28,14 @@ from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
 from engine.drafts.suffix import suffix_state
-from engine.engines.spectune_loop import LoopChoice, choose_loop
+from engine.engines.spectune_loop import LoopChoice, choose_loop, widths_to_compile
 from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import TargetTop
 from engine.measure.threads import ThreadChoice, choose_threads
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
 from engine.models.pool import ModelPool
+from engine.session.aa_check import sweep_decodes
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunKey
 from engine.session.spec import LoopOptions, SessionSpec, check_context, gammas_and_policies, widest_draft
 
@@ -93,7 +94,7 @@ class SpectuneRunner:
             self.drafts[ref] = make_draft(ref, target, self._load)
         self.policy_runs = {key: PolicyRun(key.policy) for key in plan if key.policy is not None}
         self.run_drafts = {key: for_one_run(self.drafts[key.draft]) for key in plan if key.draft in self.drafts}
-        self._choose_loop(options.kind, ctx)
+        self._choose_loop(options.kind, ctx, sweep_decodes(plan, len(prompts)) * spec.max_new_tokens)
         return {}
 
     def _set_threads(self, requested: int | None) -> None:
@@ -106,17 +107,20 @@ class SpectuneRunner:
         self.threads_before = torch.get_num_threads()
         torch.set_num_threads(self.threads.threads)
 
-    def _choose_loop(self, asked: str, ctx: DecodeContext) -> None:
-        """The loop every model of the session decodes in; a compiled loop compiles every width it will run now, as
-        a phase of its own (a model compiled by an earlier session in this worker compiles nothing)."""
+    def _choose_loop(self, asked: str, ctx: DecodeContext, tokens: int) -> None:
+        """The loop every model of the session decodes in (auto: compiled only where it pays back over the sweep's
+        `tokens`); a compiled loop compiles every width it will run now, as a phase of its own (a model compiled by
+        an earlier session in this worker compiles nothing)."""
         assert self.target is not None and self.spec is not None
         from engine.measure.hardware import describe_hardware
 
         widest = widest_draft(*gammas_and_policies(self.spec)) + 1
         need = max(len(ids) for _, ids in self.encoded) + self.spec.max_new_tokens + widest + 1
         hardware = str(describe_hardware()["label"])
+        pending = lambda: sum(widths_to_compile(m, need, widest) for m in self.models)  # noqa: E731
         self.loop = choose_loop(asked, self.target, self.encoded[0][1], need, widest, hardware,
-                                phase=lambda text: ctx.phase(text, 0, 1, None))  # fmt: skip
+                                phase=lambda text: ctx.phase(text, 0, 1, None), tokens=tokens,
+                                to_compile=pending)  # fmt: skip
         if self.loop.loop != "compiled":
             for model in self.models:
                 use_eager(model)

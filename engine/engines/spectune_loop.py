@@ -2,8 +2,11 @@
 
 The probe times the target alone on the session's first prompt in both loops, side by side (eager, compiled,
 eager, compiled; each side's fastest), after the compiled loop has compiled: the compiled loop is chosen when it
-is at least PROBE_MARGIN faster. A probe is kept per machine, target, dtype and device in
-$SPECTUNE_HOME/loop_probes.json, so a machine probes a target once. SPECTUNE_LOOP=eager|compiled overrides auto."""
+is at least PROBE_MARGIN faster, and only where what it saves over the sweep's tokens pays for the widths still to
+compile (the probe's compile of one width, times each model's widths not compiled yet): on a 2-core CPU a 1.5B
+target compiled 55 s a width and saved 75 ms a token, which a first session's few thousand tokens do not pay back.
+A probe is kept per machine, target, dtype and device in $SPECTUNE_HOME/loop_probes.json, so a machine probes a
+target once. SPECTUNE_LOOP=eager|compiled overrides auto."""
 
 from __future__ import annotations
 
@@ -125,10 +128,12 @@ def probe(target: LoadedModel, ids: list[int], need: int, widest: int, hardware:
 
 def choose_loop(
     asked: str, target: LoadedModel, ids: list[int], need: int, widest: int, hardware: str,
-    phase: Callable[[str], None] = lambda text: None,
+    phase: Callable[[str], None] = lambda text: None, tokens: int | None = None,
+    to_compile: Callable[[], int] = lambda: 0,
 ) -> LoopChoice:  # fmt: skip
     """The loop for a session that asked for `asked` (eager, compiled or auto): as asked; for auto, SPECTUNE_LOOP,
-    else this machine's kept probe for the target, else a probe now (kept)."""
+    else this machine's kept probe for the target, else a probe now (kept), the compiled loop only where it pays
+    back over the sweep's `tokens` the `to_compile()` widths still to compile (pays_back)."""
     if asked != "auto":
         return LoopChoice(asked, "as set")
     override = os.environ.get(OVERRIDE, "").strip()
@@ -137,12 +142,37 @@ def choose_loop(
     wanted = (hardware, target.ref, target.dtype, target.device)
     found = next((p for p in kept() if p.key() == wanted), None)
     if found is not None:
-        return LoopChoice(found.loop, "kept probe, " + found.sentence())
-    phase("probing eager against compiled")
-    started = time.perf_counter()
-    measured = probe(target, ids, need, widest, hardware)
-    keep(measured)
-    return LoopChoice(measured.loop, f"probed in {time.perf_counter() - started:.0f} s, " + measured.sentence())
+        choice = LoopChoice(found.loop, "kept probe, " + found.sentence())
+    else:
+        phase("probing eager against compiled")
+        started = time.perf_counter()
+        found = probe(target, ids, need, widest, hardware)
+        keep(found)
+        choice = LoopChoice(found.loop, f"probed in {time.perf_counter() - started:.0f} s, " + found.sentence())
+    why_not = pays_back(found, tokens, to_compile()) if choice.loop == "compiled" and tokens else None
+    return LoopChoice("eager", f"{choice.basis}; {why_not}") if why_not else choice
+
+
+def widths_to_compile(model: LoadedModel, need: int, widest: int) -> int:
+    """How many of widths 1..`widest` `model` would still compile for sequences of `need` positions (a loop that
+    does not fit them compiles anew)."""
+    loop = model.compiled
+    if loop is None or not loop.fits(need) or loop.buffer_width < widest:
+        return widest
+    return len(set(range(1, widest + 1)) - loop.compiled_widths)
+
+
+def pays_back(found: LoopProbe, tokens: int, widths: int) -> str | None:
+    """Why compiling `widths` more widths would not pay back over `tokens` decoded tokens, at the probe's compile
+    time per width and its per-token saving; None where it does."""
+    if found.compiled_ms is None or widths <= 0:
+        return None
+    saved_s = (found.eager_ms - found.compiled_ms) / 1000.0 * tokens
+    cost_s = found.compile_s * widths
+    if saved_s >= cost_s:
+        return None
+    return (f"eager for this sweep: compiling {widths} width(s) would take about {cost_s:.0f} s and save about "
+            f"{saved_s:.0f} s over its {tokens} tokens")  # fmt: skip
 
 
 def setup_note(spec: Any, hardware: str) -> str | None:
