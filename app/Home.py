@@ -51,6 +51,7 @@ for page, label in (
     ("Recommend", "Recommend — best draft and γ, exports"),
     ("Endpoints", "Endpoints — tune a running vLLM, SGLang or llama.cpp server"),
     ("Policies", "Policies — adaptive drafting policies against the best fixed γ"),
+    ("Watch", "Watch — is speculation still paying in a running deployment?"),
 ):
     st.page_link(common.PAGES[page], label=label, icon=common.ICONS[page])
 

@@ -287,3 +287,32 @@ def concurrency_surface(surface: pd.DataFrame) -> alt.LayerChart:
     )
     one = base.mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(1.0))
     return alt.layer(lines, one)
+
+
+WATCH_PANELS = (("predicted_speedup", "predicted speedup (×)"), ("mean_acceptance_length", "mean acceptance length"),
+                ("requests_running", "requests running"))  # fmt: skip
+VERDICT_COLOURS = {"paying": "#2ca02c", "below 1×": "#ff7f0e", "traffic drifted": "#bcbd22",
+                   "costing you": "#d62728", "acceptance collapsed": "#8c564b"}  # fmt: skip
+
+
+def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
+    """A watched deployment over time, one panel each for the predicted speedup (a dashed rule at 1×), the mean
+    acceptance length and the requests running, sharing the time axis; every window's verdict (or state) is the
+    colour of its point, so the verdicts sit on the timeline."""
+    verdicts = list(dict.fromkeys(frame["verdict"]))
+    colour = alt.Color("verdict:N", title="verdict", scale=alt.Scale(
+        domain=verdicts, range=[VERDICT_COLOURS.get(v, "#7f7f7f") for v in verdicts]))  # fmt: skip
+    panels = []
+    for field, title in WATCH_PANELS:
+        base = alt.Chart(frame, height=HEIGHT // 2).encode(
+            x=alt.X("ended:T", title="window end"),
+            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=False)),
+            tooltip=["ended:T", "verdict:N", alt.Tooltip(f"{field}:Q", format=".3g")],
+        )  # fmt: skip
+        layers: list[alt.Chart] = [base.mark_line(color="#999999"), base.mark_point(filled=True, size=50).encode(
+            color=colour)]  # fmt: skip
+        if field == "predicted_speedup":
+            layers.append(alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4])
+                          .encode(y="y:Q"))  # fmt: skip
+        panels.append(alt.layer(*layers))
+    return alt.vconcat(*panels).resolve_scale(x="shared")

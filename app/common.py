@@ -32,6 +32,7 @@ PAGES = {
     "Recommend": "pages/5_Recommend.py",
     "Endpoints": "pages/6_Endpoints.py",
     "Policies": "pages/7_Policies.py",
+    "Watch": "pages/8_Watch.py",
 }
 ACTIVE_STATUSES = ("queued", "running")
 # Plain-text marks for option labels (no markdown there), in fonts every browser has: no emoji font is needed.
@@ -42,7 +43,8 @@ ICONS = {
     "app": ":material/bolt:", "error": ":material/block:", "cpu": ":material/computer:", "gpu": ":material/memory:",
     "Prompts": ":material/edit_note:", "Run": ":material/play_arrow:", "Sessions": ":material/bar_chart:",
     "Theory": ":material/functions:", "Recommend": ":material/target:", "Endpoints": ":material/public:",
-    "Policies": ":material/explore:", "on": ":material/check_circle:", "off": ":material/do_not_disturb_on:",
+    "Policies": ":material/explore:", "Watch": ":material/monitor_heart:",
+    "on": ":material/check_circle:", "off": ":material/do_not_disturb_on:",
     "measure": ":material/straighten:", "gpu_note": ":material/trending_down:", "save": ":material/save:",
     "info": ":material/info:", "warning": ":material/warning:",
 }  # fmt: skip

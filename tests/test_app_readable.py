@@ -193,7 +193,7 @@ def test_home_lists_every_page(env) -> None:  # noqa: F811
     at = page(None)
     assert_clean(at)
     links = [link.proto.page for link in at.get("page_link")]
-    assert links == ["Prompts", "Run", "Sessions", "Theory", "Recommend", "Endpoints", "Policies"], links
+    assert links == ["Prompts", "Run", "Sessions", "Theory", "Recommend", "Endpoints", "Policies", "Watch"], links
 
 
 def test_the_prompt_length_histogram_counts_in_whole_prompts(env) -> None:  # noqa: F811

@@ -29,7 +29,7 @@ from tests.t5_sessions import T5, store_session
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [None, "pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "pages/4_Theory.py",
-         "pages/5_Recommend.py", "pages/6_Endpoints.py", "pages/7_Policies.py"]  # fmt: skip
+         "pages/5_Recommend.py", "pages/6_Endpoints.py", "pages/7_Policies.py", "pages/8_Watch.py"]  # fmt: skip
 
 
 def wreck_a_page(path: Path) -> None:

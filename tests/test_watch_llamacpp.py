@@ -108,7 +108,9 @@ def test_traffic_that_shifts_moves_the_verdict_from_paying_to_drifted(store: Sto
     assert after.window.num_drafts and after.window.mean_acceptance_length < before.window.mean_acceptance_length
 
 
-def test_a_costly_verify_is_costing_you_on_the_third_window_below_1x(store: Store) -> None:
+def test_a_costly_verify_is_costing_you_on_the_third_window_and_the_watch_page_says_so(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # a session whose 5-token verify cost 4.5 steps: judge_regime reads that v(k) as compute-bound, where the gain is
     # 1 ÷ the operations multiplier, below 1× for any n-gram traffic short of perfect; the third window says so
     steep = {"1": 1.0, "2": 1.9, "4": 3.6, "5": 4.5}
@@ -126,6 +128,31 @@ def test_a_costly_verify_is_costing_you_on_the_third_window_below_1x(store: Stor
     assert all(j.verdict.regime == COMPUTE_BOUND and j.verdict.predicted_speedup < 1.0 for j in judged)
     assert "off" in judged[2].verdict.action and "2 of 3" in judged[1].verdict.why
     assert [w["verdict"] for w in store.list_watch_windows("steep")] == verdicts
+    page_shows(tmp_path, monkeypatch, "steep", judged)
+
+
+def page_shows(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, judged: list) -> None:
+    """The Watch page on the store the watch wrote: the latest verdict with what to do, its figures, the timeline
+    and every window, newest first."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SPECTUNE_HOME", str(home))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
+    at.query_params["deployment"] = deployment
+    at.switch_page("pages/8_Watch.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    latest = judged[-1].verdict
+    banner = " ".join(str(e.value) for e in at.error)
+    assert "costing you" in banner and "turn speculation off" in banner and f"{latest.predicted_speedup:.2f}" in banner
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Predicted speedup"] == f"{latest.predicted_speedup:.2f}×"
+    assert shown["Mean acceptance length"] == f"{judged[-1].window.mean_acceptance_length:.2f}"
+    table = at.dataframe[0].value
+    assert list(table["verdict"]) == [j.verdict.verdict for j in reversed(judged)]
+    assert len(at.get("arrow_vega_lite_chart")) == 1
+    assert "below 1× 2, costing you 1" in " ".join(str(c.value) for c in at.caption)
 
 
 def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:
