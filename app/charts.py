@@ -297,12 +297,14 @@ VERDICT_COLOURS = {"paying": "#2ca02c", "below 1×": "#ff7f0e", "traffic drifted
 
 def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
     """A watched deployment over time, one panel each for the predicted speedup (a dashed rule at 1×), the mean
-    acceptance length and the requests running, sharing the time axis; every window's verdict (or state) is the
-    colour of its point, so the verdicts sit on the timeline."""
+    acceptance length and the requests running, sharing the time axis, under a strip of every window's verdict or
+    state (a window the source was down for has no figures, but its tick); each point has its verdict's colour."""
     verdicts = list(dict.fromkeys(frame["verdict"]))
     colour = alt.Color("verdict:N", title="verdict", scale=alt.Scale(
         domain=verdicts, range=[VERDICT_COLOURS.get(v, "#7f7f7f") for v in verdicts]))  # fmt: skip
-    panels = []
+    strip = alt.Chart(frame, height=28, title="every window's verdict or state").mark_tick(thickness=4, size=22).encode(
+        x=alt.X("ended:T", title=None), color=colour, tooltip=["ended:T", "verdict:N"])  # fmt: skip
+    panels: list[alt.TopLevelMixin] = [strip]
     for field, title in WATCH_PANELS:
         base = alt.Chart(frame, height=HEIGHT // 2).encode(
             x=alt.X("ended:T", title="window end"),

@@ -74,7 +74,7 @@ def windows_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "verdict": row.get("verdict"), "predicted": _rounded(f.get("predicted_speedup"), 2, "×"),
             "mean acceptance length": _rounded(f.get("mean_acceptance_length"), 2),
             "draft acceptance rate": _rounded(f.get("draft_acceptance_rate"), 2), "α": _rounded(f.get("alpha"), 2),
-            "requests running": _rounded(f.get("requests_running"), 1), "batch": f.get("batch"),
+            "requests running": _rounded(f.get("requests_running"), 1), "batch": _whole(f.get("batch")),
             "regime": f.get("regime") or "", "why": f.get("why") or f.get("message") or "",
         })  # fmt: skip
     return pd.DataFrame(out)
@@ -86,8 +86,18 @@ def number_text(value: Any, digits: int, unit: str = "", missing: str = "—") -
     return missing if number is None else f"{number:.{digits}f}{unit}"
 
 
+def _whole(value: Any) -> str:
+    number = _number(value)
+    return "" if number is None else f"{number:.0f}"
+
+
 def _rounded(value: Any, digits: int, unit: str = "") -> str:
     return number_text(value, digits, unit, missing="")
+
+
+def last_judged(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The newest window with a verdict (the figures the page shows when the newest had only a state)."""
+    return next((row for row in reversed(rows) if row.get("verdict") in TONES), None)
 
 
 def verdict_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:

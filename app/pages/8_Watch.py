@@ -35,7 +35,11 @@ if not rows:
 latest = rows[-1]
 getattr(st, wv.tone(str(latest["verdict"])))(f"Latest window ({latest['ended_at']:%Y-%m-%d %H:%M:%S}): "
                                              f"{wv.headline(latest)}")  # fmt: skip
-figures = latest.get("figures") or {}
+judged = wv.last_judged(rows)
+if judged is not None and judged is not latest:
+    getattr(st, wv.tone(str(judged["verdict"])))(f"Last judged window ({judged['ended_at']:%Y-%m-%d %H:%M:%S}): "
+                                                 f"{wv.headline(judged)}")  # fmt: skip
+figures = (judged or latest).get("figures") or {}
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Predicted speedup", wv.number_text(figures.get("predicted_speedup"), 2, "×"),
           help="The deployed configuration against serving without speculation, at this window's α and batch.")
