@@ -21,8 +21,8 @@ for about 6 minutes on an H100, compiles included. On a GPU host it runs:
 - `floor`: a sweep on that target (n-gram γ 2 and 4, the 135M draft at γ 4) in the compiled loop and again in the
   eager loop: each session's A/A measurement floor and every speedup against its bound;
 - `batch`: the batch sweep behind the regime on that target, in the eager loop and in the compiled loop (one graph
-  per batch size, captured on a GPU): the step time per batch size in each, their ratio, the compile and capture
-  seconds and the graphs held while it ran;
+  per batch size, captured on a GPU): the step time per batch size in each, their ratio, the seconds preparing the
+  batches took (prefill, compile, capture) and the graphs held while it ran;
 - `quick`: a quick session through the CLI (`submit`, `worker --once`) on the GGUF given by path, in its own store.
 
 It writes one JSON and prints a summary; exit 0 when every part ran and every goal held, 1 otherwise. It needs torch,
@@ -360,30 +360,39 @@ def part_floor(ctx: dict[str, Any], out: dict[str, Any]) -> None:
 
 def part_batch(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """The target's batch sweep in the eager loop, then in the compiled loop: per batch size the step time in each
-    and eager ÷ compiled; the compiled sweep's compile and capture seconds and the graphs it held."""
+    and eager ÷ compiled; what preparing the compiled sweep's batches took (prefill, compile, capture) and the most
+    graphs it held."""
     from engine.core.compiled import use_compiled, use_eager
     from engine.measure.microbench import batch_sweep, compiled_batch_sweep
 
     target, sizes, reps = ctx["target"], ctx["batch_sizes"], ctx["batch_reps"]
     use_eager(target)
-    eager = batch_sweep(target, input_len=32, batch_sizes=sizes, reps=reps, device=str(target.device))
+    eager = batch_sweep(target.model, input_len=32, batch_sizes=sizes, reps=reps, device=str(target.device))
     ctx["check"]("the compiled batch sweep")
     loop = use_compiled(target, len(ctx["ids"]) + ctx["decode_tokens"] + 16, 1)
-    compiled_before, started = loop.compile_s, time.perf_counter()
+    started = time.perf_counter()
     held: list[int] = []
-    step = loop.batch_step
+    prepared: list[float] = []
+    step, sequence = loop.batch_step, loop.batch_sequence
 
     def counted(seq: Any) -> Any:
         held.append(loop.graph_count())
         return step(seq)
 
-    loop.batch_step = counted  # type: ignore[method-assign]
+    def timed(ids: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return sequence(ids)
+        finally:
+            prepared.append(time.perf_counter() - began)
+
+    loop.batch_step, loop.batch_sequence = counted, timed  # type: ignore[method-assign]
     try:
         compiled = compiled_batch_sweep(loop, input_len=32, batch_sizes=sizes, reps=reps)
     finally:
-        del loop.batch_step
+        del loop.batch_step, loop.batch_sequence
     out["compiled_sweep_s"] = round(time.perf_counter() - started, 1)
-    out["compile_s"] = round(loop.compile_s - compiled_before, 1)
+    out["prepare_s"] = round(sum(prepared), 2)  # each batch's eager prefill, its step's compile and its capture
     out["graphs_held"] = max(held, default=0)
     out["loop"] = compiled.loop
     out["per_batch"] = {str(b): {"eager_ms": round(e * 1000.0, 3), "compiled_ms": round(c * 1000.0, 3),

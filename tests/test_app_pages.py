@@ -207,7 +207,7 @@ def test_home_shows_hardware_and_counts(env):
     assert "CPU" in caption or "GPU" in caption
     assert "no worker running" in caption
     assert {m.label: m.value for m in at.metric}["Prompt sets"] == "1"
-    assert len(at.get("page_link")) == 7  # every page but Home
+    assert len(at.get("page_link")) == 8  # every page but Home
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def page_shows(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, jud
     assert shown["Mean acceptance length"] == f"{judged[-1].window.mean_acceptance_length:.2f}"
     table = at.dataframe[0].value
     assert list(table["verdict"]) == [j.verdict.verdict for j in reversed(judged)]
-    assert len(at.get("arrow_vega_lite_chart")) == 1
+    assert len(at.get("vega_lite_chart")) == 1
     assert "below 1× 2, costing you 1" in " ".join(str(c.value) for c in at.caption)
 
 

@@ -13,6 +13,7 @@ own target-alone outputs."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +62,7 @@ from engine.session.runner import (
 )
 from engine.session.spec import SessionSpec, gammas_and_policies, validate
 
+WARM_UP_TEXT, WARM_UP_TOKENS = "Warm-up request.", 4  # each server's first request, untimed
 TOP_LOGPROBS = 16  # the target's top log-probs where an output diverged, for the fidelity verdict
 STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the session stops
 
@@ -222,10 +224,16 @@ class LlamaCppRunner:
             return {}, [f"v(k) not measured: {exc}"]
 
     def warm_up(self, plan: list[RunKey]) -> None:
-        pass
+        """One short untimed request to each configuration's server, on a text of no prompt of the session: the
+        servers start with --no-warmup, so a server's first request would otherwise pay its first pass."""
+        for config in dict.fromkeys(self.configs[key] for key in plan if key in self.configs):
+            if self.should_stop():
+                return
+            with contextlib.suppress(RunFailed, ServerError):
+                client.complete(self._resident(config).url, WARM_UP_TEXT, WARM_UP_TOKENS)
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """Nothing: a request caches no prompt (cache_prompt is off), and llama-server warms itself up as it starts,
+        """Nothing: a request caches no prompt (cache_prompt is off), and the warm-up took each server's first pass,
         so no first pass over a prompt lands on a timed request."""
 
     def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
