@@ -216,7 +216,11 @@ def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_repor
         assert [(r["gamma"], r["temperature"]) for r in report["runs"]] == [(2, 0.0), (2, 0.8)]
         for run in report["runs"]:
             spread = run["speedup_spread"]  # every prompt: in the verdict, or left out above its bound
-            assert isinstance(run["speedup_noisy"], bool) and spread["n"] + spread["dropped"] == 2
+            assert isinstance(run["speedup_noisy"], bool) and spread["dropped"] <= 2
+            if spread["dropped"] < 2:
+                assert spread["n"] + spread["dropped"] == 2
+            else:  # none stands: every ratio is kept, and the verdict is that nothing can be told
+                assert spread["n"] == 2 and spread["verdict"] == "too noisy to tell" and run["speedup_noisy"]
             assert len(run["divergences"]) == 2 and 1.0 <= run["tokens_per_call"] <= 3.0
             assert 0.0 <= run["drafting_fraction"] <= 1.0 and run["engine"] == report["engine"]
     assert [set(r) for r in a["runs"]] == [set(r) for r in b["runs"]]
