@@ -158,8 +158,8 @@ def _decode_all(
     the first decode after a prime pays lands on each configuration in turn and cancels in the per-prompt median. A
     decode that ran before its baseline is judged once the baseline has decoded the prompt. A configuration × prompt
     in `restored` (measured by an earlier attempt) is not decoded again; a prompt all of whose configurations are
-    restored is skipped whole. Returns the measurement floor (None without a baseline) and what the primes, the A/A
-    decodes and the fidelity references cost beside the configurations' decodes."""
+    restored is skipped whole. Returns the measurement floor (None without a baseline, or without `aa_check`) and
+    what the primes, the A/A decodes and the fidelity references cost beside the configurations' decodes."""
     restored = restored or {}
     plan = list(tallies)
     reference = _floor_key([key for key in plan if key.kind == "baseline"]) if aa_check else None
