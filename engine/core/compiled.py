@@ -424,11 +424,20 @@ def batch_slot(rows: int) -> str:
     return f"batch of {rows}"
 
 
+def reusable(model: LoadedModel, need: int, widest: int) -> CompiledLoop | None:
+    """`model`'s compiled loop where it serves sequences of `need` positions and forwards up to `widest` tokens (its
+    static cache and input buffers hold them); None where a new loop is needed."""
+    loop = model.compiled
+    if loop is None or not loop.fits(need) or loop.buffer_width < widest:
+        return None
+    return loop
+
+
 def use_compiled(model: LoadedModel, need: int, widest: int) -> CompiledLoop:
     """Make `model` decode in its compiled loop, for sequences of `need` positions and forwards up to `widest`
     tokens: the loop it already has when that fits, else a new one (a larger static cache compiles anew)."""
-    loop = model.compiled
-    if loop is None or not loop.fits(need) or loop.buffer_width < widest:
+    loop = reusable(model, need, widest)
+    if loop is None:
         loop = CompiledLoop(model, cache_length(need), widest)
         model.compiled = loop
     loop.widest = max(loop.widest, widest)  # a new width compiles on its first call (CompiledLoop.compile)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.core.compiled import Uncapturable, use_compiled, use_eager
+from engine.core.compiled import Uncapturable, reusable, use_compiled, use_eager
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
 from engine.core.proposal import NoDraft
@@ -156,8 +156,8 @@ def choose_loop(
 def widths_to_compile(model: LoadedModel, need: int, widest: int) -> int:
     """How many of widths 1..`widest` `model` would still compile for sequences of `need` positions (a loop that
     does not fit them compiles anew)."""
-    loop = model.compiled
-    if loop is None or not loop.fits(need) or loop.buffer_width < widest:
+    loop = reusable(model, need, widest)
+    if loop is None:
         return widest
     return len(set(range(1, widest + 1)) - loop.compiled_widths)
 
