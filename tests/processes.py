@@ -6,9 +6,12 @@ inherits it (an orphan keeps it after its owner dies), so a leak check counts ex
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 RUN_VARIABLE = "SPECTUNE_TEST_RUN"
 
@@ -32,3 +35,15 @@ def live_llama_servers() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+@pytest.fixture(autouse=True)
+def no_server_left_behind() -> Iterator[None]:
+    """Fails a test that leaves a llama-server of its own running (10 s to go after the test); autouse in every
+    test module that imports it."""
+    before = {p.pid for p in live_llama_servers()}
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
+        time.sleep(0.2)
+    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 from processes import live_llama_servers
+from processes import no_server_left_behind as no_server_left_behind  # noqa: F401 - autouse
 
 from engine.analysis.policy_replay import replay
 from engine.core.policy import parse_policy
@@ -53,14 +54,6 @@ def llama_servers() -> list[psutil.Process]:
     return live_llama_servers()
 
 
-@pytest.fixture(autouse=True)
-def no_server_left_behind():
-    before = {p.pid for p in llama_servers()}
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and {p.pid for p in llama_servers()} - before:
-        time.sleep(0.2)
-    assert not ({p.pid for p in llama_servers()} - before), "a llama-server was left running"
 
 
 class Recorder(Hooks):

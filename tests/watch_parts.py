@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from processes import live_llama_servers
+from processes import no_server_left_behind as no_server_left_behind  # noqa: F401 - autouse where imported
 
 from engine.llamacpp.server import ServerConfig, die_with_parent, free_port
 from engine.models.bundled import gguf_for
@@ -105,17 +105,6 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-
-
-@pytest.fixture(autouse=True)
-def no_server_left_behind() -> Iterator[None]:
-    """Fails a test that leaves a llama-server of its own running (10 s to go after the test)."""
-    before = {p.pid for p in live_llama_servers()}
-    yield
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and {p.pid for p in live_llama_servers()} - before:
-        time.sleep(0.2)
-    assert not ({p.pid for p in live_llama_servers()} - before), "a llama-server was left running"
 
 
 @pytest.fixture()
