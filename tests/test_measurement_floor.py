@@ -65,6 +65,10 @@ def test_the_first_pass_lands_on_no_configuration_and_the_floor_is_one(slow_swee
     floor = slow_sweep["measurement_floor"]
     assert floor["spread"]["n"] == floor["prompts"] == aa_count(6, 2) == 3  # one rotation: 3 of the 6 prompts
     assert abs(floor["spread"]["median"] - 1.0) <= 0.10, floor["sentence"]
+    # every prime paid first passes the later decodes did not: the eager loop primed every prompt, and says so
+    assert slow_sweep["first_pass"]["primed"] == 6 and not slow_sweep["first_pass"]["settled"]
+    assert sorted(slow_sweep["first_pass"]["first_over_later"])[3] > 1.5  # a later prompt reaches fewer new lengths
+    assert any("every prompt was primed" in note for note in slow_sweep["notes"])
     run = slow_sweep["runs"][0]
     # the whole run's speedup at most its tokens per call (and 10% of noise): before the prime it read 5.9× at 1.58
     assert run["speedup_whole_run"] <= run["tokens_per_call"] * 1.10, run

@@ -31,6 +31,7 @@ from engine.drafts.suffix import suffix_state
 from engine.engines.spectune_loop import LoopChoice, choose_loop, widths_to_compile
 from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import TargetTop
+from engine.measure.first_pass import FirstPass
 from engine.measure.threads import ThreadChoice, choose_threads
 from engine.measure.verify_cost import verify_cost_curve
 from engine.models.chat import encode_prompt
@@ -69,6 +70,7 @@ class SpectuneRunner:
         self.threads_before: int | None = None
         self.loop = LoopChoice("eager", "not chosen yet")
         self.compile_s = 0.0
+        self.first_pass = FirstPass()  # whether the eager loop still primes (engine.measure.first_pass)
 
     def _load(self, ref: str) -> LoadedModel:
         assert self.spec is not None
@@ -152,14 +154,25 @@ class SpectuneRunner:
             decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
 
     def prime(self, index: int, ctx: DecodeContext) -> None:
-        """The target alone decodes prompt `index` untimed and unstored before any configuration does: in the eager
-        loop every token (each new sequence length is a new shape, whose first pass runs slower), in the compiled
-        loop, whose shapes are static, the prefill and PRIME_TOKENS steps."""
+        """The target alone decodes prompt `index` untimed and unstored before any configuration does. The compiled
+        loop, whose shapes are static: the prefill and PRIME_TOKENS steps. The eager loop, whose every new length is
+        a new shape: every token, until the first passes of the first prompts are measured to cost no more than a
+        later pass (engine.measure.first_pass); then nothing."""
         assert self.target is not None and self.spec is not None
-        tokens = PRIME_TOKENS if self.loop.loop == "compiled" else self.spec.max_new_tokens
+        compiled = self.loop.loop == "compiled"
+        if not compiled and not self.first_pass.needs_prime():
+            return
+        steps = [0]
+
+        def count(record: StepRecord) -> None:
+            steps[0] += 1
+
+        tokens = PRIME_TOKENS if compiled else self.spec.max_new_tokens
         cfg = DecodeConfig(0, SamplingConfig(0.0), min(tokens, self.spec.max_new_tokens), self.spec.seed)
-        decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=lambda record: None,
-                      should_stop=ctx.should_stop)  # fmt: skip
+        out, _ = decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=count,
+                               should_stop=ctx.should_stop)  # fmt: skip
+        if not compiled and steps[0]:
+            self.first_pass.primed(index, (out.wall_time_s - out.prefill_time_s) * 1000.0 / steps[0])
 
     def reference_at(self, index: int, prefix: Sequence[int]) -> TargetTop | None:
         """One eager forward of the target over prompt `index` and `prefix`: its top TOP_LOGITS_K logits next."""
@@ -200,9 +213,9 @@ class SpectuneRunner:
         tree) leaves its drafting time in the rest, which the step overhead charges."""
         if key.kind == "baseline":
             if records:
-                self.call_ms.setdefault(key.temperature, {}).setdefault(index, []).append(
-                    decode_s * 1000.0 / len(records)
-                )
+                step_ms = decode_s * 1000.0 / len(records)
+                self.call_ms.setdefault(key.temperature, {}).setdefault(index, []).append(step_ms)
+                self.first_pass.timed(index, step_ms)
             return
         forward = [r for r in records if r.draft_forwards > 0]
         draft_ms = 1000.0 * sum(r.draft_time_s for r in forward)
@@ -222,8 +235,9 @@ class SpectuneRunner:
         assert self.target is not None and self.spec is not None
         points, in_loop = loop_points(self.in_loop, lambda key: self.call_ms.get(key.temperature, {}))
         costs = {ref: median(values) for ref, values in in_loop.items()}
+        primed = [line for line in [self.first_pass.sentence(len(self.encoded))] if line]
         if not ctx.record_traces:
-            return EngineOutputs(draft_costs=costs, loop_points=points)
+            return EngineOutputs(draft_costs=costs, loop_points=points, notes=primed)
         outputs = baselines.get(0.0) or next(iter(baselines.values()), [])
         hot = [SamplingConfig(t, self.spec.top_k, self.spec.top_p) for t in self.spec.temperatures if t > 0]
         traces: dict[str, list[dict[str, Any]]] = {}
@@ -235,7 +249,8 @@ class SpectuneRunner:
                 for (_, ids), out in zip(self.encoded, outputs, strict=True)
             ]
         notes = [] if 0.0 in baselines else ["traces recorded along the sampled baseline: no greedy baseline ran"]
-        return EngineOutputs(traces=traces, draft_costs=costs, loop_points=points, notes=notes if traces else [])
+        notes = notes if traces else []
+        return EngineOutputs(traces=traces, draft_costs=costs, loop_points=points, notes=primed + notes)
 
     def describe(self) -> dict[str, Any]:
         """The loop and threads every figure was measured with, and the suffix drafts' cache state."""
@@ -243,6 +258,8 @@ class SpectuneRunner:
         values = (self.loop.loop, self.loop.basis, round(self.compile_s, 1), threads.threads if threads else None,
                   threads.basis if threads else None)  # fmt: skip
         loop = dict(zip(LOOP_FIELDS, values, strict=True))
+        if self.first_pass.prime_ms:
+            loop["first_pass"] = self.first_pass.to_dict(len(self.encoded))
         prompt_ids = [p.prompt_id for p, _ in self.encoded]
         return loop | suffix_state({k.label(): s for k, s in self.run_drafts.items()}, prompt_ids)
 

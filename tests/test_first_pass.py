@@ -1,0 +1,128 @@
+"""The eager loop's prime is measured: it stops once a prompt's first pass is shown to cost no more than a later one,
+and a first-pass cost that shows up after that lands on the A/A floor."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine.engines import registry
+from engine.measure import first_pass
+from engine.measure.first_pass import FIRST_PASS_PROMPTS, FIRST_PASS_TOLERANCE, FirstPass
+from engine.models.pool import ModelPool
+from engine.models.tiny import load_tiny
+from engine.session.aa_check import aa_prompts
+from engine.session.spec import LoopOptions, SessionSpec
+from tests.test_measurement_floor import TARGET, _assert_caught, prompts
+
+
+def _measured(pairs: list[tuple[float, float]]) -> FirstPass:
+    seen = FirstPass()
+    for index, (first, later) in enumerate(pairs):
+        assert seen.needs_prime()
+        seen.primed(index, first)
+        seen.timed(index, later)
+    return seen
+
+
+def test_the_prime_stops_only_once_the_median_first_pass_costs_nothing() -> None:
+    assert FIRST_PASS_PROMPTS == 3
+    assert _measured([(10.0, 10.0), (10.2, 10.0)]).needs_prime()  # two prompts are not yet enough
+    settled = _measured([(10.0, 10.0), (10.2, 10.0), (9.9, 10.0)])
+    assert not settled.needs_prime() and settled.settled
+    assert settled.sentence(10).startswith(
+        "Primed 3 of 10 prompts: a prompt's first pass took 1.00× (0.99–1.02×, 3 prompts) the time of a later one"
+    )
+    assert "the rest decoded unprimed" in str(settled.sentence(10))
+    outlier = _measured([(10.0, 10.0), (16.0, 10.0), (10.1, 10.0)])  # one slow outlier: the median is 1.01
+    assert not outlier.needs_prime()
+    costly = _measured([(14.0, 10.0), (13.0, 10.0), (10.0, 10.0), (10.0, 10.0)])  # median 1.15 over four
+    assert costly.needs_prime() and "every prompt was primed" in str(costly.sentence(4))
+    edge = 1.0 + FIRST_PASS_TOLERANCE
+    assert not _measured([(edge * 10, 10.0)] * 3).needs_prime()
+    assert _measured([(edge * 10 + 0.01, 10.0)] * 3).needs_prime()
+
+
+def test_only_a_primed_prompts_first_timing_counts() -> None:
+    seen = FirstPass()
+    seen.timed(0, 10.0)  # no prime: nothing to compare
+    assert seen.ratios == {} and seen.sentence(3) is None
+    seen.primed(1, 12.0)
+    seen.timed(1, 10.0)
+    seen.timed(1, 6.0)  # a second timing of the same prompt (another temperature) does not replace the first
+    assert seen.ratios == {1: pytest.approx(1.2)}
+    assert seen.to_dict(3) == {"primed": 1, "prompts": 3, "settled": False, "first_over_later": [1.2]}
+
+
+def _every_forward_sleeps(sleep_s: float):
+    """The tiny target with a fixed cost per forward, so that a pass's time per step is steady on a busy machine."""
+    model = load_tiny(TARGET, logit_scale=4.0)
+    original = model.model.forward
+
+    def forward(*args, **kwargs):
+        time.sleep(sleep_s)
+        return original(*args, **kwargs)
+
+    model.model.forward = forward
+    return model
+
+
+def _session(model, n_prompts: int) -> dict:
+    pool = ModelPool()
+    pool.adopt(model)
+    spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
+                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+    return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
+
+
+def test_the_session_primes_as_its_own_first_passes_measured():
+    """On a loop with no first-pass cost, the prime follows what the session measured: three primed prompts and no
+    more where their median first ÷ later pass is within tolerance of 1, every prompt otherwise; the report and its
+    notes say which."""
+    report = _session(_every_forward_sleeps(0.004), 7)
+    seen = report["first_pass"]
+    ratios = seen["first_over_later"]
+    assert seen["prompts"] == 7 and len(ratios) == seen["primed"]
+    middle = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else None
+    if seen["settled"]:
+        assert seen["primed"] == FIRST_PASS_PROMPTS and middle is not None and middle <= 1.0 + FIRST_PASS_TOLERANCE
+        assert any("the rest decoded unprimed" in note for note in report["notes"])
+    else:
+        assert seen["primed"] == 7
+        assert any("every prompt was primed" in note for note in report["notes"])
+    assert report["measurement_overhead"]["prime_s"] > 0
+
+
+def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatch):
+    """The prime stops after three prompts (the tolerance is opened so that it does, whatever this machine's noise);
+    then every new length starts to cost a first pass. The unprimed prompts the A/A check covers carry that cost onto
+    the baseline or its twin, and the floor does not hold."""
+    monkeypatch.setattr(first_pass, "FIRST_PASS_TOLERANCE", 10.0)
+    from engine.engines.spectune import SpectuneRunner
+
+    state = {"primes": 0}
+    prime = SpectuneRunner.prime
+
+    def counted(self, index, ctx):
+        prime(self, index, ctx)
+        state["primes"] = len(self.first_pass.prime_ms)
+
+    monkeypatch.setattr(SpectuneRunner, "prime", counted)
+    model = load_tiny(TARGET, logit_scale=4.0)
+    original = model.model.forward
+    seen: set[int] = set()
+
+    def forward(*args, **kwargs):  # from the fourth prompt on: a sleep at each sequence length not reached before
+        cache = kwargs.get("cache")
+        total = (int(cache.get_seq_length()) if cache is not None else 0) + kwargs["input_ids"].shape[1]
+        if state["primes"] >= FIRST_PASS_PROMPTS and total not in seen:
+            seen.add(total)
+            time.sleep(0.05)
+        return original(*args, **kwargs)
+
+    model.model.forward = forward
+    assert [i for i in aa_prompts([None] * 8, 2) if i >= FIRST_PASS_PROMPTS]  # the check covers unprimed prompts
+    report = _session(model, 8)
+    assert report["first_pass"]["primed"] == FIRST_PASS_PROMPTS and report["first_pass"]["settled"]
+    _assert_caught(report)
