@@ -72,6 +72,7 @@ def decision_figures(home: Path) -> dict[str, Any]:
             "floor": summary.get("measurement_floor"), "overhead": summary.get("measurement_overhead"),
             "budget_s": options.get("time_budget_s"), "confirmed": confirmed,
             "time_to_confirmed_s": (summary.get("quick") or {}).get("time_to_confirmed_s"),
+            "loop": summary.get("loop"), "first_pass": summary.get("first_pass"),
         }  # fmt: skip
     finally:
         store.close()
