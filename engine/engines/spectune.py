@@ -41,7 +41,7 @@ from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptT
 from engine.session.spec import LoopOptions, SessionSpec, check_context, gammas_and_policies, widest_draft
 
 TOP_LOGITS_K = 16
-LOOP_FIELDS = ("loop", "loop_basis", "compile_s", "threads", "threads_basis")  # this engine's own report fields
+LOOP_FIELDS = ("loop", "loop_basis", "compile_s", "threads", "threads_basis", "first_pass")  # its own report fields
 WARM_UP_TOKENS = 4
 PRIME_TOKENS = 4  # the compiled loop's prime: the prompt's prefill and this many steps
 
@@ -253,13 +253,13 @@ class SpectuneRunner:
         return EngineOutputs(traces=traces, draft_costs=costs, loop_points=points, notes=primed + notes)
 
     def describe(self) -> dict[str, Any]:
-        """The loop and threads every figure was measured with, and the suffix drafts' cache state."""
+        """The loop and threads every figure was measured with, the eager prime's first passes (None where it
+        primed none), and the suffix drafts' cache state."""
         threads = self.threads
+        primed = self.first_pass.to_dict(len(self.encoded)) if self.first_pass.prime_ms else None
         values = (self.loop.loop, self.loop.basis, round(self.compile_s, 1), threads.threads if threads else None,
-                  threads.basis if threads else None)  # fmt: skip
+                  threads.basis if threads else None, primed)  # fmt: skip
         loop = dict(zip(LOOP_FIELDS, values, strict=True))
-        if self.first_pass.prime_ms:
-            loop["first_pass"] = self.first_pass.to_dict(len(self.encoded))
         prompt_ids = [p.prompt_id for p, _ in self.encoded]
         return loop | suffix_state({k.label(): s for k, s in self.run_drafts.items()}, prompt_ids)
 
