@@ -302,13 +302,14 @@ def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
     verdicts = list(dict.fromkeys(frame["verdict"]))
     colour = alt.Color("verdict:N", title="verdict", scale=alt.Scale(
         domain=verdicts, range=[VERDICT_COLOURS.get(v, "#7f7f7f") for v in verdicts]))  # fmt: skip
+    time_axis = alt.Axis(format="%H:%M:%S", labelOverlap=True)  # a window ends on whole seconds, never on .500
     strip = alt.Chart(frame, height=28, title="every window's verdict or state").mark_tick(thickness=4, size=22).encode(
-        x=alt.X("ended:T", title=None), color=colour, tooltip=["ended:T", "verdict:N"])  # fmt: skip
+        x=alt.X("ended:T", title=None, axis=time_axis), color=colour, tooltip=["ended:T", "verdict:N"])  # fmt: skip
     panels: list[alt.TopLevelMixin] = [strip]
     for field, title in WATCH_PANELS:
         base = alt.Chart(frame, height=HEIGHT // 2).encode(
-            x=alt.X("ended:T", title="window end"),
-            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=False)),
+            x=alt.X("ended:T", title="window end", axis=time_axis),
+            y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g")),
             tooltip=["ended:T", "verdict:N", alt.Tooltip(f"{field}:Q", format=".3g")],
         )  # fmt: skip
         layers: list[alt.Chart] = [base.mark_line(color="#999999"), base.mark_point(filled=True, size=50).encode(

@@ -29,6 +29,17 @@ NONE_YET = ("No deployment has been watched yet. Start a watch against a stored 
 TIMELINE_FIELDS = ("predicted_speedup", "mean_acceptance_length", "draft_acceptance_rate", "requests_running")
 
 
+def offer_text(offered: Any) -> str:
+    """What the file a verdict offers does, for the page (an ActionFile)."""
+    return f"**{md_escape(offered.verdict)}** — this file: {md_escape(offered.says)}."
+
+
+def check_text(offered: Any) -> str:
+    """How to measure the offered file before deploying it."""
+    return (f"Measure it before deploying: `python -m engine check-export {offered.filename} --session "
+            f"{offered.session_id}` runs it beside the target alone at the session's concurrency levels.")  # fmt: skip
+
+
 def tone(verdict: str) -> str:
     """How a verdict or a state is shown: success, error, warning or info (a state: reset, idle, down, malformed)."""
     if verdict in TONES:

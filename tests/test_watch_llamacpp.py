@@ -153,6 +153,11 @@ def page_shows(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, jud
     assert list(table["verdict"]) == [j.verdict.verdict for j in reversed(judged)]
     assert len(at.get("vega_lite_chart")) == 1
     assert "below 1× 2, costing you 1" in " ".join(str(c.value) for c in at.caption)
+    # what to do, as a file: no γ pays at this verify cost, so llama-server's flags turn speculation off and say why
+    assert "What to do" in [s.value for s in at.subheader]
+    offered = " ".join(str(c.value) for c in at.code)
+    assert "spectune watch: costing you" in offered and "--spec-type" not in offered.replace("/ --spec-type", "")
+    assert "this file: speculation off" in " ".join(str(m.value) for m in at.markdown)
 
 
 def test_the_cli_watches_a_server_killed_mid_watch(tmp_path: Path) -> None:

@@ -95,7 +95,7 @@ def test_observed_alpha_and_batch() -> None:
 
 
 def deployment(band: tuple[float, float] = (0.5, 0.95), knee: int | None = None) -> Deployment:
-    at = (lambda b: MEMORY_BOUND) if knee is None else (lambda b: COMPUTE_BOUND if b >= knee else MEMORY_BOUND)
+    at = (lambda b, g: MEMORY_BOUND) if knee is None else (lambda b, g: COMPUTE_BOUND if b >= knee else MEMORY_BOUND)
     return Deployment(NGRAM, 4, band, at, costing_windows=3)
 
 

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app import charts, common
 from app import watch_view as wv
+from engine.service.api import watch_action_file
 
 common.page_setup("Watch")
 st.title("Is speculation still paying?")
@@ -52,10 +53,22 @@ m4.metric("Requests running", wv.number_text(figures.get("requests_running"), 1)
 counts = wv.verdict_counts(rows)
 st.caption("Over the windows shown: " + ", ".join(f"{verdict} {n}" for verdict, n in counts.items()) + ".")
 
+offered_on = judged or latest
+offered = common.attempt(watch_action_file, store, str(offered_on["verdict"]), offered_on.get("figures") or {},
+                         action="make the file this verdict offers")  # fmt: skip
+if offered is not None:
+    st.subheader("What to do")
+    st.markdown(wv.offer_text(offered))
+    st.download_button(f"Download {offered.filename}", offered.text, file_name=offered.filename,
+                       mime=offered.mime, key="watch_action_file")  # fmt: skip
+    st.code(offered.text, language=offered.language)
+    if offered.checkable:
+        st.caption(wv.check_text(offered))
+
 st.subheader("Timeline")
 st.altair_chart(charts.watch_timeline(wv.timeline(rows)), use_container_width=True)
 if any(wv.tone(v) == "error" for v in counts):
-    st.page_link(common.PAGES["Recommend"], label="Recommend — export the configuration to serve instead",
+    st.page_link(common.PAGES["Recommend"], label="Recommend — the session's own answer and every export",
                  icon=common.ICONS["Recommend"])  # fmt: skip
 
 st.subheader("Windows")

@@ -49,6 +49,8 @@ from engine.service.budget import (
     sized_for,
 )
 from engine.service.default_engine import EngineDefault, default_engine
+from engine.service.watch_actions import ActionFile
+from engine.service.watch_actions import action_file as watch_action_file
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
 from engine.session.spec import LOOPS, LoopOptions, SessionSpec, session_engine
@@ -59,7 +61,7 @@ from engine.watch.window import STATES as WATCH_STATES
 __all__ = [
     "APIS", "BUNDLED", "BUSY_OTHER_CPU_PCT", "COMPUTE_BOUND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "ENGINE_KINDS",
     "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
-    "WATCH_STATES", "WATCH_VERDICTS",
+    "WATCH_STATES", "WATCH_VERDICTS", "ActionFile",
     "BestSpeedup", "Cut", "DraftMeasurement", "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace",
     "ParseResult", "Recommendation", "SessionSpec", "SizedPlan", "batch_sweep_eta_s", "best_speedup", "budget_facts",
     "budget_outcome",
@@ -68,5 +70,5 @@ __all__ = [
     "expected_tokens_per_call", "gamma_curve", "minutes", "operations_multiplier", "parameter_count", "parse_budget",
     "parse_levels", "parse_policy", "parse_prompt_bytes", "regime_of", "registry", "request_stats", "session_engine",
     "session_prompts", "size_to_budget", "sized_for", "speedup_flag", "stored_noisy", "stored_speedup_flag",
-    "summarise", "tokens_per_call", "verify_cost_eta_s", "walltime_improvement",
+    "summarise", "tokens_per_call", "verify_cost_eta_s", "walltime_improvement", "watch_action_file",
 ]  # fmt: skip

@@ -2,9 +2,13 @@
 size too) beside the target alone and the fixed γ the export gives one request in flight, at every concurrency
 level of the session the recommendation came from, on that session's prompts.
 
+An "off" file (speculative_config null) names the speculation it turns off under "replaces", as `watch` writes
+one: it is measured as that speculation beside the target alone the file serves.
+
 `submit_export_check` queues it (the worker runs it like any session); `export_check_rows` reads the finished
 session back as one row per level: what the schedule and the fixed γ measured there against the target alone,
-and which won (with the noise verdict: a win inside the noise is said to be one)."""
+and which won (with the noise verdict: a win inside the noise is said to be one); without a schedule, whether
+the fixed γ beat the target alone."""
 
 from __future__ import annotations
 
@@ -62,8 +66,12 @@ class LevelCheck:
     noisy: bool
 
     def winner(self) -> str:
-        if self.fixed is None or self.schedule is None:
+        """The faster side: the schedule or the fixed γ; without a schedule, the fixed γ or the target alone."""
+        if self.fixed is None:
             return "—"
+        if self.schedule is None:
+            won = "target alone" if self.fixed < 1.0 else "fixed γ"
+            return f"{won} (inside the noise)" if self.noisy else won
         if abs(self.schedule - self.fixed) < 1e-9:
             return "tie"
         won = "schedule" if self.schedule > self.fixed else "fixed γ"

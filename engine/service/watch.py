@@ -77,16 +77,18 @@ def deployment_for(store: Any, session_id: int, draft: str | None = None, gamma:
     if gamma < 1:
         raise SettingsError(f"γ {gamma}: a deployment that speculates drafts at least 1 token")
     band = alpha_band(store, session_id, chosen.name) or (chosen.alpha, chosen.alpha)
-    fixed_gamma = int(gamma)
-    return Deployment(chosen, fixed_gamma, band,
-                      lambda batch: judge_regime(ev.regime, batch, fixed_gamma, ev.verify_cost).label)  # fmt: skip
+    return Deployment(chosen, int(gamma), band,
+                      lambda batch, gamma: judge_regime(ev.regime, batch, gamma, ev.verify_cost).label,
+                      session_id=session_id)  # fmt: skip
 
 
-def record(window: Window, verdict: Verdict) -> dict[str, Any]:
-    """What is stored of a window: its figures, the predicted speedup and the verdict's reasons."""
+def record(window: Window, verdict: Verdict, dep: Deployment | None = None) -> dict[str, Any]:
+    """What is stored of a window: its figures, the predicted speedup, the verdict's reasons and the deployed
+    configuration it was judged as (what its action file is made from: engine.service.watch_actions)."""
+    deployed = {} if dep is None else {"session": dep.session_id, "draft": dep.measurement.name, "gamma": dep.gamma}
     return {**window.figures(), "start": window.start, "state": window.state, "message": window.message,
             "predicted_speedup": verdict.predicted_speedup, "alpha": verdict.alpha, "batch": verdict.batch,
-            "regime": verdict.regime, "action": verdict.action, "why": verdict.why}  # fmt: skip
+            "regime": verdict.regime, "action": verdict.action, "why": verdict.why, **deployed}  # fmt: skip
 
 
 def watch(
@@ -103,7 +105,7 @@ def watch(
         verdict = judge(window, dep, earlier)
         earlier.append(verdict.predicted_speedup)
         ended = datetime.fromtimestamp(window.end, UTC)
-        kept = store.save_watch_window(deployment, ended, window.seconds, verdict.verdict, record(window, verdict),
+        kept = store.save_watch_window(deployment, ended, window.seconds, verdict.verdict, record(window, verdict, dep),
                                        retention_days)  # fmt: skip
         if exporter is not None:
             exporter.update(deployment, window, verdict)

@@ -12,9 +12,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from engine.errors import SettingsError
+from engine.errors import SettingsError, SpectuneError
+from engine.service.outputs import output_folder
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -53,6 +55,8 @@ def add_commands(sub: Any) -> None:
         help="serve the verdicts as Prometheus metrics on PORT (0: a free one); see docs/watch.md",
     )
     w.add_argument("--serve-host", default="127.0.0.1", help="the address --serve-metrics listens on")
+    w.add_argument("--action-dir", default=None, metavar="DIR", type=output_folder,
+                   help="write the file a 'costing you' or 'acceptance collapsed' verdict offers into DIR")  # fmt: skip
 
 
 def _num(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
@@ -108,8 +112,11 @@ def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
                 raise SettingsError(f"cannot serve metrics on {args.serve_host}:{args.serve_metrics}: {exc}") from exc
             out(f"serving verdicts on http://{args.serve_host}:{port}/metrics")
         keep = RETENTION_DAYS if args.keep_days is None else args.keep_days
+        offered: str | None = None
         for judged in watch(store, source, dep, name, seconds, args.windows, keep, exporter=exporter):
             out(line(judged))
+            if judged.verdict.verdict != offered:
+                offered = offer(store, judged, dep, args.action_dir, out)
             sys.stdout.flush()
     finally:
         if exporter is not None:
@@ -117,6 +124,34 @@ def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
         source.close()
         store.close()
     return 0
+
+
+def offer(store: Any, judged: Any, dep: Any, folder: str | None, out: Callable[[str], None]) -> str | None:
+    """Say what the file a window's verdict offers does, and write it into `folder` (once per verdict in a row);
+    returns the verdict offered (None: nothing offered). A file that cannot be made or written is one line."""
+    from engine.service.outputs import write_output
+    from engine.service.watch import record
+    from engine.service.watch_actions import action_file
+
+    try:
+        made = action_file(store, judged.verdict.verdict, record(judged.window, judged.verdict, dep))
+    except SpectuneError as exc:
+        out(f"  no file offered: {exc}")
+        return judged.verdict.verdict
+    if made is None:
+        return None
+    if folder is None:
+        out(f"  offered: {made.says} (the Watch page has the file; --action-dir DIR writes it)")
+        return made.verdict
+    slug = re.sub(r"[^a-z0-9]+", "-", made.verdict.lower()).strip("-")
+    try:
+        path = write_output(Path(folder) / f"{slug}-{made.filename}", made.text)
+    except SpectuneError as exc:
+        out(f"  not written: {exc}")
+        return made.verdict
+    check = f"; measure it first: python -m engine check-export {path} --session {made.session_id}"
+    out(f"  wrote {path}: {made.says}" + (check if made.checkable else ""))
+    return made.verdict
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"watch": cmd_watch}

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from engine.endpoint.metrics import COUNTERS, PER_POSITION, ServerCounters
+from engine.endpoint.metrics import COUNTERS, PER_POSITION, PREFIXES, ServerCounters
 from engine.endpoint.transport import Connection, EndpointError
 from engine.watch.load import EMITTED, RUNNING, WAITING
 from engine.watch.window import Window, window_of
 
-_PREFIXES = "vllm:|llamacpp:|sglang:"
+_PREFIXES = "|".join(PREFIXES)
 _SELECTOR = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*"\s*,?\s*)*$')
 
 
@@ -83,6 +83,7 @@ class PrometheusSource:
         start, span = end - seconds, f"{max(int(round(seconds)), 1)}s"
         held = self.names(end)
         delta, reset = ServerCounters(), False
+        delta.engines = {engine for prefix, engine in PREFIXES.items() if any(n.startswith(prefix) for n in held)}
         for base, field in COUNTERS.items():
             name = base + "_total"
             if name not in held:

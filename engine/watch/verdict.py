@@ -34,8 +34,9 @@ class Deployment:
     measurement: DraftMeasurement
     gamma: int
     alpha_band: tuple[float, float]  # the lowest and highest α the session measured for this draft
-    regime_at: Callable[[int], str] = lambda batch: MEMORY_BOUND  # the regime at a serving batch (and this γ)
+    regime_at: Callable[[int, int], str] = lambda batch, gamma: MEMORY_BOUND  # the regime at a batch and a γ
     costing_windows: int = COSTING_WINDOWS
+    session_id: int | None = None  # the stored session that measured it
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
     if window.state != OK:
         return Verdict(window.state, why=window.message)
     batch = observed_batch(window)
-    regime = dep.regime_at(batch)
+    regime = dep.regime_at(batch, dep.gamma)
     said = regime if regime in REGIMES else f"regime {regime}: read as {MEMORY_BOUND}"
     alpha = observed_alpha(window, dep.gamma)
     if collapsed(window):

@@ -48,6 +48,7 @@ class Window:
     drafting_fraction: float | None = None
     requests_running: float | None = None
     requests_waiting: float | None = None
+    engine: str | None = None  # the engine whose counters these are (engine.endpoint.metrics.PREFIXES), when one
 
     @property
     def seconds(self) -> float:
@@ -106,6 +107,7 @@ def window_of(
         emitted_tokens=emitted, mean_acceptance_length=delta.mean_acceptance_length(),
         draft_acceptance_rate=delta.draft_acceptance_rate(), per_position_acceptance=delta.per_position_acceptance(),
         requests_running=running, requests_waiting=waiting,
+        engine=next(iter(delta.engines)) if len(delta.engines) == 1 else None,
     )  # fmt: skip
     if emitted and delta.drafts:
         w.drafting_fraction = delta.as_spec(int(round(emitted))).drafting_fraction()

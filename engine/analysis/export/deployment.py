@@ -44,6 +44,7 @@ class Deployment:
     as_policy: bool = False  # exported as a policy: each file says what its engine runs of it and what is lost
     predicted: Mapping[str, Any] = field(default_factory=dict)
     vllm_version: str = VLLM_VERSION  # the vLLM the user deploys (engine.analysis.export.vllm checks it)
+    replaces: Deployment | None = None  # an "off" file: the speculating deployment it turns off, where one is known
 
     @property
     def off(self) -> bool:

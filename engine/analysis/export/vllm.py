@@ -40,6 +40,8 @@ OFF_RANGE_MEASURED = (
     "that cost in the measured sessions and how much of your traffic the schedule needs where it speculates"
 )
 
+REPLACES = "the speculation this file turns off: check-export measures it beside the target alone"
+
 
 def version_tuple(version: str) -> tuple[int, int, int]:
     """'0.32.0+cpu' → (0, 32, 0); SettingsError for anything that is not a vLLM version number."""
@@ -112,6 +114,8 @@ def config(dep: Deployment) -> JsonFile:
             "reason": dep.rec.explanation,
             "note": "Launch vLLM without --speculative-config.",
         }
+        if dep.replaces is not None:
+            doc["replaces"] = {"speculative_config": _speculative_config(dep.replaces, version)[0], "note": REPLACES}
     else:
         speculative, comments, fixed = _speculative_config(dep, version)
         notes += fixed

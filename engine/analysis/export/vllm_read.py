@@ -28,6 +28,7 @@ class VllmExported:
     gamma: int
     schedule: dict[int, int] | None
     speculative_config: dict[str, Any]
+    off: bool = False  # the file turns speculation off: draft, γ and config are those of the speculation it replaces
 
     def policy(self) -> BatchSchedule | None:
         return BatchSchedule(tuple(self.schedule.items())) if self.schedule else None
@@ -43,13 +44,26 @@ def read_vllm_export(text: str) -> VllmExported:
         raise SettingsError('not a vLLM export: it has no "engine": "vllm" (recommend --export vllm writes one)')
     config = doc.get("speculative_config")
     if config is None:
-        raise SettingsError("the export turns speculation off (speculative_config null): there is nothing to measure")
+        return _off(doc.get("replaces"))
     if not isinstance(config, dict):
         raise SettingsError("the export's speculative_config is not a JSON object")
     gamma = _positive(config.get("num_speculative_tokens"), "num_speculative_tokens")
     schedule = _schedule(config.get("num_speculative_tokens_per_batch_size"), gamma)
     first = schedule[min(schedule)] if schedule else gamma
     return VllmExported(_draft(config), first, schedule, config)
+
+
+def _off(replaces: Any) -> VllmExported:
+    """An "off" file, measured as the speculation it names under "replaces" beside the target alone it serves."""
+    config = replaces.get("speculative_config") if isinstance(replaces, dict) else None
+    if not isinstance(config, dict):
+        raise SettingsError('the export turns speculation off (speculative_config null) and names no speculation it '
+                            'replaces ("replaces": {"speculative_config": …}, as `watch` writes it): there is nothing '
+                            "to measure it against")  # fmt: skip
+    if config.get("num_speculative_tokens_per_batch_size") is not None:
+        raise SettingsError("the speculation an off file replaces must be a fixed num_speculative_tokens")
+    gamma = _positive(config.get("num_speculative_tokens"), "replaced num_speculative_tokens")
+    return VllmExported(_draft(config), gamma, None, config, off=True)
 
 
 def _positive(value: Any, name: str) -> int:
