@@ -15,19 +15,30 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from watch_parts import DRAFT, SHIFTED, complete, ngram_config, ngram_session
+from watch_parts import (
+    DRAFT,
+    REPETITIVE,
+    SHIFTED,
+    complete,
+    draft_config,
+    load_steps,
+    ngram_config,
+    ngram_session,
+    scrambled_draft,
+)
 from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
 from watch_parts import store as store  # noqa: F401 - a fixture
 
-from engine.analysis.theory import COMPUTE_BOUND
+from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
 from engine.llamacpp.server import ManagedServer
 from engine.service.watch import deployment_for, watch
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
-from engine.watch.verdict import BELOW, COSTING, DRIFTED, PAYING, VERDICTS
+from engine.watch.verdict import BELOW, COLLAPSED, COSTING, DRIFTED, PAYING, VERDICTS
 from engine.watch.watcher import metrics_windows, prometheus_windows
 from engine.watch.window import DOWN, MALFORMED, OK, RESET
 from store import Store, open_store
@@ -129,6 +140,59 @@ def test_a_costly_verify_is_costing_you_on_the_third_window_and_the_watch_page_s
     assert "off" in judged[2].verdict.action and "2 of 3" in judged[1].verdict.why
     assert [w["verdict"] for w in store.list_watch_windows("steep")] == verdicts
     page_shows(tmp_path, monkeypatch, "steep", judged)
+
+
+def test_a_draft_that_accepts_nothing_is_acceptance_collapsed_and_offers_speculation_off(
+    store: Store, tmp_path: Path
+) -> None:
+    """llama-server drafting with a draft whose token embeddings are shuffled: it proposes at every step and the
+    target accepts next to nothing, so the window is "acceptance collapsed" and offers llama-server's flags with
+    speculation off."""
+    from engine.service.watch import record
+    from engine.service.watch_actions import action_file
+
+    dep = deployment_for(store, ngram_session(store, draft="smollm2-135m"), gamma=4)
+    server = ManagedServer(draft_config(scrambled_draft(tmp_path)))
+    try:
+        server.start()
+        (judged,) = list(watch(store, MetricsSource(server.url), dep, "scrambled", 5.0, 1, polls=1,
+                               sleep=driven([lambda: complete(server.url, SHIFTED, tokens=48)])))  # fmt: skip
+    finally:
+        server.stop()
+    window = judged.window
+    assert window.num_drafts and window.num_drafts >= 10 and window.engine == "llama.cpp", window
+    assert window.mean_acceptance_length is not None and window.mean_acceptance_length <= 1.05, window
+    assert judged.verdict.verdict == COLLAPSED and "off" in judged.verdict.action
+    offered = action_file(store, COLLAPSED, record(window, judged.verdict, dep))
+    assert offered is not None and offered.fmt == "llamacpp" and "acceptance collapsed" in offered.text
+    assert not [line for line in offered.text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_concurrency_climbing_from_1_to_8_turns_paying_into_costing_you(store: Store) -> None:
+    """One request in flight on repeated text, then eight on fresh text: the session's batch sweep has its knee at 16
+    token rows, so a γ-4 verify (5 rows a request) is memory-bound alone and compute-bound from 4 requests on, where
+    every rejected draft token is billed. The first window pays; once the load climbs, the verdict is "costing you"
+    within four windows (the windows between may say the traffic drifted), at the batch the server reported. The
+    load generator stops by itself."""
+    sid = ngram_session(store)
+    store.set_regime(sid, {"serving_batch": 1, "batch_sweep": {"batch_sizes": [1, 2, 4, 8, 16, 32],
+                                                                "step_times_s": [10.0, 10.2, 10.5, 11.0, 20.5, 40.0]}})
+    dep = deployment_for(store, sid, gamma=4)
+    server = ManagedServer(replace(ngram_config(), parallel=8, ctx_size=4096))
+    try:
+        server.start()
+        window_s = 6.0
+        steps = [(1, window_s + 1.5, REPETITIVE), (8, 5 * window_s, SHIFTED)]  # repeated text, then fresh text
+        with load_steps(server.url, steps) as finished:
+            judged = list(watch(store, MetricsSource(server.url), dep, "climb", window_s, 5, polls=6))
+    finally:
+        server.stop()
+    verdicts = [j.verdict.verdict for j in judged]
+    assert finished[0] >= 1 and finished[1] >= 8, finished
+    assert verdicts[0] == PAYING and judged[0].verdict.regime == MEMORY_BOUND, judged[0]
+    costing = verdicts.index(COSTING) if COSTING in verdicts else None
+    assert costing is not None and costing <= 4, [(j.verdict.verdict, j.verdict.batch, j.verdict.why) for j in judged]
+    assert judged[costing].verdict.batch >= 4 and judged[costing].verdict.regime == COMPUTE_BOUND
 
 
 def page_shows(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, judged: list) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +32,30 @@ def ngram_config() -> ServerConfig:
                         ngram_size_m=4, parallel=1, ctx_size=1024, threads=2)  # fmt: skip
 
 
+def scrambled_draft(folder: Path) -> Path:
+    """A copy of the smallest bundled GGUF whose final norm's gains are all zero: the same architecture and
+    vocabulary, so llama-server drafts with it, but every logit is 0 and it proposes the same first token at every
+    position, which the target next to never accepts (a draft served under the wrong weights)."""
+    import numpy as np
+    from gguf import GGUFReader
+
+    source = gguf_for("smollm2-135m", "target")
+    norm = next(t for t in GGUFReader(source).tensors if t.name == "output_norm.weight")
+    copy = folder / "scrambled-draft.gguf"
+    shutil.copyfile(source, copy)
+    gains = np.zeros(int(norm.n_elements), dtype=np.float32)
+    with copy.open("r+b") as f:
+        f.seek(norm.data_offset)
+        f.write(gains.tobytes())
+    return copy
+
+
+def draft_config(draft: Path) -> ServerConfig:
+    """llama-server on SmolLM2-135M drafting with `draft` at γ 4, whatever the draft's own confidence."""
+    return ServerConfig(gguf_for("smollm2-135m", "target"), draft=draft, spec_type="draft-simple", draft_n_max=4,
+                        draft_n_min=0, draft_p_min=0.0, parallel=1, ctx_size=1024, threads=2)  # fmt: skip
+
+
 def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
     """One greedy completion from the server (its counters move when it ends)."""
     body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
@@ -39,17 +64,51 @@ def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
         return str(json.loads(reply.read())["content"])
 
 
-def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99), verify: dict[str, float] = VERIFY) -> int:
-    """A finished llama.cpp session of the n-gram draft at γ 2 and 4, its α measured at `alphas`, v(k) `verify`."""
+@contextmanager
+def load_steps(url: str, steps: list[tuple[int, float, str]]) -> Iterator[list[int]]:
+    """Requests kept in flight against `url`, step after step: (concurrency, seconds, prompt) each, from now. Each of a
+    step's threads sends one request after another until its step ends, and stops by itself after its request in
+    flight; leaving the context stops every step (the longest wait: one request). Yields the finished requests'
+    count per step, filled as they finish."""
+    stop = threading.Event()
+    done = [0] * len(steps)
+    threads: list[threading.Thread] = []
+    begin = time.monotonic()
+
+    def send(step: int, start: float, end: float, prompt: str) -> None:
+        while time.monotonic() < start and not stop.is_set():
+            time.sleep(0.05)
+        while time.monotonic() < end and not stop.is_set():
+            complete(url, prompt, tokens=32)
+            done[step] += 1
+
+    for step, (concurrency, seconds, prompt) in enumerate(steps):
+        for _ in range(concurrency):
+            threads.append(threading.Thread(target=send, args=(step, begin, begin + seconds, prompt), daemon=True))
+        begin += seconds
+    for t in threads:
+        t.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=180)
+
+
+def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99), verify: dict[str, float] = VERIFY,
+                  draft: str = DRAFT) -> int:  # fmt: skip
+    """A finished llama.cpp session of `draft` (the n-gram draft) at γ 2 and 4, its α measured at `alphas`, v(k)
+    `verify`."""
     set_id, _, _ = store.add_prompt_set("watch", None, [{"text": REPETITIVE}])
-    sid = store.create_session(target="smollm2-135m", drafts=[DRAFT], gammas=[2, 4], temperatures=[0.0],
+    sid = store.create_session(target="smollm2-135m", drafts=[draft], gammas=[2, 4], temperatures=[0.0],
                                max_new_tokens=32, prompt_set_id=set_id, n_prompts=1,
                                options={"engine": "llama.cpp"})  # fmt: skip
     store.claim_next_session("test:1")
     base = store.create_run(sid, "none", 0, 0.0, "baseline")
     store.finish_run(base, {"engine": "llama.cpp"}, tokens_per_s=6.0, tokens_per_call=1.0, speedup_measured=1.0)
     for gamma, alpha, speedup in ((2, alphas[0], 0.9), (4, alphas[1], 1.6)):
-        run = store.create_run(sid, DRAFT, gamma, 0.0, "speculative")
+        run = store.create_run(sid, draft, gamma, 0.0, "speculative")
         store.finish_run(run, {"engine": "llama.cpp", "alpha_from_acceptance_length": alpha}, c=0.0,
                          tokens_per_s=6.0 * speedup, speedup_measured=speedup, tokens_per_call=1 + gamma * alpha,
                          per_position_acceptance=[alpha] * gamma, verify_cost=verify)  # fmt: skip
