@@ -85,7 +85,9 @@ def windows_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "verdict": row.get("verdict"), "predicted": _rounded(f.get("predicted_speedup"), 2, "×"),
             "mean acceptance length": _rounded(f.get("mean_acceptance_length"), 2),
             "draft acceptance rate": _rounded(f.get("draft_acceptance_rate"), 2), "α": _rounded(f.get("alpha"), 2),
-            "requests running": _rounded(f.get("requests_running"), 1), "batch": _whole(f.get("batch")),
+            "requests running": _rounded(f.get("requests_running"), 1),
+            "requests waiting": _rounded(f.get("requests_waiting"), 1),
+            "time per output token": _milliseconds(f.get("time_per_output_token_s")), "batch": _whole(f.get("batch")),
             "regime": f.get("regime") or "", "why": f.get("why") or f.get("message") or "",
         })  # fmt: skip
     return pd.DataFrame(out)
@@ -95,6 +97,11 @@ def number_text(value: Any, digits: int, unit: str = "", missing: str = "—") -
     """A figure rounded for the page, or `missing` where the window had none."""
     number = _number(value)
     return missing if number is None else f"{number:.{digits}f}{unit}"
+
+
+def _milliseconds(seconds: Any) -> str:
+    number = _number(seconds)
+    return "" if number is None else f"{number * 1000:.1f} ms"
 
 
 def _whole(value: Any) -> str:

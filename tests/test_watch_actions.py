@@ -24,11 +24,9 @@ from store import open_store
 from tests.test_cli import engine
 from tests.test_recommend_surface import store_vllm_session
 from tests.test_watch_verdicts import NGRAM
-from tests.watch_parts import DRAFT, ngram_session
+from tests.watch_parts import DRAFT, KNEE_AT_16, ngram_session
 
-KNEE = 16  # FLAT_THEN_LINEAR's knee (tests/test_regime.py): a verify of batch·(γ+1) rows at or past it is compute-bound
-SWEEP = {"serving_batch": 1, "batch_sweep": {"batch_sizes": [1, 2, 4, 8, 16, 32],
-                                             "step_times_s": [10.0, 10.2, 10.5, 11.0, 20.5, 40.0]}}  # fmt: skip
+KNEE = 16  # KNEE_AT_16's: a verify of batch·(γ+1) rows at or past it is compute-bound
 
 
 def by_width(batch: int, gamma: int) -> str:
@@ -53,7 +51,7 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
     store = open_store(default_database_url())
     vllm = store_vllm_session(store)
-    store.set_regime(vllm, SWEEP)
+    store.set_regime(vllm, KNEE_AT_16)
     yield SimpleNamespace(store=store, vllm=vllm, llama=ngram_session(store), home=tmp_path)
     store.close()
 
@@ -154,8 +152,9 @@ def test_the_cli_writes_the_offered_file_and_says_how_to_check_it(stores, tmp_pa
     assert offer(stores.store, judged, dep, str(tmp_path), said.append) == COLLAPSED
     written = tmp_path / "acceptance-collapsed-vllm-speculative-config.json"
     assert read_vllm_export(written.read_text()).off
-    assert said == [f"  wrote {written}: {action_file(stores.store, COLLAPSED, record(window, judged.verdict, dep)).says}"
-                    f"; measure it first: python -m engine check-export {written} --session {stores.vllm}"]
+    says = action_file(stores.store, COLLAPSED, record(window, judged.verdict, dep)).says
+    assert said == [f"  wrote {written}: {says}; measure it first: python -m engine check-export {written} "
+                    f"--session {stores.vllm}"]  # fmt: skip
     said.clear()
     assert offer(stores.store, judged, dep, None, said.append) == COLLAPSED  # no folder: said, not written
     assert said[0].startswith("  offered: speculation off") and "--action-dir DIR" in said[0]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from watch_parts import (
     DRAFT,
+    KNEE_AT_16,
     REPETITIVE,
     SHIFTED,
     complete,
@@ -77,6 +78,7 @@ def test_windows_from_a_real_server_then_a_restart_and_a_stop(store: Store) -> N
     assert first.num_drafts and first.num_drafts > 0 and first.emitted_tokens == 32
     assert 1.5 < first.mean_acceptance_length <= 5.0  # the repeated sentence: most drafts accepted, γ 4 at most
     assert 0.3 < first.draft_acceptance_rate <= 1.0
+    assert first.time_per_output_token_s is not None and 0.0 < first.time_per_output_token_s < 5.0, first
     assert first.per_position_acceptance and all(0 <= r <= 1 for r in first.per_position_acceptance)
     assert first.requests_running is not None
     assert second.state == RESET and "went down" in second.message
@@ -175,8 +177,7 @@ def test_concurrency_climbing_from_1_to_8_turns_paying_into_costing_you(store: S
     within four windows (the windows between may say the traffic drifted), at the batch the server reported. The
     load generator stops by itself."""
     sid = ngram_session(store)
-    store.set_regime(sid, {"serving_batch": 1, "batch_sweep": {"batch_sizes": [1, 2, 4, 8, 16, 32],
-                                                                "step_times_s": [10.0, 10.2, 10.5, 11.0, 20.5, 40.0]}})
+    store.set_regime(sid, KNEE_AT_16)
     dep = deployment_for(store, sid, gamma=4)
     server = ManagedServer(replace(ngram_config(), parallel=8, ctx_size=4096))
     try:

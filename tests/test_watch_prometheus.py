@@ -56,6 +56,9 @@ def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path) -> No
             assert window.per_position_acceptance == pytest.approx(direct.per_position_acceptance(), abs=0.1)
             assert window.emitted_tokens == pytest.approx(32, rel=0.35)  # increase() extrapolates to the window
             assert window.requests_running is not None
+            # PromQL's increase() of llama.cpp's generation seconds over its predicted tokens: a few ms to a second
+            assert window.time_per_output_token_s is not None and 0.0 < window.time_per_output_token_s < 5.0
+            assert window.engine == "llama.cpp"
 
             def restart() -> None:
                 server.stop()

@@ -6,8 +6,8 @@ import pytest
 
 from engine.analysis.recommend_types import DraftMeasurement
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
+from engine.endpoint.load import Load, parse_load
 from engine.endpoint.metrics import ServerCounters, parse_metrics
-from engine.watch.load import Load, parse_load
 from engine.watch.verdict import (
     BELOW,
     COLLAPSED,
@@ -20,7 +20,7 @@ from engine.watch.verdict import (
     observed_batch,
     predicted_speedup,
 )
-from engine.watch.window import IDLE, OK, RESET, Reading, Window, window_between, window_of
+from engine.watch.window import IDLE, OK, RESET, Reading, Window, tpot_between, window_between, window_of
 
 NGRAM = DraftMeasurement(name="ngram:1-3", method="ngram", model_ref=None, alpha=0.6,
                          per_position_acceptance=[0.6, 0.5, 0.4], verify_cost={2: 1.1, 3: 1.2, 5: 1.4})  # fmt: skip
@@ -134,6 +134,27 @@ def test_load_gauges_are_summed_over_label_sets() -> None:
             'vllm:num_requests_running{engine="1"} 2\n# TYPE vllm:generation_tokens counter\n'
             'vllm:generation_tokens_total 500\n')  # fmt: skip
     assert parse_load(text) == Load(running=5.0, waiting=None, emitted=500.0)
+
+
+def test_time_per_output_token_is_each_engines_seconds_over_its_count_across_a_window() -> None:
+    def vllm(seconds: float, requests: int) -> Load:
+        return parse_load("# TYPE vllm:request_time_per_output_token_seconds histogram\n"
+                          f'vllm:request_time_per_output_token_seconds_bucket{{le="+Inf"}} {requests}\n'
+                          f"vllm:request_time_per_output_token_seconds_sum {seconds}\n"
+                          f"vllm:request_time_per_output_token_seconds_count {requests}\n")  # fmt: skip
+
+    def llama(seconds: float, tokens: int) -> Load:
+        return parse_load("# TYPE llamacpp:tokens_predicted_seconds_total counter\n"
+                          f"llamacpp:tokens_predicted_seconds_total {seconds}\n"
+                          "# TYPE llamacpp:tokens_predicted_total counter\n"
+                          f"llamacpp:tokens_predicted_total {tokens}\n")  # fmt: skip
+
+    assert vllm(0.5, 20) == Load(tpot_seconds=0.5, tpot_count=20.0)
+    assert tpot_between(vllm(0.5, 20), vllm(0.9, 30)) == pytest.approx(0.04)  # 10 requests at 40 ms a token
+    assert tpot_between(llama(2.0, 100), llama(5.0, 200)) == pytest.approx(0.03)
+    assert tpot_between(llama(2.0, 100), llama(2.0, 100)) is None  # nothing generated in the window
+    assert tpot_between(Load(), llama(2.0, 100)) is None  # not exposed before
+    assert llama(2.0, 100).emitted == 100.0
 
 
 def test_per_position_counts_that_do_not_add_up_are_left_out() -> None:

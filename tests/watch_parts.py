@@ -24,6 +24,9 @@ DRAFT = "ngram:3-4"
 REPETITIVE = " ".join(["the cat sat on the mat."] * 5)  # continued as it goes: n-gram lookup drafts it all
 SHIFTED = "the cat sat on the mat. the dog sat on the rug. the cow sat on the hay. the hen sat on the"  # drafts miss
 VERIFY = {"1": 1.0, "2": 1.2, "4": 2.1, "5": 2.4}  # llama.cpp Q4 kernels on a CPU: a 5-token verify ≈ 2.4 steps
+# a regime record whose batch sweep bends at 16 token rows: a verify of batch·(γ+1) rows at or past it is compute-bound
+KNEE_AT_16 = {"serving_batch": 1, "batch_sweep": {"batch_sizes": [1, 2, 4, 8, 16, 32],
+                                                  "step_times_s": [10.0, 10.2, 10.5, 11.0, 20.5, 40.0]}}  # fmt: skip
 
 
 def ngram_config() -> ServerConfig:

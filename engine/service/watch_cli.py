@@ -69,9 +69,11 @@ def line(judged: Any) -> str:
     when = time.strftime("%H:%M:%S", time.localtime(w.end))
     if v.predicted_speedup is None and v.alpha is None and w.mean_acceptance_length is None:
         return f"{when}  {v.verdict}: {v.why}"
+    tpot = "" if w.time_per_output_token_s is None else f", {w.time_per_output_token_s * 1000:.1f} ms per output token"
     figures = (
         f"mean acceptance length {_num(w.mean_acceptance_length)}, draft acceptance rate "
         f"{_num(w.draft_acceptance_rate)}, α {_num(v.alpha)}, requests running {_num(w.requests_running, '.1f')}"
+        f"{tpot}"
     )
     tail = f"{v.why}" + (f"; {v.action}" if v.action else "")
     return f"{when}  {v.verdict}  {figures} — {tail}"

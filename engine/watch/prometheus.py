@@ -1,7 +1,7 @@
 """A Prometheus server's HTTP API as a watch source: PromQL increases of the engine's counters over a window.
 
 Queries go to /api/v1/query (instant queries at the window's end); the JSON answer is parsed by json. The counter
-names are engine.endpoint.metrics' (with Prometheus' `_total` suffix) and engine.watch.load's; only the names the
+names are engine.endpoint.metrics' (with Prometheus' `_total` suffix) and engine.endpoint.load's; only the names the
 server holds are asked for. A window with a counter reset (Prometheus' resets()) is in state "reset".
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from engine.endpoint.load import EMITTED, RUNNING, TPOT, WAITING
 from engine.endpoint.metrics import COUNTERS, PER_POSITION, PREFIXES, ServerCounters
 from engine.endpoint.transport import Connection, EndpointError
-from engine.watch.load import EMITTED, RUNNING, WAITING
 from engine.watch.window import Window, window_of
 
 _PREFIXES = "|".join(PREFIXES)
@@ -101,7 +101,17 @@ class PrometheusSource:
         emitted = self._total([n + "_total" for n in EMITTED if n + "_total" in held], "increase", span, end)
         running = self._total([n for n in RUNNING if n in held], "avg_over_time", span, end)
         waiting = self._total([n for n in WAITING if n in held], "avg_over_time", span, end)
-        return window_of(start, end, delta, emitted, running, waiting, reset)
+        return window_of(start, end, delta, emitted, running, waiting, reset, self._tpot(held, span, end))
+
+    def _tpot(self, held: set[str], span: str, at: float) -> float | None:
+        """The mean time per output token over the window, from the engine's (seconds, count) pair."""
+        for seconds, count in TPOT:
+            if seconds in held and count in held:
+                took = self._sum(f"sum(increase({self._sel(seconds)}[{span}]))", at)
+                tokens = self._sum(f"sum(increase({self._sel(count)}[{span}]))", at)
+                if took is not None and tokens:
+                    return took / tokens
+        return None
 
     def _total(self, names: list[str], fn: str, span: str, at: float) -> float | None:
         values = [v for n in names if (v := self._sum(f"sum({fn}({self._sel(n)}[{span}]))", at)) is not None]

@@ -6,9 +6,9 @@ import http.client
 import time
 from collections.abc import Callable
 
+from engine.endpoint.load import parse_load
 from engine.endpoint.metrics import parse_metrics
 from engine.endpoint.transport import Connection, EndpointError, status_error
-from engine.watch.load import parse_load
 from engine.watch.window import Reading
 
 

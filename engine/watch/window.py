@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.endpoint.load import Load
 from engine.endpoint.metrics import ServerCounters
-from engine.watch.load import Load
 
 OK, RESET, IDLE, DOWN, MALFORMED = "ok", "reset", "idle", "source down", "malformed"
 STATES = (OK, RESET, IDLE, DOWN, MALFORMED)
@@ -48,6 +48,7 @@ class Window:
     drafting_fraction: float | None = None
     requests_running: float | None = None
     requests_waiting: float | None = None
+    time_per_output_token_s: float | None = None  # mean seconds per output token over the window (engine's own)
     engine: str | None = None  # the engine whose counters these are (engine.endpoint.metrics.PREFIXES), when one
 
     @property
@@ -92,8 +93,10 @@ def window_of(
     running: float | None = None,
     waiting: float | None = None,
     reset: bool = False,
+    tpot_s: float | None = None,
 ) -> Window:
-    """A window from counter deltas (`emitted`: tokens emitted in it; `running`, `waiting`: mean gauges)."""
+    """A window from counter deltas (`emitted`: tokens emitted in it; `running`, `waiting`: mean gauges; `tpot_s`:
+    its time per output token)."""
     down = _went_down(delta, emitted)
     if reset or down:
         why = f"counters went down ({', '.join(down)})" if down else "counters were reset"
@@ -106,7 +109,7 @@ def window_of(
         num_accepted_tokens=delta.accepted_tokens, num_accepted_tokens_per_pos=dict(delta.accepted_per_position),
         emitted_tokens=emitted, mean_acceptance_length=delta.mean_acceptance_length(),
         draft_acceptance_rate=delta.draft_acceptance_rate(), per_position_acceptance=delta.per_position_acceptance(),
-        requests_running=running, requests_waiting=waiting,
+        requests_running=running, requests_waiting=waiting, time_per_output_token_s=tpot_s,
         engine=next(iter(delta.engines)) if len(delta.engines) == 1 else None,
     )  # fmt: skip
     if emitted and delta.drafts:
@@ -125,7 +128,17 @@ def window_between(before: Reading, after: Reading, loads: list[Load] | None = N
     return window_of(
         before.at, after.at, after.counters.minus(before.counters), emitted,
         _mean([g.running for g in gauges]), _mean([g.waiting for g in gauges]),
+        tpot_s=tpot_between(before.load, after.load),
     )  # fmt: skip
+
+
+def tpot_between(before: Load, after: Load) -> float | None:
+    """The mean time per output token between two readings (None: not exposed, or nothing finished between)."""
+    if None in (before.tpot_seconds, before.tpot_count, after.tpot_seconds, after.tpot_count):
+        return None
+    count = float(after.tpot_count) - float(before.tpot_count)  # type: ignore[arg-type]
+    seconds = float(after.tpot_seconds) - float(before.tpot_seconds)  # type: ignore[arg-type]
+    return seconds / count if count > 0 and seconds >= 0 else None
 
 
 def failed_window(start: float, end: float, state: str, message: str) -> Window:
