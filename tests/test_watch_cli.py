@@ -66,3 +66,10 @@ def test_the_deployed_gamma_defaults_to_the_sessions_recommendation(session_id: 
         rec = recommend_from_store(store, [session_id])[0]
     assert dep.measurement.name == "ngram:3-4" and dep.alpha_band == (0.3, 0.99)
     assert rec.draft_name == "ngram:3-4" and dep.gamma == rec.gamma >= 1  # "deployed as recommended"
+
+
+def test_without_gamma_an_unreadable_server_leaves_the_sessions_recommendation(session_id: int, capsys) -> None:
+    code, out, _ = cli(["watch", "--metrics-url", "http://127.0.0.1:9", "--session", session_id, "--window", "1s",
+                        "--windows", "1"], capsys)  # fmt: skip
+    header = out.splitlines()[0]
+    assert code == 0 and "(the session's recommendation; the server could not be read for its γ" in header, out

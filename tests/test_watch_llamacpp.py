@@ -36,7 +36,7 @@ from watch_parts import store as store  # noqa: F401 - a fixture
 
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
 from engine.llamacpp.server import ManagedServer
-from engine.service.watch import deployment_for, watch
+from engine.service.watch import deployed_gamma, deployment_for, watch
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
 from engine.watch.verdict import BELOW, COLLAPSED, COSTING, DRIFTED, PAYING, VERDICTS
@@ -131,9 +131,12 @@ def test_a_costly_verify_is_costing_you_on_the_third_window_and_the_watch_page_s
     server = ManagedServer(ngram_config())
     try:
         server.start()
+        assert deployed_gamma(MetricsSource(server.url)) == (None, "the server counts no draft position yet")
         varied = lambda: complete(server.url, SHIFTED)  # noqa: E731
         judged = list(watch(store, MetricsSource(server.url), dep, "steep", 5.0, 3, polls=1,
                             sleep=driven([varied, varied, varied])))  # fmt: skip
+        # the deployed γ, as the server says it: ngram-simple drafts size-m = 4 tokens, counted at 4 positions
+        assert deployed_gamma(MetricsSource(server.url))[0] == 4
     finally:
         server.stop()
     verdicts = [j.verdict.verdict for j in judged]

@@ -42,7 +42,9 @@ def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path) -> No
         with running_prometheus(server.url.split("//")[1], tmp_path) as prom:
             source = PrometheusSource(prom, 'job="llama"')
             wait_up(source, 1.0)
-            complete(server.url, tokens=8)  # the per-position series exist from here (increase() needs a start)
+            # every per-position series exists from here (increase() needs a first value): a request long enough to
+            # draft at all four positions, not 8 tokens that may leave a position's first count inside the window
+            complete(server.url, tokens=32)
             time.sleep(2.0)
             before = scrape(Connection(server.url))
             began = time.time()
@@ -59,6 +61,7 @@ def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path) -> No
             # PromQL's increase() of llama.cpp's generation seconds over its predicted tokens: a few ms to a second
             assert window.time_per_output_token_s is not None and 0.0 < window.time_per_output_token_s < 5.0
             assert window.engine == "llama.cpp"
+            assert source.positions() == 4  # ngram-simple's size-m: the deployed γ, as the servers count it
 
             def restart() -> None:
                 server.stop()

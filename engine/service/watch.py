@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.analysis.regime import judge_regime
 from engine.analysis.theory import alpha_from_mean_accepted
+from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError, SpectuneError
 from engine.service.evidence import gather, recommend_from_store
 from engine.watch.exporter import Exporter
@@ -80,6 +81,19 @@ def deployment_for(store: Any, session_id: int, draft: str | None = None, gamma:
     return Deployment(chosen, int(gamma), band,
                       lambda batch, gamma: judge_regime(ev.regime, batch, gamma, ev.verify_cost).label,
                       session_id=session_id)  # fmt: skip
+
+
+def deployed_gamma(source: Source) -> tuple[int | None, str]:
+    """The γ the server drafts, as its per-position acceptance counters say (vLLM counts every position from the
+    start, llama-server each position once it has drafted there), and where it came from; (None, why) where the
+    server says nothing yet or cannot be read."""
+    try:
+        counted = source.positions()
+    except EndpointError as exc:
+        return None, f"the server could not be read for its γ ({exc})"
+    if counted is None:
+        return None, "the server counts no draft position yet"
+    return counted, f"the server's per-position acceptance counters ({counted} positions)"
 
 
 def record(window: Window, verdict: Verdict, dep: Deployment | None = None) -> dict[str, Any]:

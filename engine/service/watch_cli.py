@@ -45,7 +45,8 @@ def add_commands(sub: Any) -> None:
     w.add_argument("--windows", type=int, default=None, metavar="K", help="stop after K windows (default: never)")
     w.add_argument("--deployment", default=None, help="the name windows are stored under (default: the URL)")
     w.add_argument("--draft", default=None, help="the deployed draft (default: the session's only draft)")
-    w.add_argument("--gamma", type=int, default=None, help="the deployed γ (default: the session's recommendation)")
+    w.add_argument("--gamma", type=int, default=None, help="the deployed γ (default: as the server's per-position "
+                   "counters say, else the session's recommendation)")  # fmt: skip
     w.add_argument("--keep-days", type=float, default=None, help="delete stored windows older than this (default 30)")
     w.add_argument(
         "--serve-metrics",
@@ -81,7 +82,7 @@ def line(judged: Any) -> str:
 
 def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     from engine.service.jobs import open_app_store
-    from engine.service.watch import RETENTION_DAYS, deployment_for, watch
+    from engine.service.watch import RETENTION_DAYS, deployed_gamma, deployment_for, watch
     from engine.watch.exporter import Exporter
     from engine.watch.prometheus import PrometheusSource
     from engine.watch.scrape import MetricsSource
@@ -103,9 +104,12 @@ def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
     store = open_app_store()
     exporter = Exporter() if args.serve_metrics is not None else None
     try:
-        dep = deployment_for(store, args.session, args.draft, args.gamma)
+        gamma, basis = (args.gamma, "as given") if args.gamma is not None else deployed_gamma(source)
+        dep = deployment_for(store, args.session, args.draft, gamma)
+        if gamma is None:
+            basis = f"the session's recommendation; {basis}"
         name = args.deployment or url
-        out(f"watching {name}: {dep.measurement.name} at γ={dep.gamma}, session {args.session} "
+        out(f"watching {name}: {dep.measurement.name} at γ={dep.gamma} ({basis}), session {args.session} "
             f"(α measured {dep.alpha_band[0]:.2f}–{dep.alpha_band[1]:.2f}), {seconds:g} s windows")  # fmt: skip
         if exporter is not None:
             try:

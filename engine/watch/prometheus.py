@@ -72,6 +72,19 @@ class PrometheusSource:
         result = self._query(f"count by (__name__) ({{{matchers}}})", at)
         return {str(s.get("metric", {}).get("__name__")) for s in result if isinstance(s, dict)}
 
+    def positions(self, at: float | None = None) -> int | None:
+        """How many draft positions the deployment's servers count acceptance at (their γ, as far as they have
+        drafted); None where they count none yet."""
+        at = self.clock() if at is None else at
+        counted: set[int] = set()
+        for name in PER_POSITION:
+            for sample in self._query(f"count by (position) ({self._sel(name + '_total')})", at):
+                try:
+                    counted.add(int(sample["metric"]["position"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return max(counted) + 1 if counted else None
+
     def targets_up(self, at: float) -> float | None:
         """How many of the deployment's scrape targets are up (None: Prometheus scrapes none that match)."""
         result = self._query(self._sel("up"), at)

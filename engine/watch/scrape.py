@@ -41,5 +41,11 @@ class MetricsSource:
             raise EndpointError("metrics_malformed", f"{self.where} is not Prometheus text ({exc})") from exc
         return Reading(self.clock(), counters, load)
 
+    def positions(self) -> int | None:
+        """How many draft positions the server counts acceptance at (its γ, as far as it has drafted); None where it
+        counts none yet."""
+        counted = self.read().counters.accepted_per_position
+        return max(counted) + 1 if counted else None
+
     def close(self) -> None:
         self.conn.close()
