@@ -192,6 +192,37 @@ class TestTheNgramExportsServer:
             assert lv["mean_acceptance_length"] == pytest.approx(1 + lv["accepted_tokens"] / lv["drafts"])
             assert lv["per_position_acceptance"] and all(0 <= a <= 1 for a in lv["per_position_acceptance"])
 
+    def test_watch_reads_a_real_vllm_and_offers_its_files(self, ngram_server: VllmServer, tmp_path: Path) -> None:
+        """`watch` on the running vLLM's /metrics: its γ from the per-position counters vLLM creates at start, a
+        window of vLLM's figures (the engine named, time per output token from its histogram), judged against a
+        stored vLLM session; the file a collapsed window would offer is vLLM's, naming the γ it turns off."""
+        from engine.service.watch import deployed_gamma, deployment_for, record, watch
+        from engine.service.watch_actions import action_file
+        from engine.watch.scrape import MetricsSource
+        from engine.watch.verdict import COLLAPSED, VERDICTS
+
+        store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")
+        try:
+            sid = store_vllm_session(store)
+            source = MetricsSource(ngram_server.url)
+            gamma, basis = deployed_gamma(source)
+            assert gamma == GAMMA and "per-position" in basis
+            dep = deployment_for(store, sid, "ngram", gamma)
+            steps = [lambda: completion(ngram_server, REPEATS)]
+            (judged,) = watch(store, source, dep, "vllm", 5.0, 1, polls=1, sleep=lambda _s: steps.pop(0)())
+            window = judged.window
+            assert window.state == "ok" and window.engine == "vllm", window
+            assert window.num_drafts and 1.0 <= window.mean_acceptance_length <= GAMMA + 1
+            assert window.emitted_tokens == 32 and window.requests_running is not None
+            assert window.time_per_output_token_s is not None and 0 < window.time_per_output_token_s < 10
+            assert judged.verdict.verdict in VERDICTS and judged.verdict.batch == 1
+            offered = action_file(store, COLLAPSED, record(window, judged.verdict, dep))
+            assert offered is not None and offered.fmt == "vllm" and offered.checkable
+            off = read_vllm_export(offered.text)
+            assert off.off and (off.draft, off.gamma) == ("ngram", GAMMA)
+        finally:
+            store.close()
+
 
 def test_the_draft_model_export_serves_and_speculates() -> None:
     doc = exported("draft_model")
