@@ -22,6 +22,7 @@ import signal
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -220,8 +221,29 @@ class TestTheNgramExportsServer:
             assert offered is not None and offered.fmt == "vllm" and offered.checkable
             off = read_vllm_export(offered.text)
             assert off.off and (off.draft, off.gamma) == ("ngram", GAMMA)
+            self._through_prometheus(ngram_server, dep, tmp_path)
         finally:
             store.close()
+
+    @staticmethod
+    def _through_prometheus(server: VllmServer, dep: Any, folder: Path) -> None:
+        """The same server scraped by a real Prometheus: its γ and a window of its figures through PromQL."""
+        from engine.watch.prometheus import PrometheusSource
+        from tests.watch_parts import running_prometheus
+
+        with running_prometheus(server.url.split("//")[1], folder, job="vllm") as prom:
+            source = PrometheusSource(prom, 'job="vllm"')
+            deadline = time.monotonic() + 30
+            while source.targets_up(time.time()) != 1.0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert source.positions() == GAMMA  # vLLM counts every position from its start
+            began = time.time()
+            completion(server, REPEATS)
+            time.sleep(3.0)  # scraped after the request ended
+            window = source.window(time.time() - began + 1.0)
+        assert window.state == "ok" and window.engine == "vllm", window
+        assert window.num_drafts and 1.0 <= window.mean_acceptance_length <= GAMMA + 1
+        assert window.time_per_output_token_s is not None and window.time_per_output_token_s > 0
 
 
 def test_the_draft_model_export_serves_and_speculates() -> None:

@@ -120,8 +120,8 @@ def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99), verif
 
 
 @contextmanager
-def running_prometheus(target: str, folder: Path, scrape_s: float = 1.0) -> Iterator[str]:
-    """A throwaway Prometheus server on 127.0.0.1 scraping `target` (host:port, job "llama") every `scrape_s`;
+def running_prometheus(target: str, folder: Path, scrape_s: float = 1.0, job: str = "llama") -> Iterator[str]:
+    """A throwaway Prometheus server on 127.0.0.1 scraping `target` (host:port, as `job`) every `scrape_s`;
     yields its root URL. It is stopped on exit, and dies with the test process if that dies first."""
     binary = shutil.which("prometheus")
     if binary is None:
@@ -130,7 +130,7 @@ def running_prometheus(target: str, folder: Path, scrape_s: float = 1.0) -> Iter
     config = folder / "prometheus.yml"
     config.write_text(
         f"global:\n  scrape_interval: {scrape_s:g}s\n  evaluation_interval: {scrape_s:g}s\n"
-        f"scrape_configs:\n  - job_name: llama\n    static_configs:\n      - targets: ['{target}']\n"
+        f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
     )
     log = (folder / "prometheus.log").open("wb")
     proc = subprocess.Popen(
