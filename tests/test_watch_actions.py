@@ -120,6 +120,7 @@ def test_a_llamacpp_deployment_gets_its_own_flags_and_a_paying_window_gets_nothi
     offered = action_file(stores.store, verdict, figures)
     assert offered is not None and offered.fmt == "llamacpp" and not offered.checkable
     assert "--spec-ngram-simple-size-m 1" in offered.text and "γ 1 at every batch" in offered.says, offered
+    assert figures["action"].startswith("draft γ=1 at batch 1 instead (predicted 1.0")  # the verdict says the same
     verdict, figures = stored(stores.store, stores.llama, loaded(1.0, 1.0, [0.0]), DRAFT, 4)
     offered = action_file(stores.store, verdict, figures)  # the window names no engine: the session's own
     assert verdict == COLLAPSED and offered is not None and offered.fmt == "llamacpp"

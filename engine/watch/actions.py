@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.watch.verdict import Deployment, predicted_speedup
+from engine.watch.verdict import Deployment, best_gamma
 
 POWERS_UP_TO = 64  # the schedule covers every power of two up to this batch, beside the observed one
 
@@ -22,16 +22,6 @@ def schedule_batches(observed: int, session_batches: Sequence[int] = ()) -> list
     top = max(POWERS_UP_TO, 2 * observed)
     powers = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
     return sorted({*powers, *(int(b) for b in session_batches if int(b) >= 1), max(int(observed), 1)})
-
-
-def best_gamma(dep: Deployment, rates: Sequence[float], drafting: float | None, batch: int) -> tuple[int, float]:
-    """The γ (1 … the deployed γ) with the highest predicted gain at `batch`, and that gain; (0, 1.0) where no γ is
-    predicted above 1×, each γ in the regime its verify width meets at `batch`. `rates`: the window's conditional
-    acceptance per position (or its single α)."""
-    gains = {g: predicted_speedup(dep.measurement, g, rates, drafting, dep.regime_at(batch, g))
-             for g in range(1, dep.gamma + 1)}  # fmt: skip
-    gamma = max(gains, key=lambda g: (gains[g], -g))
-    return (gamma, gains[gamma]) if gains[gamma] > 1.0 else (0, 1.0)
 
 
 def derived_schedule(dep: Deployment, rates: Sequence[float], drafting: float | None,

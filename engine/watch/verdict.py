@@ -80,6 +80,16 @@ def predicted_speedup(m: DraftMeasurement, gamma: int, rates: Sequence[float], d
     return 1.0 / pred.cost_in(regime)
 
 
+def best_gamma(dep: Deployment, rates: Sequence[float], drafting: float | None, batch: int) -> tuple[int, float]:
+    """The γ (1 … the deployed γ) with the highest predicted gain at `batch`, and that gain; (0, 1.0) where no γ is
+    predicted above 1×, each γ in the regime its verify width meets at `batch`. `rates`: the window's conditional
+    acceptance per position (or its single α)."""
+    gains = {g: predicted_speedup(dep.measurement, g, rates, drafting, dep.regime_at(batch, g))
+             for g in range(1, dep.gamma + 1)}  # fmt: skip
+    gamma = max(gains, key=lambda g: (gains[g], -g))
+    return (gamma, gains[gamma]) if gains[gamma] > 1.0 else (0, 1.0)
+
+
 def collapsed(window: Window) -> bool:
     """Drafts were proposed and the mean acceptance length is within the margin of 1.00."""
     mal = window.mean_acceptance_length
@@ -102,7 +112,7 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
     gain = predicted_speedup(dep.measurement, dep.gamma, rates, window.drafting_fraction, regime)
     run = [*list(earlier)[-(dep.costing_windows - 1) :], gain] if dep.costing_windows > 1 else [gain]
     if len(run) >= dep.costing_windows and all(g is not None and g < 1.0 for g in run):
-        return Verdict(COSTING, gain, alpha, batch, regime, action=f"turn speculation off at batch {batch}",
+        return Verdict(COSTING, gain, alpha, batch, regime, action=_instead(dep, rates, window, batch),
                        why=f"predicted {gain:.2f}× at batch {batch} ({said}) for {dep.costing_windows} windows "
                            "in a row")  # fmt: skip
     lo, hi = dep.alpha_band
@@ -115,3 +125,11 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
                        why=f"predicted {gain:.2f}× at batch {batch} ({said}): {below} of "
                            f"{dep.costing_windows} windows below 1×")  # fmt: skip
     return Verdict(PAYING, gain, alpha, batch, regime, why=f"predicted {gain:.2f}× at batch {batch} ({said})")
+
+
+def _instead(dep: Deployment, rates: Sequence[float], window: Window, batch: int) -> str:
+    """What to do where the deployed γ costs: a smaller γ that the predictor still puts above 1× here, or off."""
+    gamma, gain = best_gamma(dep, rates, window.drafting_fraction, batch)
+    if gamma == 0:
+        return f"turn speculation off at batch {batch}"
+    return f"draft γ={gamma} at batch {batch} instead (predicted {gain:.2f}×)"
