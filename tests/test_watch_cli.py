@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -73,3 +76,43 @@ def test_without_gamma_an_unreadable_server_leaves_the_sessions_recommendation(s
                         "--windows", "1"], capsys)  # fmt: skip
     header = out.splitlines()[0]
     assert code == 0 and "(the session's recommendation; the server could not be read for its γ" in header, out
+
+
+@pytest.fixture()
+def not_an_engine() -> Iterator[str]:
+    """A real HTTP server that answers every GET with a web page: neither Prometheus text nor the query API's JSON."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = b"<html><body>a web page</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("source", ["--metrics-url", "--prometheus"])
+def test_a_malformed_answer_is_a_state_line_and_the_window_is_kept(
+    source: str, session_id: int, not_an_engine: str, capsys, tmp_path: Path
+) -> None:
+    code, out, err = cli(["watch", source, not_an_engine, "--session", session_id, "--gamma", "4", "--window", "1s",
+                          "--windows", "2", "--deployment", "page"], capsys)  # fmt: skip
+    lines = out.splitlines()
+    assert code == 0 and err == "" and len(lines) == 3, out + err
+    assert all(line.split("  ", 1)[1].startswith("malformed: ") for line in lines[1:]), out
+    with open_store(f"sqlite:///{tmp_path / 'spectune.db'}") as store:
+        assert [w["verdict"] for w in store.list_watch_windows("page")] == ["malformed", "malformed"]

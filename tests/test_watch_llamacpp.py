@@ -30,6 +30,7 @@ from watch_parts import (
     ngram_config,
     ngram_session,
     scrambled_draft,
+    watch_page,
 )
 from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
 from watch_parts import store as store  # noqa: F401 - a fixture
@@ -202,15 +203,7 @@ def test_concurrency_climbing_from_1_to_8_turns_paying_into_costing_you(store: S
 def page_shows(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str, judged: list) -> None:
     """The Watch page on the store the watch wrote: the latest verdict with what to do, its figures, the timeline
     and every window, newest first."""
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("SPECTUNE_HOME", str(home))
-    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    at = AppTest.from_file(str(ROOT / "app" / "Home.py"), default_timeout=60)
-    at.query_params["deployment"] = deployment
-    at.switch_page("pages/8_Watch.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = watch_page(home, monkeypatch, deployment)
     latest = judged[-1].verdict
     banner = " ".join(str(e.value) for e in at.error)
     assert "costing you" in banner and "turn speculation off" in banner and f"{latest.predicted_speedup:.2f}" in banner

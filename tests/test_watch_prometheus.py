@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from watch_parts import complete, ngram_config, ngram_session, running_prometheus
+from watch_parts import complete, ngram_config, ngram_session, running_prometheus, watch_page
 from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
 from watch_parts import store as store  # noqa: F401 - a fixture
 
@@ -34,7 +34,7 @@ def wait_up(source: PrometheusSource, want: float, timeout_s: float = 30.0) -> N
         time.sleep(0.5)
 
 
-def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path) -> None:
+def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dep = deployment_for(store, ngram_session(store), gamma=4)
     server = ManagedServer(ngram_config())
     try:
@@ -86,3 +86,9 @@ def test_prometheus_windows_of_a_real_server(store: Store, tmp_path: Path) -> No
     assert after[0].window.state == DOWN and "refused" in after[0].window.message
     kept = [w["verdict"] for w in store.list_watch_windows("llama")]
     assert kept == [PAYING, RESET, DOWN, DOWN]
+    # the page on those windows: the state in the banner with why, the last judged window beside it, every window kept
+    at = watch_page(tmp_path, monkeypatch, "llama")
+    warned = " ".join(str(w.value) for w in at.warning)
+    assert "source down" in warned and "refused" in warned, warned
+    assert "paying" in " ".join(str(s.value) for s in at.success)
+    assert list(at.dataframe[0].value["verdict"]) == [DOWN, DOWN, RESET, PAYING]

@@ -12,6 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from processes import no_server_left_behind as no_server_left_behind  # noqa: F401 - autouse where imported
@@ -177,3 +178,17 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+def watch_page(home: Path, monkeypatch: pytest.MonkeyPatch, deployment: str) -> Any:
+    """The Watch page (streamlit's AppTest) on the store in `home`, showing `deployment`, run once without error."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("SPECTUNE_HOME", str(home))
+    monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "Home.py"), default_timeout=60)
+    at.query_params["deployment"] = deployment
+    at.switch_page("pages/8_Watch.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
