@@ -70,10 +70,11 @@ class StoreBase:
         return None if found is None else damage_note(self.where, found).removeprefix("warning: ")
 
     def save_open_copy(self) -> Path | None:
-        """When this store's file was deleted or moved, copy what it holds (through the file still open) beside
-        its path for `restore`; the copy's path, or None (nothing to save, or it cannot be copied)."""
+        """When this store's file was deleted, moved or replaced by another file, copy what it holds (through the
+        file still open) beside its path for `restore`; the copy's path, or None (nothing to save, or it cannot be
+        copied)."""
         path = sqlite_path(self.engine.url)
-        if path is None or self.identity is None or file_identity(path) is not None:
+        if path is None or self.identity is None or file_identity(path) == self.identity:
             return None
         try:
             return save_open_copy(path, self.identity)

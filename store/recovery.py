@@ -241,9 +241,9 @@ def _set_aside(database: Path, stamp: str) -> Path | None:
 
 
 def save_open_copy(database: Path, identity: tuple[int, int], now: float | None = None) -> Path | None:
-    """Copy the database file this process still has open (by inode: it was deleted or moved) and the WAL it
-    writes to ``DATABASE.saved-DATE-TIME`` beside the path, for `restore`; None when this process holds no such
-    file. Call it while nothing writes."""
+    """Copy the database file this process still has open (by inode: it was deleted, moved, or another file was
+    put at its path) and the WAL it writes to ``DATABASE.saved-DATE-TIME`` beside the path, for `restore`; None when
+    this process holds no such file. Call it while nothing writes."""
     source = _open_file(identity)
     if source is None:
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -115,6 +116,30 @@ def test_the_worker_stops_says_why_and_saves_what_the_deleted_file_held(
         assert sorted(s["id"] for s in back.list_sessions()) == [1, queued]
     finally:
         back.close()
+
+
+def test_a_file_renamed_over_the_open_one_leaves_what_the_open_one_held_saved(
+    home: Path, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another database moved over the path (not a restore: the worker still runs) replaces the file the worker
+    writes to. The worker stops, and what the file it held had, the session it queued included, is saved for
+    `restore`; the file now at the path is left as it is."""
+    queued = queue_one(store)
+    other = home / "other.db"
+    sqlite3.connect(other).close()  # an empty database of someone else's
+    os.rename(other, home / "spectune.db")
+    before = (home / "spectune.db").read_bytes()
+    with caplog.at_level(logging.ERROR, logger="spectune.worker"):
+        assert serve(store, once=False) == 0
+    stops = [r.getMessage() for r in caplog.records if "the worker stops" in r.getMessage()]
+    assert len(stops) == 1 and "replaced by another file while in use" in stops[0], stops
+    saved = [p for p in home.iterdir() if p.name.startswith("spectune.db.saved-") and not p.name.endswith("-wal")]
+    assert len(saved) == 1 and str(saved[0]) in stops[0]
+    assert (home / "spectune.db").read_bytes() == before  # the other file, untouched
+    store.close()
+    assert integrity_problem(saved[0]) is None
+    with sqlite3.connect(saved[0]) as copy:
+        assert queued in {row[0] for row in copy.execute("SELECT id FROM sessions")}
 
 
 def test_a_running_session_stops_within_one_heartbeat_and_ends_interrupted(

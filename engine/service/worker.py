@@ -350,7 +350,8 @@ def serve(
 
 
 def _stop_for_a_replaced_file(store: Any, why: str) -> None:
-    """Say why the worker stops; a deleted or moved file it still holds is first copied out for `restore`."""
+    """Say why the worker stops; a deleted, moved or replaced file it still holds is first copied out for
+    `restore`."""
     saved = store.save_open_copy()
     if saved is not None:
         log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
