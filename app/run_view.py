@@ -59,14 +59,18 @@ def bundled_label(name: str) -> str:
 
 TARGET_PLACEHOLDER = "local path, .gguf, cached model id, or tiny:SEED:VOCAB:LAYERS:HIDDEN"
 DRAFTS_PLACEHOLDER = "path, model id, tiny:1:48:2:64~0.15, ngram:3, suffix:24:1:0.1:0 (cold)"
-ESTIMATE_HELP = ("The form's session, not queued: its live configurations, the time at the pace of the newest "
-                 "comparable session on this machine (else of a probe: see the button below), and the memory its "
-                 "models' weights or servers hold.")
+ESTIMATE_HELP = (
+    "The form's session, not queued: its live configurations, the time at the pace of the newest "
+    "comparable session on this machine (else of a probe: see the button below), and the memory its "
+    "models' weights or servers hold."
+)
 
 
-PROBE_HELP = ("Time the target alone in the chosen engine and dtype (its load, then up to 16 tokens of the set's "
-              "first prompt, at most 60 s of decoding, in a child process), so the estimate has a pace before any "
-              "such session has run here. Its stage, the tokens timed and the seconds gone show while it runs.")
+PROBE_HELP = (
+    "Time the target alone in the chosen engine and dtype (its load, then up to 16 tokens of the set's "
+    "first prompt, at most 60 s of decoding, in a child process), so the estimate has a pace before any "
+    "such session has run here. Its stage, the tokens timed and the seconds gone show while it runs."
+)
 
 
 def estimate_lines(

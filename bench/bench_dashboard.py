@@ -188,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=400)
     ap.add_argument("--chromium", default=CHROMIUM)
-    ap.add_argument("--server-wrapper", nargs="*", default=None,
-                    help="run the server as `python WRAPPER... run app/Home.py` (e.g. a profiling wrapper)")
+    ap.add_argument(
+        "--server-wrapper",
+        nargs="*",
+        default=None,
+        help="run the server as `python WRAPPER... run app/Home.py` (e.g. a profiling wrapper)",
+    )
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
     results = []

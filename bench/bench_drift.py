@@ -164,13 +164,23 @@ def main(argv: list[str] | None = None) -> int:
         "prompts_per_side": n,
         "tokens_per_prompt": args.max_new_tokens,
         "true_speedup": 1.0,
-        "sequential": {"speedup": round(sequential, 3), "seconds": round(seq_s, 1), "hog_switches": seq_switches,
-                       "baseline_tokens_per_s": round(tokens_per_second(base), 1),
-                       "candidate_tokens_per_s": round(tokens_per_second(cand), 1)},  # fmt: skip
+        "sequential": {
+            "speedup": round(sequential, 3),
+            "seconds": round(seq_s, 1),
+            "hog_switches": seq_switches,
+            "baseline_tokens_per_s": round(tokens_per_second(base), 1),
+            "candidate_tokens_per_s": round(tokens_per_second(cand), 1),
+        },  # fmt: skip
         "interleaved": {
-            "speedup": round(spread.median, 3), "min": round(spread.min, 3), "max": round(spread.max, 3),
-            "n": spread.n, "verdict": spread.verdict, "noisy": noise.is_noisy(spread), "spread_covers_1": covers,
-            "seconds": round(int_s, 1), "hog_switches": int_switches,
+            "speedup": round(spread.median, 3),
+            "min": round(spread.min, 3),
+            "max": round(spread.max, 3),
+            "n": spread.n,
+            "verdict": spread.verdict,
+            "noisy": noise.is_noisy(spread),
+            "spread_covers_1": covers,
+            "seconds": round(int_s, 1),
+            "hog_switches": int_switches,
         },  # fmt: skip
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

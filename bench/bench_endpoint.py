@@ -93,8 +93,10 @@ def main() -> int:
     out = ROOT / "bench" / "results" / "endpoint.json"
     out.write_text(json.dumps(doc, indent=2))
     print(f"Run {doc['when']}, load average {doc['load_average'][0]:.1f} on {os.cpu_count()} CPUs.\n")
-    print("| concurrency | requests | errors | client CPU / request | client CPU / chunk | stand-in CPU / request "
-          "| wall / request | requests/s | TTFT p50 |")
+    print(
+        "| concurrency | requests | errors | client CPU / request | client CPU / chunk | stand-in CPU / request "
+        "| wall / request | requests/s | TTFT p50 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['concurrency']} | {r['requests']} | {r['errors']} | {r['client_cpu_ms_per_request']:.2f} ms | "

@@ -106,8 +106,11 @@ def main() -> int:
             "engine_spec_s": spec_out.wall_time_s, "hf_assisted_s": t_hfa,
             "accepted_per_call": metrics.mean_tokens_per_call(s_steps),
         })  # fmt: skip
-        print(f"{category:<16} AR {base_out.wall_time_s:6.1f}s  HF {t_hf:6.1f}s  spec {spec_out.wall_time_s:6.1f}s"
-              f"  HF-assisted {t_hfa:6.1f}s  tokens/call {metrics.mean_tokens_per_call(s_steps):.2f}", flush=True)
+        print(
+            f"{category:<16} AR {base_out.wall_time_s:6.1f}s  HF {t_hf:6.1f}s  spec {spec_out.wall_time_s:6.1f}s"
+            f"  HF-assisted {t_hfa:6.1f}s  tokens/call {metrics.mean_tokens_per_call(s_steps):.2f}",
+            flush=True,
+        )
 
     tps = {k: tokens / v for k, v in totals.items()}
     verify = verify_cost_curve(target, encoded[0], args.gamma + 1, reps=5)
@@ -139,13 +142,19 @@ def main() -> int:
     print()
     print("| comparison | this engine | transformers | ratio | goal |")
     print("|---|---|---|---|---|")
-    print(f"| autoregressive tokens/s | {tps['engine_ar']:.2f} | {tps['hf_generate']:.2f} (generate) "
-          f"| {r['engine_ar_vs_hf_generate']:.2f}× | ≥ 1.0× |")
-    print(f"| speculative tokens/s, γ={args.gamma} | {tps['engine_spec']:.2f} | {tps['hf_assisted']:.2f} (assisted) "
-          f"| {r['engine_spec_vs_hf_assisted']:.2f}× | ≥ 1.1× |")
-    print(f"| speedup measured ÷ predicted | {measured_decode:.2f}× | {predicted:.2f}× (α={results['alpha']:.2f}, "
-          f"c={c:.2f}, v({args.gamma + 1})={verify[args.gamma + 1]:.2f}) | {r['measured_vs_predicted_speedup']:.2f} "
-          f"| ≥ 0.9 |")
+    print(
+        f"| autoregressive tokens/s | {tps['engine_ar']:.2f} | {tps['hf_generate']:.2f} (generate) "
+        f"| {r['engine_ar_vs_hf_generate']:.2f}× | ≥ 1.0× |"
+    )
+    print(
+        f"| speculative tokens/s, γ={args.gamma} | {tps['engine_spec']:.2f} | {tps['hf_assisted']:.2f} (assisted) "
+        f"| {r['engine_spec_vs_hf_assisted']:.2f}× | ≥ 1.1× |"
+    )
+    print(
+        f"| speedup measured ÷ predicted | {measured_decode:.2f}× | {predicted:.2f}× (α={results['alpha']:.2f}, "
+        f"c={c:.2f}, v({args.gamma + 1})={verify[args.gamma + 1]:.2f}) | {r['measured_vs_predicted_speedup']:.2f} "
+        f"| ≥ 0.9 |"
+    )
     return 0
 
 

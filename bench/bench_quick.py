@@ -167,17 +167,22 @@ def main() -> int:
     print("| engine | mode | wall | live runs | recommended | predicted | measured |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
+
         def f(x: float | None) -> str:
             return "—" if x is None else f"{x:.2f}×"
 
         print(f"| {r['engine']} | {r['mode']} | {r['wall_s'] / 60:.1f} min | {r['live_runs']} | "
               f"{r.get('recommended', r.get('error'))} | {f(r.get('predicted_speedup'))} | "
               f"{f(r.get('measured_speedup'))} |")  # fmt: skip
-    print("\nMeasured ÷ predicted, like with like: the median of per-prompt ratios ÷ the median of per-prompt"
-          " predictions; the whole run's speedup (tokens/s over every prompt ÷ the baseline's) ÷ the whole-run"
-          " prediction (what pages show as predicted).\n")
-    print("| engine | mode | configuration | measured (median) | predicted (median) | ÷ | measured (whole run) | "
-          "predicted (whole run) | ÷ | noisy |")
+    print(
+        "\nMeasured ÷ predicted, like with like: the median of per-prompt ratios ÷ the median of per-prompt"
+        " predictions; the whole run's speedup (tokens/s over every prompt ÷ the baseline's) ÷ the whole-run"
+        " prediction (what pages show as predicted).\n"
+    )
+    print(
+        "| engine | mode | configuration | measured (median) | predicted (median) | ÷ | measured (whole run) | "
+        "predicted (whole run) | ÷ | noisy |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
 
     def over(a: float | None, b: float | None) -> str:

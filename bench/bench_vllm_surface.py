@@ -80,8 +80,11 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--no-confirm", action="store_true",
-                        help="do not run an extrapolated headline live after the grid (engine.service.confirm)")
+    parser.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="do not run an extrapolated headline live after the grid (engine.service.confirm)",
+    )
     parser.add_argument("--keep-db", type=Path, help="write the sessions to this SQLite file (kept) instead")
     args = parser.parse_args()
     from engine.analysis.export.vllm_read import read_vllm_export

@@ -59,8 +59,13 @@ DRAFT_SHAPE = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers
 SMALL_SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
                "num_key_value_heads": 2, "rope_theta": 10000.0}  # fmt: skip
 DECODE_TOKENS = 128
-PART_BUDGET_S = {"loops": 150.0, "generate": 120.0, "floor": 200.0, "batch": 120.0,
-                 "quick": 900.0}  # loops + floor: about 6 minutes
+PART_BUDGET_S = {
+    "loops": 150.0,
+    "generate": 120.0,
+    "floor": 200.0,
+    "batch": 120.0,
+    "quick": 900.0,
+}  # loops + floor: about 6 minutes
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the regime evidence's batch sizes (engine.session.regime_evidence)
 LOOP_WIDTHS = {"target": (1, 2, 3, 5), "draft": (1,)}  # what `loops` compiles; `floor` adds the rest of 1..5
 KERNEL_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")

@@ -48,8 +48,10 @@ def main() -> int:
             ids = encode_prompt(model.tokenizer, text[:400], True)
             diffs.extend(noise(model, ids))
         results[dtype] = {"max": max(diffs), "mean": sum(diffs) / len(diffs), "tolerance": TOLERANCE[dtype]}
-        print(f"{dtype}: max |Δlogit| {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f}, "
-              f"tolerance {TOLERANCE[dtype]}", flush=True)
+        print(
+            f"{dtype}: max |Δlogit| {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f}, tolerance {TOLERANCE[dtype]}",
+            flush=True,
+        )
         del model
     out = ROOT / "bench" / "results" / "numerics_noise.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -67,8 +67,9 @@ def _decode(target: Any, source: Any, ids: list[int], gamma: int, new_tokens: in
 BASELINE = "target alone"
 
 
-def _decode_rotated(target: Any, sources: dict[str, tuple[Any, int]], ids: list[int], new_tokens: int,
-                    shift: int) -> dict[str, dict[str, Any]]:
+def _decode_rotated(
+    target: Any, sources: dict[str, tuple[Any, int]], ids: list[int], new_tokens: int, shift: int
+) -> dict[str, dict[str, Any]]:
     """The target alone and every draft on one prompt, the order rotated by `shift` so that no method always runs
     first (a machine's drift then spreads over all of them); returned in the order they ran."""
     runs: list[tuple[str, Any, int]] = [(BASELINE, None, 0)] + [(n, s, g) for n, (s, g) in sources.items()]

@@ -73,9 +73,7 @@ class RunsMixin(StoreBase):
                 run_dict(r) for r in session.scalars(select(Run).where(Run.session_id == session_id).order_by(Run.id))
             ]
 
-    def add_output(
-        self, run_id: int, output: OutputLike, divergence: Any = None
-    ) -> int:
+    def add_output(self, run_id: int, output: OutputLike, divergence: Any = None) -> int:
         """Store one prompt's decoded output and, for speculative runs, its divergence from the baseline."""
         if dataclasses.is_dataclass(divergence) and not isinstance(divergence, type):
             divergence = dataclasses.asdict(divergence)

@@ -102,10 +102,18 @@ def test_the_best_speedup_is_a_clear_one_and_a_noisy_best_says_so():
     said noisy, on the page and in the CLI alike."""
     from engine.session.summarise import best_speedup
 
-    noisy = {"kind": "speculative", "speedup_measured": 1.05, "speedup_flag": None,
-             "speedup_spread": {"median": 1.05, "min": 0.19, "max": 1.12, "n": 6, "verdict": "too noisy to tell"}}
-    clear = {"kind": "speculative", "speedup_measured": 1.02, "speedup_flag": None,
-             "summary": {"speedup_spread": {"median": 1.02, "min": 1.0, "max": 1.04, "n": 6, "verdict": "faster"}}}
+    noisy = {
+        "kind": "speculative",
+        "speedup_measured": 1.05,
+        "speedup_flag": None,
+        "speedup_spread": {"median": 1.05, "min": 0.19, "max": 1.12, "n": 6, "verdict": "too noisy to tell"},
+    }
+    clear = {
+        "kind": "speculative",
+        "speedup_measured": 1.02,
+        "speedup_flag": None,
+        "summary": {"speedup_spread": {"median": 1.02, "min": 1.0, "max": 1.04, "n": 6, "verdict": "faster"}},
+    }
     assert best_speedup([noisy, clear]).text() == "1.02×"  # a runs row and a summary run, read alike
     assert best_speedup([noisy]).text() == "1.05× (too noisy to tell)"
     frame = data.sessions_frame([{"id": 7}], {7: data.best_speedup({"summary": {"runs": [noisy]}})})

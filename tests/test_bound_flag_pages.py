@@ -108,7 +108,6 @@ def test_speed_check_flags_a_live_ratio_above_its_bound() -> None:
     assert fine.flag is None and fine.delta == "+5% vs baseline (1.05×)" and fine.colour == "normal"
 
 
-
 def test_a_finished_runs_delta_is_its_whole_run_speedup_not_a_third_ratio() -> None:
     """Finished, the Tokens/s delta is the stored whole-run speedup (what the one model predicts and the
     quick session confirms), named so; the live ratio of end-to-end tokens/s is only for a run still decoding."""
@@ -261,8 +260,10 @@ def test_an_engines_request_totals_are_no_step_of_gamma_their_draft_tokens(env) 
 
 def test_the_chart_is_the_conditional_rate_of_the_steps_behind_the_figure_beside_it(env) -> None:  # noqa: F811
     # γ=2 steps: 2 accepted, 0 accepted, 1 accepted, 2 accepted → position 1: 3/4, position 2: 2/3 (conditional)
-    steps = [StepRecord(0, i, 2, a, mask, [], 0.0, 0.3, 0, a + 1)
-             for i, (a, mask) in enumerate([(2, [True, True]), (0, [False]), (1, [True, False]), (2, [True, True])])]
+    steps = [
+        StepRecord(0, i, 2, a, mask, [], 0.0, 0.3, 0, a + 1)
+        for i, (a, mask) in enumerate([(2, [True, True]), (0, [False]), (1, [True, False]), (2, [True, True])])
+    ]
     sid, _ = _running_with_steps(env.store, steps, "decoding prompt 1 of 2")  # fmt: skip
     at = page("pages/2_Run.py", {"session": str(sid)})
     assert_clean(at)

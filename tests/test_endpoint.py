@@ -370,6 +370,7 @@ def test_metrics_missing_or_not_prometheus_keeps_the_sweep_going(metrics: str, n
 
 def test_a_stop_keeps_what_was_measured_before_it() -> None:
     with StandIn(flavor="vllm") as server:
+
         def break_it() -> None:  # after the first round the server starts sending garbage
             server.mode = "garbage"
 

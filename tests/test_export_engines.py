@@ -487,4 +487,3 @@ def test_llama_server_runs_the_export(method: str, tmp_path: Path) -> None:
         assert drafts > 0 and draft_tokens == timings["draft_n"]
         assert draft_tokens <= rec.gamma * drafts  # never more than γ per step
         assert counters["llamacpp:spec_decode_num_accepted_tokens_total"] == timings["draft_n_accepted"]
-

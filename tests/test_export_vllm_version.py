@@ -182,4 +182,3 @@ def test_the_recommend_page_takes_the_version_and_refuses_a_bad_one(env: SimpleN
     assert vllm_code(at) is None  # no vLLM file for a version that is not one
     assert len(at.code) == 4  # the other formats are still exported
     assert "Traceback" not in errors
-

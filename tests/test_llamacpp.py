@@ -54,8 +54,6 @@ def llama_servers() -> list[psutil.Process]:
     return live_llama_servers()
 
 
-
-
 class Recorder(Hooks):
     def __init__(self) -> None:
         self.steps: list[tuple[Any, StepRecord]] = []

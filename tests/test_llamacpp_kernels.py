@@ -95,4 +95,5 @@ def test_llama_bench_that_dies_by_sigill_times_without_repacking(tmp_path: Path,
     times = batch_times(build, gguf, [1, 2], rounds=2, threads=2, depth=8)
     assert all(len(v) == 2 and min(v) > 0 for v in times.values())
     assert kernels.repack_broken(build.server_sha256) == (
-        "llama-bench died by SIGILL with repacked weights on this CPU: llama.cpp runs here with --no-repack")
+        "llama-bench died by SIGILL with repacked weights on this CPU: llama.cpp runs here with --no-repack"
+    )

@@ -41,7 +41,8 @@ def test_only_a_server_with_a_draft_model_logs_at_the_verbosity_its_statistics_n
     assert "-lv" not in ServerConfig(Path("t.gguf")).flags()
     assert "-lv" not in ServerConfig(Path("t.gguf"), spec_type="ngram-simple").flags()
     assert "-lv" not in ServerConfig(Path("t.gguf"), draft=Path("d.gguf"), spec_type="draft-simple").speculation_flags(
-        "user")  # an export never carries it
+        "user"
+    )  # an export never carries it
 
 
 def test_the_step_overhead_is_fitted_per_step_and_per_token_from_in_loop_verifies() -> None:

@@ -178,8 +178,9 @@ def test_a_session_that_fits_starts_every_server_at_once_and_says_so(fakes, monk
     runner = LlamaCppRunner()
     runner.start(spec, PROMPTS, plan_runs(spec), ctx())
     assert len(fakes.started) == len(fakes.alive) == 4 and runner.resident_limit == 4
-    assert runner.notes[0].startswith("memory: 4 llama-server(s) need at most") and "all are started at once" in (
-        runner.notes[0]
+    assert (
+        runner.notes[0].startswith("memory: 4 llama-server(s) need at most")
+        and "all are started at once" in (runner.notes[0])
     )
     runner.stop()
 

@@ -32,8 +32,6 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     s.close()
 
 
-
-
 def pooled_after_each_session(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str, str]]]:
     import engine.service.worker
 

@@ -62,5 +62,3 @@ def test_fp32_different_tokenizer_draft_is_exact(fp32):
     out, steps = decode_prompt(target, source, encoded[0], greedy(3))
     assert out.token_ids == baselines[0].token_ids
     assert all(s.gamma <= 3 for s in steps)
-
-

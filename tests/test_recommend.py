@@ -368,7 +368,6 @@ def test_calibration_runs_forwards() -> None:
     assert next(p for p in slow.curve if p.gamma == 4).speedup_predicted == pytest.approx(2.50)
 
 
-
 def test_calibration_never_scales_expected_tokens_past_gamma_plus_one() -> None:
     # one measured γ=4 at 2.5× scales E by ×1.39; at γ=1 that would be 2.08 tokens per call (more than γ+1 = 2)
     m = DraftMeasurement("d", "draft_model", "d-ref", 0.5, [0.5], 0.02, measured_speedup={4: 2.5})

@@ -47,9 +47,11 @@ def _decode_ms(out: PromptOutput) -> float:
 
 def test_a_run_s_loop_point_is_its_time_beside_the_drafts_forwards_in_target_alone_steps() -> None:
     # two prompts whose target-alone steps took 10 and 20 ms: each request is read in its own prompt's steps
-    requests = [InLoop(0, target_ms=65.0, draft_ms=12.0, drafting_calls=4, plain_calls=1, drafted=8.0, forwards=8),
-                InLoop(1, target_ms=130.0, draft_ms=24.0, drafting_calls=4, plain_calls=1, drafted=8.0, forwards=8),
-                InLoop(2, target_ms=99.0, draft_ms=9.0, drafting_calls=3, plain_calls=0, drafted=3.0, forwards=3)]
+    requests = [
+        InLoop(0, target_ms=65.0, draft_ms=12.0, drafting_calls=4, plain_calls=1, drafted=8.0, forwards=8),
+        InLoop(1, target_ms=130.0, draft_ms=24.0, drafting_calls=4, plain_calls=1, drafted=8.0, forwards=8),
+        InLoop(2, target_ms=99.0, draft_ms=9.0, drafting_calls=3, plain_calls=0, drafted=3.0, forwards=3),
+    ]
     point, costs = loop_point(requests, {0: [10.0], 1: [20.0, 20.0]})  # prompt 2 has no target-alone step
     assert point == LoopPoint(k=3.0, v=(6.5 - 1 + 6.5 - 1) / 8, steps=8)  # 16 draft tokens over 8 steps
     assert costs == [pytest.approx(0.15), pytest.approx(0.15)]

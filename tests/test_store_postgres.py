@@ -58,8 +58,9 @@ def test_worker_runs_a_session_end_to_end(store: Store) -> None:
     target, draft = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"
     texts = [{"text": f"p prompt {i}: write a short story about the number {i}."} for i in range(3)]
     set_id, _, _ = store.add_prompt_set("pg-e2e", None, texts)
-    settings = SessionSpec(target=target, drafts=[draft, "ngram"], gammas=[1, 2], max_new_tokens=32, dtype="float32",
-                           detect_regime=False)
+    settings = SessionSpec(
+        target=target, drafts=[draft, "ngram"], gammas=[1, 2], max_new_tokens=32, dtype="float32", detect_regime=False
+    )
     sid = submit_session(store, settings, set_id, 3, "pg")
     assert (store.get_session(sid) or {})["status"] == "queued"
 

@@ -345,9 +345,17 @@ def test_finish_run_takes_a_runner_summary(store: Store, run_id: int) -> None:
     from engine.session.summary import RunSummary
 
     result = RunSummary(
-        tokens_per_s=41.5, steps=12, tokens=40, tokens_per_call=2.4, alpha=0.62,
-        per_position_acceptance=[0.8, 0.6], c=0.04, speedup_measured=1.8, speedup_predicted=1.9,
-        verify_cost={1: 1.0, 5: 1.12}, method="ngram",
+        tokens_per_s=41.5,
+        steps=12,
+        tokens=40,
+        tokens_per_call=2.4,
+        alpha=0.62,
+        per_position_acceptance=[0.8, 0.6],
+        c=0.04,
+        speedup_measured=1.8,
+        speedup_predicted=1.9,
+        verify_cost={1: 1.0, 5: 1.12},
+        method="ngram",
     )
     store.finish_run(run_id, result.to_dict(), **result.columns(), baseline_tokens_per_s=23.0)
     run = store.get_run(run_id) or {}

@@ -37,8 +37,6 @@ DTYPE = "float32"
 # --- helpers (tests/test_reliability.py imports these) -------------------------------------------------
 
 
-
-
 @pytest.fixture
 def store(home: Path) -> Iterator[Store]:
     s = open_db(home)
@@ -72,7 +70,11 @@ def queue(
     name: str | None = None,
 ) -> int:
     settings = SessionSpec(
-        target=target, drafts=list(drafts), gammas=list(gammas), max_new_tokens=max_new_tokens, dtype=DTYPE,
+        target=target,
+        drafts=list(drafts),
+        gammas=list(gammas),
+        max_new_tokens=max_new_tokens,
+        dtype=DTYPE,
         detect_regime=detect_regime,
     )
     return submit_session(store, settings, prompt_set(store, prompts), prompts, name)

@@ -42,14 +42,24 @@ if judged is not None and judged is not latest:
                                                  f"{wv.headline(judged)}")  # fmt: skip
 figures = (judged or latest).get("figures") or {}
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Predicted speedup", wv.number_text(figures.get("predicted_speedup"), 2, "×"),
-          help="The deployed configuration against serving without speculation, at this window's α and batch.")
-m2.metric("Mean acceptance length", wv.number_text(figures.get("mean_acceptance_length"), 2),
-          help="1 + accepted ÷ drafts: tokens per drafting step.")
-m3.metric("Draft acceptance rate", wv.number_text(figures.get("draft_acceptance_rate"), 2),
-          help="Accepted ÷ draft tokens.")
-m4.metric("Requests running", wv.number_text(figures.get("requests_running"), 1),
-          help="The mean over the window: the serving batch the prediction is made at.")
+m1.metric(
+    "Predicted speedup",
+    wv.number_text(figures.get("predicted_speedup"), 2, "×"),
+    help="The deployed configuration against serving without speculation, at this window's α and batch.",
+)
+m2.metric(
+    "Mean acceptance length",
+    wv.number_text(figures.get("mean_acceptance_length"), 2),
+    help="1 + accepted ÷ drafts: tokens per drafting step.",
+)
+m3.metric(
+    "Draft acceptance rate", wv.number_text(figures.get("draft_acceptance_rate"), 2), help="Accepted ÷ draft tokens."
+)
+m4.metric(
+    "Requests running",
+    wv.number_text(figures.get("requests_running"), 1),
+    help="The mean over the window: the serving batch the prediction is made at.",
+)
 counts = wv.verdict_counts(rows)
 st.caption("Over the windows shown: " + ", ".join(f"{verdict} {n}" for verdict, n in counts.items()) + ".")
 

@@ -174,8 +174,10 @@ def _verify_and_arithmetic_notes(m: DraftMeasurement, row: GammaPoint, regime: s
         notes.append(f"Sampling at temperature {m.temperature:g}: acceptance is lower than under greedy decoding.")
     top_k = largest_measured_k(m.verify_cost)
     if top_k is None and m.step_overhead:
-        notes.append("No v(k) measured: what a drafting step costs beyond one target step is the step overhead "
-                     "measured in the engine's own loop (below), not a separate verify benchmark.")
+        notes.append(
+            "No v(k) measured: what a drafting step costs beyond one target step is the step overhead "
+            "measured in the engine's own loop (below), not a separate verify benchmark."
+        )
     elif top_k is None:
         notes.append(
             "No v(k) measured: verification is assumed free (v ≡ 1)"

@@ -134,12 +134,7 @@ def parse_metrics(text: str, model: str = "", where: str = "/metrics") -> Server
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
         raise EndpointError("metrics_malformed", f"{where} is not Prometheus text ({exc})") from exc
-    samples = [
-        s
-        for family in families
-        for s in family.samples
-        if not s.name.endswith("_created")
-    ]
+    samples = [s for family in families for s in family.samples if not s.name.endswith("_created")]
     models = {s.labels.get("model_name") for s in samples if "model_name" in s.labels}
     only = model if model and model in models else None
     counters = ServerCounters()

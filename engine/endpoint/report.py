@@ -95,7 +95,8 @@ def request_stats(
         "response_acceptance_rate": accepted / draft_n if draft_n else None,
         "response_mean_acceptance_length": (
             (accepted + sum(int(r["verify_calls"]) for r in verify)) / sum(int(r["verify_calls"]) for r in verify)
-            if verify else None
+            if verify
+            else None
         ),  # fmt: skip
     }
 

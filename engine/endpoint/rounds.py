@@ -175,4 +175,3 @@ class EndpointClient:
             for level in self.run.levels:
                 level.counters = None
         return self.run
-

@@ -152,8 +152,10 @@ class SweepLimits:
         if not 0 <= self.warmup_requests <= 8:
             raise SettingsError(f"warm-up requests = {self.warmup_requests}: 0 to 8")
         if self.max_requests < max(self.concurrency):
-            raise SettingsError(f"max requests per level = {self.max_requests} is below concurrency "
-                                f"{max(self.concurrency)}: a level needs at least one round of that many requests")
+            raise SettingsError(
+                f"max requests per level = {self.max_requests} is below concurrency "
+                f"{max(self.concurrency)}: a level needs at least one round of that many requests"
+            )
 
 
 @dataclass
@@ -204,8 +206,14 @@ class EndpointSessionSettings:
         found = [Endpoint(self.url, self.model, self.api_key_env, self.kind, self.api, "speculative")]
         if self.baseline_url.strip():
             found.append(
-                Endpoint(self.baseline_url, self.baseline_model or self.model, self.api_key_env, self.kind, self.api,
-                         "baseline")  # fmt: skip
+                Endpoint(
+                    self.baseline_url,
+                    self.baseline_model or self.model,
+                    self.api_key_env,
+                    self.kind,
+                    self.api,
+                    "baseline",
+                )  # fmt: skip
             )
         return found
 

@@ -262,4 +262,3 @@ def _event(url: str, raw: bytes) -> dict[str, Any]:
         said = _said(json.dumps(event).encode())
         raise EndpointError("server", f"{url} reported an error mid-stream: {said}")
     return event
-

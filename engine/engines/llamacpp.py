@@ -217,8 +217,9 @@ class LlamaCppRunner:
     def verify_cost(self, widest: int) -> tuple[dict[int, float], list[str]]:
         assert self.build is not None and self.target is not None
         try:
-            rounds = batch_times(self.build, self.target, verify_ks(widest), 5, self.threads,
-                                 should_stop=self.should_stop)  # llama-bench's k-token batches, interleaved
+            rounds = batch_times(
+                self.build, self.target, verify_ks(widest), 5, self.threads, should_stop=self.should_stop
+            )  # llama-bench's k-token batches, interleaved
             return from_rounds(rounds).curve, []
         except ServerError as exc:
             return {}, [f"v(k) not measured: {exc}"]

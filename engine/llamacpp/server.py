@@ -190,7 +190,11 @@ class ManagedServer:
         self.log_path = Path(name)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 preexec_fn=die_with_parent,
             )
         _LIVE.add(self)

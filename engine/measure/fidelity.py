@@ -90,9 +90,7 @@ def classify(
     scores = top if top is not None else _recorded_top(baseline, pos)
     if pos >= len(baseline.token_ids) or pos >= len(speculative.token_ids) or scores is None:
         # one stopped (EOS or length) where the other went on, or no top logits there: a choice we cannot score
-        return Divergence(
-            prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug"
-        )
+        return Divergence(prompt_id=speculative.prompt_id, identical=False, position=pos, tolerance=tol, verdict="bug")
     target_token = baseline.token_ids[pos]
     spec_token = speculative.token_ids[pos]
     values, ids = scores.values, scores.ids

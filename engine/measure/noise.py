@@ -215,8 +215,12 @@ class MeasurementOverhead:
         if not isinstance(data, Mapping):
             return None
         try:
-            return cls(float(data["prime_s"]), float(data["aa_s"]), float(data["decoding_s"]),  # type: ignore[arg-type]
-                       float(data.get("reference_s") or 0.0))  # type: ignore[arg-type]
+            return cls(
+                float(data["prime_s"]),
+                float(data["aa_s"]),
+                float(data["decoding_s"]),  # type: ignore[arg-type]
+                float(data.get("reference_s") or 0.0),
+            )  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -86,4 +86,3 @@ def forward_times(model: LoadedModel, context_ids: list[int], ks: list[int], rou
 def verify_cost_curve(model: LoadedModel, context_ids: list[int], max_k: int, reps: int = 5) -> dict[int, float]:
     """v(k) = t(k)/t(1) in spectune's loop for k = 1, 2, 4, … and max_k, from `reps` interleaved rounds."""
     return from_rounds(forward_times(model, context_ids, verify_ks(max_k), reps)).curve
-

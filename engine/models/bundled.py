@@ -127,9 +127,7 @@ def sha256_of(path: Path) -> str:
 def verify_file(path: Path, expected_sha256: str, expected_size: int | None = None) -> None:
     """Raise ModelError unless `path` has the pinned size and sha256."""
     if expected_size is not None and path.stat().st_size != expected_size:
-        raise ModelError(
-            f"{path.name}: size {path.stat().st_size:,} bytes, expected {expected_size:,}; file not used"
-        )
+        raise ModelError(f"{path.name}: size {path.stat().st_size:,} bytes, expected {expected_size:,}; file not used")
     actual = sha256_of(path)
     if actual != expected_sha256:
         raise ModelError(f"{path.name}: sha256 {actual} does not match pinned {expected_sha256}; file not used")

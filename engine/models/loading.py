@@ -182,5 +182,5 @@ def warm_up(loaded: LoadedModel, steps: int = 4) -> None:
     with torch.inference_mode():
         cache = DynamicCache(config=loaded.model.config)
         loaded.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        for k in (1, 1, 2, 4, 8)[:steps + 1]:
+        for k in (1, 1, 2, 4, 8)[: steps + 1]:
             loaded.model(input_ids=ids[:, :k], cache=cache, use_cache=True, logits_to_keep=k)

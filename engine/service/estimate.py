@@ -47,8 +47,10 @@ class SessionEstimate:
         if self.decodes:
             work += f", {self.decodes} prompt decodes on the progress bar (the A/A check's included)"
         if self.seconds is None:
-            lines = [f"{work}; time unknown until a session with this target, engine and dtype has run here "
-                     "(or a probe of its pace)."]
+            lines = [
+                f"{work}; time unknown until a session with this target, engine and dtype has run here "
+                "(or a probe of its pace)."
+            ]
         elif self.rough:  # a probe's pace: what is known is the target alone decoding
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             lines = [f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
@@ -89,8 +91,11 @@ def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str
             continue
         wall = (s["finished_at"] - s["started_at"]).total_seconds()
         if wall > 0:
-            return wall / work, f"at the pace of session #{s['id']}: {wall / 60:.1f} min for {runs} × " \
-                                f"{s['n_prompts']} × {s['max_new_tokens']} tokens"
+            return (
+                wall / work,
+                f"at the pace of session #{s['id']}: {wall / 60:.1f} min for {runs} × "
+                f"{s['n_prompts']} × {s['max_new_tokens']} tokens",
+            )
     return None
 
 
@@ -122,8 +127,9 @@ def weights(spec: SessionSpec) -> tuple[int | None, str]:
             if (path := prepared_gguf(ref)) is None:
                 return None, ""
             sizes.append(path.stat().st_size)
-        return sum(sizes), f"about {gib(sum(sizes))} for {len(models)} GGUF file(s) mapped once, each server's " \
-                           "KV cache on top"
+        return sum(
+            sizes
+        ), f"about {gib(sum(sizes))} for {len(models)} GGUF file(s) mapped once, each server's KV cache on top"
     counts = [parameter_count(ref) for ref in models]
     if any(c is None for c in counts):
         return None, ""
@@ -133,7 +139,10 @@ def weights(spec: SessionSpec) -> tuple[int | None, str]:
 
 
 def estimate_session(
-    sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, n_prompts: int, hardware: str,
+    sessions: Sequence[Mapping[str, Any]],
+    spec: SessionSpec,
+    n_prompts: int,
+    hardware: str,
     probe: PaceProbe | None = None,
 ) -> SessionEstimate:
     """Time and memory for `spec` over `n_prompts` prompts on this machine (`hardware`: its description line).

@@ -351,8 +351,11 @@ def recommend_from_store(
             batch_size=batch_size, price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
             knee_batch=knee, regime_votes=first.votes,
         )  # fmt: skip
-        batching = [sid for sid in ev.session_ids  # only an engine that batches measured a surface of our drafts
-                    if (s := store.get_session(sid)) is not None and get_engine(session_engine(s)).batches]
+        batching = [
+            sid
+            for sid in ev.session_ids  # only an engine that batches measured a surface of our drafts
+            if (s := store.get_session(sid)) is not None and get_engine(session_engine(s)).batches
+        ]
         with_measured_schedule(rec, store, batching)
         report = judge_regime(ev.regime, batch_size, rec.gamma, ev.verify_cost, regime_override)
     except ValueError as exc:

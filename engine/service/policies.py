@@ -167,7 +167,10 @@ def _runs(store: Any, session_ids: list[int]) -> list[dict[str, Any]]:
 
 
 def live_flag(
-    figures: dict[str, Any], most_drafted: int, c: float, verify_cost: Mapping[Any, float] | None = None,
+    figures: dict[str, Any],
+    most_drafted: int,
+    c: float,
+    verify_cost: Mapping[Any, float] | None = None,
     loop_v: float | None = None,
 ) -> str | None:
     """Why a live speedup cannot be taken at face value: it breaks its bound (tokens per call ÷ (v_min + the

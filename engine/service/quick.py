@@ -132,8 +132,9 @@ def confirm_after(
         if not plan:
             hooks.progress(0, 0)  # nothing to confirm: the decodes reserved for it go, and the bar is full
             break
-        confirm = registry.sweep(spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False,
-                                 aa_check=False)  # judged by the floor the first sweep measured
+        confirm = registry.sweep(
+            spec, prompts, hooks, pool, plan=plan, verify_cost=first.verify_cost, traces=False, aa_check=False
+        )  # judged by the floor the first sweep measured
         report = merged(report, confirm)
         if round_no == CONFIRM_ROUNDS or report.stopped:
             break

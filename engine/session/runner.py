@@ -191,7 +191,6 @@ class Runner(Protocol):
         ...
 
 
-
 def baseline_of(plan: Sequence[RunKey]) -> RunKey | None:
     """The configuration an engine primes a prompt with: the plan's target alone, greedy where it runs greedy, at
     the lowest concurrency."""

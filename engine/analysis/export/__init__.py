@@ -44,6 +44,7 @@ __all__ = [
     "register", "unregister", "vllm_schedule",
 ]  # fmt: skip
 
+
 def engine_file(dep: Deployment, fmt: str) -> JsonFile | FlagsFile:
     """The file `fmt`'s engine runs `dep` from; .render() is its text, .fit how closely it runs the policy."""
     return export_format(fmt).config(dep)

@@ -146,8 +146,6 @@ FORMAT = ExportFormat(
     filename="llama-server-flags.txt",
     language="bash",
     mime="text/plain",
-    policy_support=(
-        "fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min"
-    ),
+    policy_support=("fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min"),
     config=config,
 )

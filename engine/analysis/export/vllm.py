@@ -123,8 +123,7 @@ def config(dep: Deployment) -> JsonFile:
         doc |= {
             "spectune": dep.headline,
             "usage": (
-                f"vllm serve {shlex.quote(model)} "
-                f'--speculative-config "$(jq -c .speculative_config {FORMAT.filename})"'
+                f'vllm serve {shlex.quote(model)} --speculative-config "$(jq -c .speculative_config {FORMAT.filename})"'
             ),
             "speculative_config": speculative,
         }
