@@ -81,8 +81,9 @@ def prompt_predictions(store, sid: int, engine: str, gammas: range = range(1, 9)
     the measured speedup is (the median of per-prompt ratios). Drafts without a pass are left out."""
     from statistics import median
 
+    from engine.analysis.calibrate import cost_of
     from engine.analysis.policy_replay import replay
-    from engine.analysis.predictor import cost_of, traces_of
+    from engine.analysis.predictor import traces_of
     from engine.core.policy import FixedGamma
     from engine.service.evidence import gather
 
@@ -105,7 +106,8 @@ def _noisy(run: dict) -> bool | None:
 
 def predictions(store, sid: int, engine: str, gammas: range = range(1, 9)) -> dict[tuple[str, int], float]:  # noqa: ANN001
     """The one model's predicted speedup for every draft × fixed γ, from this session's measurements alone."""
-    from engine.analysis.predictor import cost_of, predict
+    from engine.analysis.calibrate import cost_of
+    from engine.analysis.predictor import predict
     from engine.core.policy import FixedGamma
     from engine.service.evidence import gather
 

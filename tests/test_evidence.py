@@ -220,7 +220,8 @@ def test_a_flagged_verify_cost_is_never_predicted_from(store):
     ev = gather(store, [sid])
     assert ev.measurements[0].verify_cost == {2: 1.05, 3: 1.1, 4: 1.15} and 5 not in ev.verify_cost
     assert any("v(5) = 5.52" in note and "not used for any prediction" in note for note in ev.notes), ev.notes
-    from engine.analysis.predictor import cost_of, predict
+    from engine.analysis.calibrate import cost_of
+    from engine.analysis.predictor import predict
     from engine.core.policy import FixedGamma
 
     four = predict(ev.measurements[0], FixedGamma(4), cost_of(ev.measurements[0]))

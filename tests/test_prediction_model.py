@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.analysis.bounds import check_measured_speedup
+from engine.analysis.calibrate import cost_of
 from engine.analysis.choice import judge_for
 from engine.analysis.curve import gamma_curve
 from engine.analysis.export import export, export_policy
 from engine.analysis.policy_replay import compare_policies
 from engine.analysis.prediction import bound_flags
-from engine.analysis.predictor import cost_of, measured_depth, traces_of
+from engine.analysis.predictor import measured_depth, traces_of
 from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.analysis.theory import VERIFY_FLOOR, fit_verify_cost
 

@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.analysis.bounds import BoundFlag, check_measured_speedup
-from engine.analysis.prediction import Prediction
+from engine.analysis.prediction import CostModel, Prediction
+from engine.analysis.predictor import predict
 from engine.analysis.recommend_types import DraftMeasurement, MeasuredCheck
+from engine.analysis.theory import MEMORY_BOUND
 from engine.core.policy import FixedGamma
 
 
@@ -93,8 +95,6 @@ def measured_check(m: DraftMeasurement, gamma: int, batch: int, predicted: float
 
 
 def _at_c(m: DraftMeasurement, gamma: int, c: float) -> Prediction:
-    from engine.analysis.predictor import cost_of, predict
-
     return predict(m, FixedGamma(gamma), cost_of(m, c=c))
 
 
@@ -153,3 +153,11 @@ def effective_c(m: DraftMeasurement) -> float | None:
     """The draft cost c the calibration uses (None when no speedup was measured)."""
     cal = calibration(m)
     return None if cal is None else cal.c
+
+
+def cost_of(m: DraftMeasurement, c: float | None = None, regime: str = MEMORY_BOUND) -> CostModel:
+    """The cost model of this draft: c (default: the calibrated one), its v(k) and ĉ."""
+    if c is None:
+        cal = calibration(m)
+        c = m.c if cal is None else cal.c
+    return CostModel(c=c, verify_cost=m.verify_cost or None, c_hat=m.c_hat, regime=regime, overhead=m.step_overhead)

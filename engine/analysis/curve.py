@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from engine.analysis.calibrate import measurement_flags
+from engine.analysis.calibrate import cost_of, measurement_flags
 from engine.analysis.prediction import CostModel, bound_flags
-from engine.analysis.predictor import cost_of, predict
+from engine.analysis.predictor import predict
 from engine.analysis.recommend_types import DEFAULT_GAMMAS, DraftMeasurement, GammaPoint
 from engine.analysis.theory import expected_tokens_per_call, largest_measured_k, walltime_improvement
 from engine.core.policy import FixedGamma
@@ -17,7 +17,7 @@ def gamma_curve(
 ) -> list[GammaPoint]:
     """The predicted (and measured, where a session ran it) speedup and arithmetic at each γ.
 
-    `cost` defaults to the draft's own (c calibrated to its measured speedups, engine.analysis.predictor.cost_of).
+    `cost` defaults to the draft's own (c calibrated to its measured speedups, engine.analysis.calibrate.cost_of).
     A measured speedup that breaks its bound carries `measured_flag`; `verify_extrapolated` marks γ+1 beyond the
     largest measured k.
     """

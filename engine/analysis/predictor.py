@@ -16,7 +16,7 @@ from engine.analysis.feasibility import EXTRAPOLATION_MARGIN
 from engine.analysis.policy_replay import replay, trace_usable
 from engine.analysis.prediction import CostModel, Prediction, positional
 from engine.analysis.recommend_types import DraftMeasurement
-from engine.analysis.theory import MEMORY_BOUND, largest_measured_k
+from engine.analysis.theory import largest_measured_k
 from engine.core.policy import FixedGamma, SpeculationPolicy
 
 
@@ -68,13 +68,3 @@ def allowed_depth(m: DraftMeasurement) -> int | None:
     """The most draft tokens per step a recommendation may reach: the measured depth plus a small margin."""
     depth = measured_depth(m)
     return None if depth is None else depth + EXTRAPOLATION_MARGIN
-
-
-def cost_of(m: DraftMeasurement, c: float | None = None, regime: str = MEMORY_BOUND) -> CostModel:
-    """The cost model of this draft: c (default: the calibrated one), its v(k) and ĉ."""
-    from engine.analysis.calibrate import calibration
-
-    if c is None:
-        cal = calibration(m)
-        c = m.c if cal is None else cal.c
-    return CostModel(c=c, verify_cost=m.verify_cost or None, c_hat=m.c_hat, regime=regime, overhead=m.step_overhead)

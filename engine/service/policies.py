@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.analysis.calibrate import cost_of
 from engine.analysis.export import PolicyExport, export_policy
 from engine.analysis.policy_replay import PolicyComparison, compare_policies, judged, replay
 from engine.analysis.prediction import CostModel, Prediction
-from engine.analysis.predictor import cost_of, traces_of
+from engine.analysis.predictor import traces_of
 from engine.analysis.recommend import DraftMeasurement, Recommendation, judge_for
 from engine.analysis.theory import MEMORY_BOUND, REGIMES
 from engine.core.policy import FixedGamma, parse_policy

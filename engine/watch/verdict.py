@@ -13,7 +13,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from engine.analysis.predictor import cost_of, predict
+from engine.analysis.calibrate import cost_of
+from engine.analysis.predictor import predict
 from engine.analysis.recommend_types import DraftMeasurement
 from engine.analysis.theory import MEMORY_BOUND, REGIMES, alpha_from_mean_accepted
 from engine.core.policy import FixedGamma
