@@ -9,17 +9,7 @@ from typing import Any
 from engine.analysis.export import vllm
 from engine.analysis.export.deployment import Deployment, for_policy, recommended
 from engine.analysis.export.files import FlagsFile, JsonFile, PolicyExport
-from engine.analysis.export.formats import (
-    LLAMACPP_BUILD,
-    LLAMACPP_SPEC_PARAMS_BUILD,
-    SGLANG_VERSION,
-    SPECTUNE_FORMAT,
-    TRANSFORMERS_VERSION,
-    VLLM_OLDEST,
-    VLLM_SCHEDULE_SINCE,
-    VLLM_VERSION,
-    ExportFormat,
-)
+from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.payload import payload_inputs, recommendation_payload
 from engine.analysis.export.refs import HF_ORIGIN, EngineRef, bundled_gguf_path, engine_ref, other_tokenizer
 from engine.analysis.export.registry import (
@@ -29,6 +19,16 @@ from engine.analysis.export.registry import (
     format_names,
     register,
     unregister,
+)
+from engine.analysis.export.versions import (
+    LLAMACPP_BUILD,
+    LLAMACPP_SPEC_PARAMS_BUILD,
+    SGLANG_VERSION,
+    SPECTUNE_FORMAT,
+    TRANSFORMERS_VERSION,
+    VLLM_OLDEST,
+    VLLM_SCHEDULE_SINCE,
+    VLLM_VERSION,
 )
 from engine.analysis.export.vllm import check_vllm_version, vllm_schedule
 from engine.analysis.recommend import Recommendation

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from engine.analysis.export.files import Fit
-from engine.analysis.export.formats import LLAMACPP_BUILD, VLLM_VERSION
+from engine.analysis.export.versions import LLAMACPP_BUILD, VLLM_VERSION
 from engine.analysis.recommend import DraftMeasurement, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy

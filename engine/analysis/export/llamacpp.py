@@ -14,8 +14,9 @@ from pathlib import Path
 
 from engine.analysis.export.deployment import Deployment, NgramLookup, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD, ExportFormat
+from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
+from engine.analysis.export.versions import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD
 from engine.core.policy import (
     AdaptiveEMA,
     BatchSchedule,

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.analysis.export.files import clean
-from engine.analysis.export.formats import VLLM_VERSION
 from engine.analysis.export.spectune import record
+from engine.analysis.export.versions import VLLM_VERSION
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 

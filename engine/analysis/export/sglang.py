@@ -13,8 +13,9 @@ import shlex
 
 from engine.analysis.export.deployment import Deployment, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import SGLANG_VERSION, ExportFormat
+from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
+from engine.analysis.export.versions import SGLANG_VERSION
 from engine.core.policy import FixedGamma
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment, ngram_lookup
 from engine.analysis.export.files import Fit, JsonFile
-from engine.analysis.export.formats import SPECTUNE_FORMAT, ExportFormat
+from engine.analysis.export.formats import ExportFormat
+from engine.analysis.export.versions import SPECTUNE_FORMAT
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import describe

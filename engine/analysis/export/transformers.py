@@ -13,8 +13,9 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment, varies
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import TRANSFORMERS_VERSION, ExportFormat
+from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
+from engine.analysis.export.versions import TRANSFORMERS_VERSION
 from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, FixedGamma, HeuristicSchedule
 
 NOTE = (

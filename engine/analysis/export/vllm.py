@@ -18,8 +18,9 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION, ExportFormat
+from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
+from engine.analysis.export.versions import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
 from engine.core.policy import BatchSchedule, FixedGamma
 from engine.drafts.refs import SuffixParams
 from engine.errors import SettingsError
