@@ -46,7 +46,7 @@ def _add(total: float | None, value: float) -> float:
 def parse_load(text: str) -> Load:
     """The load gauges and token counters of Prometheus exposition text (ValueError if it is not)."""
     running = waiting = emitted = seconds = count = None
-    tpot_seconds = {s: c for s, c in TPOT}
+    tpot_seconds = {s for s, _ in TPOT}
     tpot_counts = {c for _, c in TPOT}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -23,7 +23,12 @@ class FirstPass:
 
     prime_ms: dict[int, float] = field(default_factory=dict)  # per primed prompt: its prime's ms per step
     ratios: dict[int, float] = field(default_factory=dict)  # per primed prompt since timed: first ÷ later, per step
-    settled: bool = False  # the median stayed within tolerance: no prompt is primed any more
+
+    @property
+    def settled(self) -> bool:
+        """FIRST_PASS_PROMPTS prompts are in and their median is within tolerance: no prompt is primed any more
+        (so no ratio comes in after, and it stays settled)."""
+        return len(self.ratios) >= FIRST_PASS_PROMPTS and self.median() <= 1.0 + FIRST_PASS_TOLERANCE
 
     def needs_prime(self) -> bool:
         """Whether the next prompt is primed: always, until the first pass is measured to cost nothing."""
@@ -40,8 +45,6 @@ class FirstPass:
         if first is None or ms_per_step <= 0 or index in self.ratios:
             return
         self.ratios[index] = first / ms_per_step
-        if len(self.ratios) >= FIRST_PASS_PROMPTS and self.median() <= 1.0 + FIRST_PASS_TOLERANCE:
-            self.settled = True
 
     def median(self) -> float:
         return median(self.ratios.values()) if self.ratios else float("nan")

@@ -21,7 +21,7 @@ from engine.analysis.recommend import Recommendation
 from engine.core.policy import BatchSchedule
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
-from engine.service.evidence import gather, recommend_from_store
+from engine.service.evidence import recommend_from_store
 from engine.service.watch import deployment_for
 from engine.session.spec import session_engine
 from engine.watch.actions import derived_schedule, is_off, schedule_batches
@@ -106,14 +106,13 @@ def _watched(store: Any, dep: Deployment) -> tuple[Recommendation, str | None]:
     """The session's recommendation made over to the watched draft and γ, and the sessions' target."""
     assert dep.session_id is not None
     try:
-        rec = recommend_from_store(store, [dep.session_id])[0]
-        target = gather(store, [dep.session_id]).target
+        rec, ev, _ = recommend_from_store(store, [dep.session_id])
     except SpectuneError as exc:
         raise SettingsError(f"session {dep.session_id}: {exc}") from exc
     m = dep.measurement
     watched = replace(rec, draft_name=m.name, method=m.method, model_ref=m.model_ref, measurement=m,
                       gamma=dep.gamma, notes=[], schedule=None, measured_check=None)  # fmt: skip
-    return watched, target
+    return watched, ev.target
 
 
 def _off(watched: Recommendation, fmt: str, target: str | None, reason: str, session_id: int,
