@@ -126,3 +126,16 @@ def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatc
     report = _session(model, 8)
     assert report["first_pass"]["primed"] == FIRST_PASS_PROMPTS and report["first_pass"]["settled"]
     _assert_caught(report)
+
+
+def test_the_session_page_and_report_read_the_stored_record_as_the_session_said_it() -> None:
+    """The loop note the Sessions page and the report show carries the same sentence, from the stored record."""
+    from engine.service.measurement_notes import loop_note
+
+    seen = _measured([(10.0, 10.0), (10.2, 10.0), (9.9, 10.0)])
+    stored = seen.to_dict(12)
+    summary = {"loop": "eager", "loop_basis": "as set", "first_pass": stored}
+    note = loop_note(summary)
+    assert note is not None and note.startswith("Decoded in the eager loop (as set). Primed 3 of 12 prompts:")
+    assert note.endswith(str(seen.sentence(12)))
+    assert loop_note({"loop": "compiled", "first_pass": None}) == "Decoded in the compiled loop (as set)."

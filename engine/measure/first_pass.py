@@ -10,8 +10,10 @@ still checks the session either way (engine.session.aa_check)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 FIRST_PASS_PROMPTS = 3  # prompts primed and compared before the prime may stop: the median of 3 outlasts one outlier
 FIRST_PASS_TOLERANCE = 0.05  # a first pass at most this much slower than a later one costs nothing worth a prime
@@ -50,18 +52,24 @@ class FirstPass:
         return median(self.ratios.values()) if self.ratios else float("nan")
 
     def sentence(self, n_prompts: int) -> str | None:
-        """'Primed 3 of 10 prompts: a prompt's first pass took 1.00× (0.99–1.02×, 3 prompts) the time of a later
-        one, within 5%, so the rest decoded unprimed …'; None before any ratio."""
-        if not self.ratios:
-            return None
-        values = list(self.ratios.values())
-        spread = f"{self.median():.2f}× ({min(values):.2f}–{max(values):.2f}×, {len(values)} prompts)"
-        primed = f"Primed {len(self.prime_ms)} of {n_prompts} prompts: a prompt's first pass took {spread} the time"
-        if self.settled:
-            return (f"{primed} of a later one, within {FIRST_PASS_TOLERANCE:.0%}, so the rest decoded unprimed "
-                    f"(the A/A floor checks them too).")  # fmt: skip
-        return f"{primed} of a later one, so every prompt was primed before its timed decodes."
+        """first_pass_sentence of this record; None before any ratio."""
+        return first_pass_sentence(self.to_dict(n_prompts))
 
     def to_dict(self, n_prompts: int) -> dict[str, object]:
         return {"primed": len(self.prime_ms), "prompts": n_prompts, "settled": self.settled,
                 "first_over_later": [round(r, 4) for r in self.ratios.values()]}  # fmt: skip
+
+
+def first_pass_sentence(stored: Mapping[str, Any] | None) -> str | None:
+    """'Primed 3 of 10 prompts: a prompt's first pass took 1.00× (0.99–1.02×, 3 prompts) the time of a later one,
+    within 5%, so the rest decoded unprimed …' from a FirstPass record (to_dict, as a report keeps it); None before
+    any ratio."""
+    values = [float(r) for r in (stored or {}).get("first_over_later") or []]
+    if not values:
+        return None
+    spread = f"{median(values):.2f}× ({min(values):.2f}–{max(values):.2f}×, {len(values)} prompts)"
+    primed = f"Primed {stored['primed']} of {stored['prompts']} prompts: a prompt's first pass took {spread} the time"
+    if stored.get("settled"):
+        return (f"{primed} of a later one, within {FIRST_PASS_TOLERANCE:.0%}, so the rest decoded unprimed "
+                f"(the A/A floor checks them too).")  # fmt: skip
+    return f"{primed} of a later one, so every prompt was primed before its timed decodes."

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.measure.first_pass import first_pass_sentence
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 
 
@@ -26,7 +27,8 @@ def floor_note(summary: Mapping[str, Any] | None) -> FloorNote | None:
 
 
 def loop_note(summary: Mapping[str, Any] | None) -> str | None:
-    """'Decoded in the compiled loop (…why…); threads: …' for a session in spectune's loop, else None."""
+    """'Decoded in the compiled loop (…why…); threads: ….' and what its eager prime measured (first_pass_sentence)
+    for a session in spectune's loop, else None."""
     summary = summary or {}
     loop = summary.get("loop")
     if not loop:
@@ -36,7 +38,8 @@ def loop_note(summary: Mapping[str, Any] | None) -> str | None:
         text += f"; compiling took {float(summary['compile_s']):.0f} s"
     if summary.get("threads_basis"):
         text += f"; threads: {summary['threads_basis']}"
-    return text + "."
+    primed = first_pass_sentence(summary.get("first_pass"))
+    return text + "." + (f" {primed}" if primed else "")
 
 
 def overhead_note(summary: Mapping[str, Any] | None) -> str | None:
