@@ -248,8 +248,8 @@ HEADLINE_RE = re.compile(r"(\S+) with γ = (\d+): (predicted|measured) (\d+(?:\.
 
 @dataclass
 class MeasuredRun:
-    """A stored run of one configuration (greedy, one request at a time): its whole-run speedup and its prompts'
-    band."""
+    """A stored run of one configuration (greedy, one request at a time): its whole-run speedup and its noise band
+    (its prompts' ratios, widened to take in the whole-run speedup)."""
 
     draft: str
     gamma: int
@@ -278,7 +278,8 @@ def headline_violations(text: str, measured: Sequence[MeasuredRun]) -> list[str]
             continue
         inside = run.low * (1 - BAND_SLACK) - ROUNDING <= figure <= run.high * (1 + BAND_SLACK) + ROUNDING
         if not inside and "beyond the noise" not in text:
-            bad.append(f"headline {m.group(0)!r} outside the measured {run.low:.2f}–{run.high:.2f}× without saying so")
+            bad.append(f"headline {m.group(0)!r} outside the measured {run.whole:.2f}× (band {run.low:.2f}–"
+                       f"{run.high:.2f}×) without saying so")  # fmt: skip
     return bad
 
 
@@ -855,7 +856,8 @@ def measured_runs(home: Path, ids: Iterable[int]) -> list[MeasuredRun]:
                     continue
                 if summary.get("concurrency", 1) != 1:
                     continue
-                low, high = band.get("min", whole), band.get("max", whole)
+                # the band as MeasuredCheck takes it: the prompts' ratios and the whole-run figure they surround
+                low, high = min(band.get("min", whole), whole), max(band.get("max", whole), whole)
                 found.append(MeasuredRun(run["draft"], int(run["gamma"]), float(whole), float(low), float(high)))
         return found
     finally:

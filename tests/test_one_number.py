@@ -168,6 +168,25 @@ def test_a_measured_run_that_agrees_is_shown_beside_the_prediction(env) -> None:
     assert "the prediction 1.73× lies within its noise" in unescape_md(texts(at.info))
 
 
+def test_the_noise_band_takes_in_a_whole_run_figure_outside_its_prompts_ratios() -> None:
+    """Prompts that decode different numbers of tokens weigh by their time in the whole run, so its figure can lie
+    outside every prompt's ratio: the band is judged around both, and a prediction beside the whole run agrees."""
+    from engine.analysis.calibrate import measured_check
+    from engine.analysis.recommend_types import DraftMeasurement
+
+    def check(whole: float) -> Any:
+        m = DraftMeasurement("ngram", "ngram", None, 0.6, RATES[:1], 0.0, measured_speedup={1: whole},
+                             measured_band={1: (0.83, 0.93)})  # fmt: skip
+        return measured_check(m, 1, 1, 1.02)
+
+    beside = check(0.98)
+    assert (beside.low, beside.high) == (0.83, 0.98) and not beside.disagrees
+    assert "the prediction 1.02× lies within its noise" in beside.words()
+    below = check(0.88)
+    assert (below.low, below.high) == (0.83, 0.93) and below.disagrees and below.headline == 0.88
+    assert "lies above it beyond the noise" in below.words()
+
+
 def test_the_report_and_the_cli_say_the_measurement_too(env, capsys) -> None:  # noqa: F811
     from engine.service.recommend_cli import print_recommendation
     from engine.service.recommendations import recommend_and_export

@@ -85,7 +85,7 @@ def measured_loss(m: DraftMeasurement, batch: int) -> str:
 def measured_check(m: DraftMeasurement, gamma: int, batch: int, predicted: float) -> MeasuredCheck | None:
     """The run measured at this γ and serving batch beside the prediction for it (None where none was measured, or
     its speedup breaks its bound: a measurement error is no measurement): its noise band is the run's lowest and
-    highest per-prompt speedup at batch 1, the speedup alone elsewhere."""
+    highest per-prompt speedup at batch 1 widened to take in the speedup itself, the speedup alone elsewhere."""
     point = speedups_at(m, batch).get(int(gamma))
     if point is None:
         return None

@@ -144,9 +144,11 @@ BAND_SLACK = 0.05  # a prediction this far outside the measured band still agree
 class MeasuredCheck:
     """A measured run of the recommended configuration beside its prediction: the measurement bounds the headline.
 
-    `low`–`high` is the measurement's noise band (the lowest and highest per-prompt speedup of the run, or the
-    speedup alone where the run kept none); the prediction disagrees with the measurement when it lies outside the
-    band by more than BAND_SLACK, and then the headline shows the measurement, not the prediction."""
+    `low`–`high` is the measurement's noise band: the lowest and highest per-prompt speedup of the run, widened to
+    take in the whole-run speedup (the figure judged), which can lie outside its prompts' ratios where prompts
+    decode different numbers of tokens (each weighs by its time in the whole run); the speedup alone where the run
+    kept no per-prompt ratios. The prediction disagrees with the measurement when it lies outside the band by more
+    than BAND_SLACK, and then the headline shows the measurement, not the prediction."""
 
     gamma: int
     measured: float  # the run's speedup over the whole run (the figure its bound check judges)
