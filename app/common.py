@@ -150,7 +150,7 @@ def attempt(fn: Callable[..., T], *args: Any, action: str | None = None, **kwarg
 @st.cache_resource(show_spinner=False)
 def _open_store(url: str) -> Any:
     """One Store per database URL (the URL is the cache key; open_app_store reads the same URL)."""
-    from engine.service.jobs import open_app_store
+    from engine.service.api import open_app_store
 
     return open_app_store(url)
 
@@ -208,7 +208,7 @@ def hardware_banner() -> None:
 
 def worker_status() -> tuple[int | None, str]:
     """(pid or None, one line) for the background worker."""
-    from engine.service.worker_control import worker_alive
+    from engine.service.api import worker_alive
 
     try:
         pid = worker_alive()
@@ -220,7 +220,7 @@ def worker_status() -> tuple[int | None, str]:
 
 
 def start_worker() -> str:
-    from engine.service.worker_control import ensure_worker
+    from engine.service.api import ensure_worker
 
     return ensure_worker()
 
@@ -278,7 +278,7 @@ def query_int(key: str) -> int | None:
 def token_strings_cached(target: str, token_ids: tuple[int, ...]) -> list[str] | None:
     """Per-token text from the target's tokenizer only (never the weights); None when it cannot be loaded."""
     try:
-        from engine.service.jobs import token_strings
+        from engine.service.api import token_strings
 
         strings = token_strings(target, list(token_ids))
     except Exception:  # noqa: BLE001 - the caller falls back to the stored text

@@ -14,12 +14,19 @@ from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import ACTIVE_STATUSES, md_escape
 from engine.errors import SpectuneError
-from engine.service import evidence
-from engine.service.api import session_engine
-from engine.service.decisions import DecisionQuery, decision_for, queue_confirmation
-from engine.service.policies import policy_verdict
-from engine.service.recommendations import format_label
-from engine.service.surface import surfaces
+from engine.service.api import (
+    RECOMMEND_ENGINES,
+    DecisionQuery,
+    choose_engine,
+    decision_for,
+    engine_comparison,
+    format_label,
+    measured_temperatures,
+    policy_verdict,
+    queue_confirmation,
+    session_engine,
+    surfaces,
+)
 
 SESSION_PARAM = "session"
 NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
@@ -307,18 +314,18 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     """Whose measurements a recommendation rests on; with sessions of both engines, a choice and a side-by-side
     table (the same default as `python -m engine recommend`)."""
     ids = [int(s["id"]) for s in sessions]
-    engine = evidence.choose_engine(store, ids, None)
+    engine = choose_engine(store, ids, None)
     if len({session_engine(s) for s in sessions}) > 1:
-        engine = st.radio("Recommend from the measurements of", evidence.RECOMMEND_ENGINES, horizontal=True,
-                          key="rec_engine", index=evidence.RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
+        engine = st.radio("Recommend from the measurements of", RECOMMEND_ENGINES, horizontal=True,
+                          key="rec_engine", index=RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
-            table(pd.DataFrame(evidence.engine_comparison(store, ids)), numbers=numbers)
+            table(pd.DataFrame(engine_comparison(store, ids)), numbers=numbers)
     return engine
 
 
 def temperature_picker(store: Any, session_ids: list[int], where: Any, key: str) -> float | None:
     """The deployment temperature, asked only when the sessions measured more than one (None: their only one)."""
-    temps = evidence.measured_temperatures(store, session_ids)
+    temps = measured_temperatures(store, session_ids)
     if len(temps) <= 1:
         return None
     return where.selectbox("Deployment temperature", temps, format_func=lambda t: f"T = {t:g}", key=key,

@@ -14,13 +14,20 @@ from typing import Any
 import pandas as pd
 
 from engine.errors import SettingsError
-from engine.service.api import BestSpeedup, session_engine
+from engine.service.api import (
+    BestSpeedup,
+    SurfaceCell,
+    baseline_tps,
+    compared_baseline,
+    run_label,
+    run_policy,
+    run_speedups,
+    session_engine,
+    session_error,
+)
 from engine.service.api import best_speedup as best_of_runs
-from engine.service.report_runs import baseline_tps, compared_baseline, run_label, run_policy, run_speedups
-from engine.service.report_runs import run_concurrency as run_concurrency
-from engine.service.session_status import cancelled_text as cancelled_text
-from engine.service.session_status import session_error
-from engine.service.surface import SurfaceCell
+from engine.service.api import cancelled_text as cancelled_text
+from engine.service.api import run_concurrency as run_concurrency
 
 VERDICT_LABELS = {
     "identical": "identical",

@@ -83,7 +83,7 @@ def endpoint_settings(
 def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_prompts: int, max_new_tokens: int,
            name: str) -> int:  # fmt: skip
     from engine.errors import SettingsError
-    from engine.service.endpoint_sessions import submit_endpoint_session
+    from engine.service.api import submit_endpoint_session
 
     if prompt_set_id is None:
         raise SettingsError("choose a prompt set first (import one on the Prompts page)")

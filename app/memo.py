@@ -15,9 +15,15 @@ from typing import Any
 import streamlit as st
 
 from engine.errors import SpectuneError
-from engine.service.decisions import Decision, DecisionQuery, decided, decision_for
-from engine.service.policies import PolicyReport
-from engine.service.recommendations import Recommended, recommend_and_export
+from engine.service.api import (
+    Decision,
+    DecisionQuery,
+    PolicyReport,
+    Recommended,
+    decided,
+    decision_for,
+    recommend_and_export,
+)
 from foundation.paths import default_database_url
 
 MAX_ANSWERS = 64

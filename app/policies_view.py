@@ -13,9 +13,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from engine.service.policies import DraftPolicies, PolicyReport, export_best
-from engine.service.recommendations import export_formats
-from engine.service.recommendations import format_label as format_label
+from engine.service.api import DraftPolicies, PolicyReport, export_best, export_formats
+from engine.service.api import format_label as format_label
 
 INTRO = (
     "A fixed γ drafts the same number of tokens every step. A **policy** decides per step: stop drafting when the "

@@ -27,13 +27,13 @@ from engine.service.api import (
     DraftSummary,
     GammaPoint,
     Recommendation,
+    Surface,
     check_predicted_speedup,
     cost_per_token_multiplier,
     crossover_from_curve,
     gamma_curve,
     regime_of,
 )
-from engine.service.surface import Surface
 
 OBJECTIVE_LABELS = {
     "latency": "Latency (fastest decoding)",

@@ -18,12 +18,12 @@ from engine.service.api import (
     LOOPS,
     LoopOptions,
     SessionSpec,
+    compared_baseline,
     draft_acceptance_rate,
     parameter_count,
     registry,
     tokens_per_call,
 )
-from engine.service.report_runs import compared_baseline
 
 GAMMA_CHOICES = list(range(1, 17))
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -79,8 +79,7 @@ def estimate_lines(
     """What the form's session would take (engine.service.estimate), one sentence each, after timing the target
     alone when `probe` (engine.service.pace_probe; `on_progress` is told where the probe is while it runs);
     SpectuneError when the form is invalid (the same message Start would give) or the probe fails."""
-    from engine.service.estimate import estimate_for, estimate_with_probe
-    from engine.service.pace_probe import first_prompt
+    from engine.service.api import estimate_for, estimate_with_probe, first_prompt
 
     spec, set_id, count = session_spec(RunForm.from_state(state))
     if not probe:
@@ -95,7 +94,7 @@ def estimate_lines(
 def probe_progress_text(progress: Any) -> str:
     """A running pace probe (engine.service.pace_probe.ProbeProgress) in words: loading and for how long, then
     its untimed first pass, then the tokens timed so far beside the bound on its decoding."""
-    from engine.service.pace_probe import DECODE_BOUND_S, PROBE_TOKENS
+    from engine.service.api import DECODE_BOUND_S, PROBE_TOKENS
 
     if progress.load_s is None:
         return f"Probing the pace: loading the target… {progress.elapsed_s:.0f} s so far."
@@ -439,8 +438,14 @@ def _is_decided(choice: Mapping[str, Any], decision: Any) -> bool:
 def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], decided: float | None = None) -> str:
     """'predicted 1.01×, measured 0.90× over the whole run (0.85–0.95× (median 0.91×))' from the choice's stored
     run; a session stored without its runs says what the choice itself kept (the prediction when chosen)."""
-    from engine.service.api import stored_noisy, stored_speedup_flag
-    from engine.service.report_runs import configuration_run, run_speedups, run_spread, spread_text
+    from engine.service.api import (
+        configuration_run,
+        run_speedups,
+        run_spread,
+        spread_text,
+        stored_noisy,
+        stored_speedup_flag,
+    )
 
     run = configuration_run(runs, str(choice["draft"]), int(choice.get("gamma") or 0), float(choice["temperature"]),
                             choice.get("policy"))  # fmt: skip

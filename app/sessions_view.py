@@ -11,12 +11,21 @@ from typing import Any, Literal
 import pandas as pd
 
 from app import data
-from engine.service.api import budget_facts, registry, session_engine, stored_speedup_flag
-from engine.service.measurement_notes import floor_note, loop_note, overhead_note
-from engine.service.report_runs import run_spread, run_verdict, spread_text
-from engine.service.session_status import UNFINISHED_RUNS
-from engine.service.surface import stops_paying as surface_stops
-from engine.service.surface import surface_cells
+from engine.service.api import (
+    UNFINISHED_RUNS,
+    budget_facts,
+    floor_note,
+    loop_note,
+    overhead_note,
+    registry,
+    run_spread,
+    run_verdict,
+    session_engine,
+    spread_text,
+    stored_speedup_flag,
+    surface_cells,
+)
+from engine.service.api import stops_paying as surface_stops
 
 RUN_NUMBERS = {
     "α": "%.3f",

@@ -38,8 +38,8 @@ def fake_token_strings(target: str, token_ids: list[int]) -> list[str]:
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
+    import engine.service.api
     import engine.service.jobs
-    import engine.service.worker_control
 
     calls: list[int] = []
 
@@ -47,9 +47,9 @@ def env(tmp_path, monkeypatch):
         calls.append(1)
         return "worker running (pid 4242)"
 
-    monkeypatch.setattr(engine.service.worker_control, "ensure_worker", ensure_worker)
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
-    monkeypatch.setattr(engine.service.jobs, "token_strings", fake_token_strings)
+    monkeypatch.setattr(engine.service.api, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "token_strings", fake_token_strings)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, home=tmp_path, worker_calls=calls)

@@ -140,9 +140,9 @@ def test_the_utilisation_legend_speaks_words(env) -> None:  # noqa: F811
 
 
 def test_a_queued_session_says_how_many_are_ahead_of_it(env, monkeypatch) -> None:  # noqa: F811
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: 4242)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: 4242)
     first = make_session(env.store, "queued", name="first")
     second = make_session(env.store, "queued", name="second")
     third = make_session(env.store, "queued", name="third")

@@ -53,9 +53,9 @@ def sweep_regime(serving_batch: int = 1) -> dict:
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, home=tmp_path)

@@ -32,7 +32,7 @@ OTHER_PAGES = ["pages/1_Prompts.py", "pages/2_Run.py", "pages/3_Sessions.py", "p
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
+    import engine.service.api
 
     calls: list[int] = []
 
@@ -40,8 +40,8 @@ def env(tmp_path, monkeypatch):
         calls.append(1)
         return "worker running (pid 4242)"
 
-    monkeypatch.setattr(engine.service.worker_control, "ensure_worker", ensure_worker)
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, worker_calls=calls)

@@ -128,9 +128,9 @@ def test_vllms_own_check_accepts_the_export(version: str | None, tmp_path: Path)
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     store = open_store(default_database_url())
     sid = store_session(store, {"t5-small": T5["t5-small"]}, verify_cost={1: 1.0, 2: 1.01, 4: 1.02, 8: 1.04})

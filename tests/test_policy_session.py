@@ -231,9 +231,9 @@ def open_page(path: str, session_id: int) -> AppTest:
 
 def test_policies_page(session, monkeypatch):
     store, sid, home = session
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "ensure_worker", lambda: "worker running (pid 4242)")
+    monkeypatch.setattr(engine.service.api, "ensure_worker", lambda: "worker running (pid 4242)")
     at = open_page("pages/7_Policies.py", sid)
     assert at.title[0].value.endswith("Speculation policies")
     assert [m.label for m in at.metric] == ["Best policy", "Tokens per call", "Predicted speedup", "Gain over fixed γ"]

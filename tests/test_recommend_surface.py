@@ -86,9 +86,9 @@ def store_vllm_session(store, measured: dict[int, dict[int, list[float]]] | None
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     store = open_store(default_database_url())
     yield SimpleNamespace(store=store, sid=store_vllm_session(store))

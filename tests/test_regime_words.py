@@ -31,9 +31,9 @@ SLOW_DRAFTS = {"qwen2.5-coder-0.5b": (0.5, 0.3, 0.75), "ngram": (0.3, 0.0, 0.95)
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    import engine.service.worker_control
+    import engine.service.api
 
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     opened = open_store(default_database_url())
     yield opened

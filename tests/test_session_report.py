@@ -259,11 +259,11 @@ def _page(decoded: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, path: str) 
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    import engine.service.worker_control
+    import engine.service.api
 
     monkeypatch.setenv("SPECTUNE_HOME", str(decoded.home))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
-    monkeypatch.setattr(engine.service.worker_control, "worker_alive", lambda: None)
+    monkeypatch.setattr(engine.service.api, "worker_alive", lambda: None)
     st.cache_data.clear()
     at = AppTest.from_file(str(HOME_PAGE), default_timeout=120)
     at.query_params.update({"session": str(decoded.sid)})

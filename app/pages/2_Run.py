@@ -13,7 +13,7 @@ from app import common, components, data
 from app import run_budget as rb
 from app import run_view as rv
 from app.common import ACTIVE_STATUSES, fmt_num, md_escape
-from engine.service.jobs import submit_session
+from engine.service.api import submit_session
 
 common.page_setup("Run", keep=rv.FORM_KEYS)  # the form is as the user left it
 rv.restore_form(st.session_state)  # and at least as last submitted, whatever Streamlit dropped meanwhile

@@ -13,8 +13,7 @@ import streamlit as st
 from app import charts, common, components, data
 from app import sessions_view as sv
 from app.common import ACTIVE_STATUSES, md_escape
-from engine.service.api import session_prompts
-from engine.service.session_report import report_filename, report_or_error
+from engine.service.api import report_filename, report_or_error, session_prompts
 
 common.page_setup("Sessions")
 st.title("Sessions")

@@ -14,9 +14,7 @@ from app import charts, common, components, memo
 from app import recommend_view as rv
 from app.common import md_escape
 from engine.errors import SpectuneError
-from engine.service.api import VLLM_VERSION
-from engine.service.recommendations import Recommended, export_format, format_label, save_result
-from engine.service.session_report import report_filename, report_or_error
+from engine.service import api
 
 common.page_setup("Recommend")
 st.title("Recommendation and export")
@@ -63,8 +61,8 @@ budget, price_per_hour = rv.budget_fraction(budget_pct), rv.price_or_none(price)
 override = rv.override_or_none(regime_choice)
 engine = components.engine_picker(store, [by_id[i] for i in chosen_ids], rv.HELP["engine"], rv.ENGINE_NUMBERS)
 temperature = components.temperature_picker(store, chosen_ids, st, "rec_temperature")
-vllm_version = st.session_state.get(VLLM, VLLM_VERSION)  # its field is in the export section
-result: Recommended | None = None
+vllm_version = st.session_state.get(VLLM, api.VLLM_VERSION)  # its field is in the export section
+result: api.Recommended | None = None
 with common.guard("compute the recommendation"):
     result = memo.recommended(store, chosen_ids, objective, budget, int(batch_size), price_per_hour, override, engine,
                               temperature, vllm_version)  # fmt: skip
@@ -153,23 +151,23 @@ def show_drafts(rec: Any, ev: Any) -> None:
     right.caption("vLLM takes the schedule as num_speculative_tokens_per_batch_size; SGLang and llama.cpp cannot.")
 
 
-def _save(formats: list[str], result: Recommended, key: str) -> None:
+def _save(formats: list[str], result: api.Recommended, key: str) -> None:
     """Callback of the download buttons and 'Save to history': one stored recommendation per result, its files once."""
     try:
         entry = st.session_state.setdefault(SAVED, {}).setdefault(key, {"id": None, "formats": []})
-        entry["id"], added = save_result(store, result, formats, entry["id"], entry["formats"])
-        what = ", ".join(format_label(f) for f in added) or "nothing new (already saved)"
+        entry["id"], added = api.save_result(store, result, formats, entry["id"], entry["formats"])
+        what = ", ".join(api.format_label(f) for f in added) or "nothing new (already saved)"
         st.session_state[FLASH] = ("success", f"Recommendation #{entry['id']} in the history; files saved: {what}.")
     except Exception as exc:  # noqa: BLE001 - shown on the next run of the page, never a traceback
         st.session_state[FLASH] = ("error", exc)
 
 
-def show_exports(result: Recommended) -> None:
+def show_exports(result: api.Recommended) -> None:
     st.subheader("Export")
-    st.columns([1, 3])[0].text_input("vLLM version you deploy", value=VLLM_VERSION, key=VLLM, max_chars=40,
+    st.columns([1, 3])[0].text_input("vLLM version you deploy", value=api.VLLM_VERSION, key=VLLM, max_chars=40,
                                      help=rv.HELP["vllm"])  # fmt: skip
     for fmt, exc in result.failed.items():
-        common.show_error(exc, f"export for {format_label(fmt)}")
+        common.show_error(exc, f"export for {api.format_label(fmt)}")
     files = result.files
     if not files:
         return
@@ -178,8 +176,8 @@ def show_exports(result: Recommended) -> None:
     st.caption(rv.export_caption(result.recommendation))
     cols = st.columns(len(files) + 1)
     for col, (fmt, (filename, text)) in zip(cols, files.items(), strict=False):
-        col.download_button(f"⬇ {format_label(fmt)}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
-                            mime=export_format(fmt).mime, on_click=_save,
+        col.download_button(f"⬇ {api.format_label(fmt)}", data=text, file_name=filename, key=f"rec_dl_{fmt}",
+                            mime=api.export_format(fmt).mime, on_click=_save,
                             args=([fmt], result, key), width="stretch", help=filename)  # fmt: skip
     cols[-1].button("Save to history", icon=common.ICONS["save"], key="rec_save", on_click=_save,
                     args=(list(files), result, key), width="stretch",
@@ -190,14 +188,14 @@ def show_exports(result: Recommended) -> None:
     elif kind == "error":
         common.show_error(value, "save the recommendation")
     for fmt, (filename, text) in files.items():
-        with st.expander(f"{format_label(fmt)} — {filename}"):
-            st.code(text, language=export_format(fmt).language)
+        with st.expander(f"{api.format_label(fmt)} — {filename}"):
+            st.code(text, language=api.export_format(fmt).language)
 
 
 if result is not None:
     rec, ev, report = result.triple
-    st.download_button("⬇ Report (one HTML file)", key="rec_report", file_name=report_filename(chosen_ids),
-                       data=partial(report_or_error, store, chosen_ids, objective, budget, int(batch_size),
+    st.download_button("⬇ Report (one HTML file)", key="rec_report", file_name=api.report_filename(chosen_ids),
+                       data=partial(api.report_or_error, store, chosen_ids, objective, budget, int(batch_size),
                                     price_per_hour, override, engine, temperature, recommended=result),
                        mime="text/html", on_click="ignore",
                        help="The decision, its evidence, the runs, charts and every export, to share")  # fmt: skip

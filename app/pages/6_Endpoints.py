@@ -11,7 +11,7 @@ import streamlit as st
 from app import charts, common, components, data
 from app import endpoints_view as ev
 from app.common import ACTIVE_STATUSES, md_escape
-from engine.service.endpoint_sessions import check_endpoint
+from engine.service.api import check_endpoint
 
 common.page_setup("Endpoints")
 st.title("Tune a running deployment")

@@ -12,7 +12,7 @@ from app import common, components, memo
 from app import policies_view as pv
 from app import recommend_view as rv
 from app.common import md_escape
-from engine.service.policies import prove
+from engine.service.api import prove
 
 common.page_setup("Policies")
 st.title("Speculation policies")

@@ -1,8 +1,9 @@
-"""The engine as the dashboard sees it: every name a page or view takes from below the service layer.
+"""The engine as the dashboard sees it: every name a page or view takes from the engine.
 
-The app imports from the engine only `engine.service` and `engine.errors` (tests/test_architecture.py); what it needs
-of the layers below (the theory's formulas, the bounds, the stored-figure helpers, the engine registry, the prompt
-parser, the bundled models) comes through this module, so those layers can move without the app noticing.
+The app imports from the engine only this module and `engine.errors` (tests/test_architecture.py): the service's
+own jobs (submit, decide, recommend, report, the worker's state) and what the app needs of the layers below (the
+theory's formulas, the bounds, the stored-figure helpers, the engine registry, the prompt parser, the bundled
+models) come through here, so the service and those layers can move without the app noticing.
 """
 
 from __future__ import annotations
@@ -48,9 +49,41 @@ from engine.service.budget import (
     size_to_budget,
     sized_for,
 )
+from engine.service.decisions import Decision, DecisionQuery, decided, decision_for, queue_confirmation
 from engine.service.default_engine import EngineDefault, default_engine
+from engine.service.endpoint_sessions import check_endpoint, submit_endpoint_session
+from engine.service.estimate import estimate_for, estimate_with_probe
+from engine.service.evidence import RECOMMEND_ENGINES, choose_engine, engine_comparison, measured_temperatures
+from engine.service.jobs import open_app_store, submit_session, token_strings
+from engine.service.measurement_notes import floor_note, loop_note, overhead_note
+from engine.service.pace_probe import DECODE_BOUND_S, PROBE_TOKENS, first_prompt
+from engine.service.policies import DraftPolicies, PolicyReport, export_best, policy_verdict, prove
+from engine.service.recommendations import (
+    Recommended,
+    export_format,
+    export_formats,
+    format_label,
+    recommend_and_export,
+    save_result,
+)
+from engine.service.report_runs import (
+    baseline_tps,
+    compared_baseline,
+    configuration_run,
+    run_concurrency,
+    run_label,
+    run_policy,
+    run_speedups,
+    run_spread,
+    run_verdict,
+    spread_text,
+)
+from engine.service.session_report import report_filename, report_or_error
+from engine.service.session_status import UNFINISHED_RUNS, cancelled_text, session_error
+from engine.service.surface import Surface, SurfaceCell, stops_paying, surface_cells, surfaces
 from engine.service.watch_actions import ActionFile
 from engine.service.watch_actions import action_file as watch_action_file
+from engine.service.worker_control import ensure_worker, worker_alive
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
 from engine.session.spec import LOOPS, LoopOptions, SessionSpec, session_engine
@@ -59,16 +92,24 @@ from engine.watch.verdict import VERDICTS as WATCH_VERDICTS
 from engine.watch.window import STATES as WATCH_STATES
 
 __all__ = [
-    "APIS", "BUNDLED", "BUSY_OTHER_CPU_PCT", "COMPUTE_BOUND", "DEFAULT_DRAFT", "DEFAULT_TARGET", "ENGINE_KINDS",
-    "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION",
-    "WATCH_STATES", "WATCH_VERDICTS", "ActionFile",
-    "BestSpeedup", "Cut", "DraftMeasurement", "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace",
-    "ParseResult", "Recommendation", "SessionSpec", "SizedPlan", "batch_sweep_eta_s", "best_speedup", "budget_facts",
-    "budget_outcome",
-    "check_predicted_speedup", "compare", "cost_per_token_multiplier", "crossover_from_curve", "crossover_gamma",
+    "APIS", "BUNDLED", "BUSY_OTHER_CPU_PCT", "COMPUTE_BOUND", "DECODE_BOUND_S", "DEFAULT_DRAFT", "DEFAULT_TARGET",
+    "ENGINE_KINDS", "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "PROBE_TOKENS",
+    "RECOMMEND_ENGINES", "UNFINISHED_RUNS", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "WATCH_STATES", "WATCH_VERDICTS",
+    "ActionFile", "BestSpeedup", "Cut", "Decision", "DecisionQuery", "DraftMeasurement", "DraftPolicies",
+    "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace", "ParseResult", "PolicyReport",
+    "Recommendation", "Recommended", "SessionSpec", "SizedPlan", "Surface", "SurfaceCell", "baseline_tps",
+    "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text", "check_endpoint",
+    "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",
+    "cost_per_token_multiplier", "crossover_from_curve", "crossover_gamma", "decided", "decision_for",
     "default_budget", "default_engine", "describe_hardware", "display_name", "draft_acceptance_rate",
-    "expected_tokens_per_call", "gamma_curve", "minutes", "operations_multiplier", "parameter_count", "parse_budget",
-    "parse_levels", "parse_policy", "parse_prompt_bytes", "regime_of", "registry", "request_stats", "session_engine",
-    "session_prompts", "size_to_budget", "sized_for", "speedup_flag", "stored_noisy", "stored_speedup_flag",
-    "summarise", "tokens_per_call", "verify_cost_eta_s", "walltime_improvement", "watch_action_file",
+    "engine_comparison", "ensure_worker", "estimate_for", "estimate_with_probe", "expected_tokens_per_call",
+    "export_best", "export_format", "export_formats", "first_prompt", "floor_note", "format_label", "gamma_curve",
+    "loop_note", "measured_temperatures", "minutes", "open_app_store", "operations_multiplier", "overhead_note",
+    "parameter_count", "parse_budget", "parse_levels", "parse_policy", "parse_prompt_bytes", "policy_verdict",
+    "prove", "queue_confirmation", "recommend_and_export", "regime_of", "registry", "report_filename",
+    "report_or_error", "request_stats", "run_concurrency", "run_label", "run_policy", "run_speedups", "run_spread",
+    "run_verdict", "save_result", "session_engine", "session_error", "session_prompts", "size_to_budget", "sized_for",
+    "speedup_flag", "spread_text", "stops_paying", "stored_noisy", "stored_speedup_flag", "submit_endpoint_session",
+    "submit_session", "summarise", "surface_cells", "surfaces", "token_strings", "tokens_per_call",
+    "verify_cost_eta_s", "walltime_improvement", "watch_action_file", "worker_alive",
 ]  # fmt: skip
