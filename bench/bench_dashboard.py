@@ -8,8 +8,8 @@ seconds = the share of one core. The page's own script (bench/soak.py's sampler)
 the progress text and the "Steps logged" metric, so a variant cannot look cheap by not updating.
 
 Variants:
-* ``old``: the live view as committed (``git show HEAD:app/pages/2_Run.py`` and ``HEAD:app/run_view.py``
-  over a copy of app/): a fragment that re-reads and redraws everything every second;
+* ``old``: the app as committed (``git archive HEAD app``): a fragment that re-reads and redraws everything every
+  second, where HEAD's live view still does;
 * ``old-nogc``: the same old page with Streamlit's full gc.collect() after every script run turned off
   (``--runner.postScriptGC false``), to show how much of the difference that one setting is;
 * ``new``: the working tree's app/ (its Run page turns that collection off itself, and re-reads only what
@@ -45,18 +45,16 @@ import psutil  # noqa: E402
 from soak import CHROMIUM, CHROMIUM_ARGS, SAMPLER_JS, VIEWPORT, _free_port, _stop_process  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "dashboard.json"
-OLD_FILES = ("app/pages/2_Run.py", "app/run_view.py")
 
 
 def app_root(variant: str, scratch: Path) -> Path:
-    """The directory holding the app/ package the server runs: the project, or a copy with HEAD's live view."""
+    """The directory holding the app/ package the server runs: the project, or HEAD's app/ (git archive)."""
     if variant == "new":
         return ROOT
     root = scratch / "old_tree"
-    shutil.copytree(ROOT / "app", root / "app", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in OLD_FILES:
-        text = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=ROOT, check=True, capture_output=True).stdout
-        (root / name).write_bytes(text)
+    root.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "HEAD", "app"], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     return root
 
 

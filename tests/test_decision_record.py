@@ -190,7 +190,7 @@ def test_no_page_or_command_predicts_again_once_the_decision_is_stored(session, 
 
     import engine.service.analysis as analysis
     import engine.service.report_recommendation as report_recommendation
-    from app import recommend_view
+    from app.recommend_view import evidence as recommend_view
     from engine.service.policies import PolicyReport
     from engine.service.recommendations import recommend_and_export
     from engine.service.session_report import session_report_html

@@ -11,6 +11,7 @@ from typing import Any
 from test_app_pages import DRAFT, add_prompts, assert_clean, env, make_session, page, texts, unescape_md  # noqa: F401
 
 from app import run_view as rv
+from app.run_view.cache import _totals_numbers
 from engine.core.records import StepRecord
 
 
@@ -148,7 +149,7 @@ def test_incremental_totals_match_the_stored_totals(env) -> None:  # noqa: F811
     cache.refresh(env.store, now=0.0)
     for run in env.store.list_runs(sid):
         stored = env.store.run_progress(run["id"])
-        mine = rv._totals_numbers(cache.totals[run["id"]])
+        mine = _totals_numbers(cache.totals[run["id"]])
         for key in ("steps", "tokens_per_s", "draft_acceptance_rate", "tokens_per_call"):
             assert mine[key] == stored[key], key
         if run["kind"] == "speculative":
