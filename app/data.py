@@ -16,6 +16,7 @@ import pandas as pd
 from engine.errors import SettingsError
 from engine.service.api import (
     BestSpeedup,
+    StoredSession,
     SurfaceCell,
     baseline_tps,
     compared_baseline,
@@ -108,7 +109,7 @@ def best_speedup(session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] |
     """The best measured speedup of a session (engine.session.summarise.best_speedup: standing, clear of noise
     unless none is): from its runs when given, else from its summary."""
     if runs is None:
-        runs = [r for r in (session.get("summary") or {}).get("runs") or [] if isinstance(r, Mapping)]
+        runs = StoredSession.of(session).runs
     return best_of_runs(runs)
 
 

@@ -17,6 +17,7 @@ from engine.service.api import (
     APIS,
     ENGINE_KINDS,
     MAX_CONCURRENCY,
+    StoredSession,
     compare,
     parse_levels,
     registry,
@@ -126,7 +127,7 @@ def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str
 
 
 def endpoint_options(session: Mapping[str, Any]) -> dict[str, Any]:
-    return dict((session.get("options") or {}).get("endpoint") or {})
+    return StoredSession.of(session).endpoint_settings
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -135,7 +136,7 @@ def endpoint_options(session: Mapping[str, Any]) -> dict[str, Any]:
 
 def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every (endpoint, concurrency) level: the summary's entries once finished, else computed from requests."""
-    report = (session.get("summary") or {}).get("endpoint") or {}
+    report = StoredSession.of(session).endpoint_report
     entries = [level for e in report.get("endpoints") or [] for level in e.get("levels") or []]
     if entries:
         return entries
@@ -158,7 +159,7 @@ def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, An
 
 
 def comparison(session: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    report = (session.get("summary") or {}).get("endpoint") or {}
+    report = StoredSession.of(session).endpoint_report
     if report.get("comparison"):
         return report["comparison"]
     spec = [e for e in entries if e["endpoint"] == "speculative"]
@@ -237,12 +238,12 @@ def requests_frame(requests: Sequence[Mapping[str, Any]], limit: int = 500) -> p
 
 
 def warnings_of(session: Mapping[str, Any]) -> list[str]:
-    report = (session.get("summary") or {}).get("endpoint") or {}
+    report = StoredSession.of(session).endpoint_report
     return [f"{e['label']}: {w}" for e in report.get("endpoints") or [] for w in e.get("warnings") or []]
 
 
 def servers_of(session: Mapping[str, Any]) -> list[dict[str, Any]]:
-    report = (session.get("summary") or {}).get("endpoint") or {}
+    report = StoredSession.of(session).endpoint_report
     return [
         {
             "endpoint": e["label"],

@@ -20,6 +20,7 @@ from engine.service.api import (
     DecisionQuery,
     PolicyReport,
     Recommended,
+    StoredSession,
     decided,
     decision_for,
     recommend_and_export,
@@ -84,7 +85,7 @@ def policies(
 def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Decision | None]:
     """The stored decision (engine.service.decisions: made once when the session ended) at each temperature the
     session measured, for its serving batch and the default objective; None where there is nothing to decide."""
-    batch = int((session.get("options") or {}).get("serving_batch") or 1)
+    batch = StoredSession.of(session).serving_batch
     out: dict[float, Decision | None] = {}
     for temperature in session.get("temperatures") or [0.0]:
         try:

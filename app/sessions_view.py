@@ -13,6 +13,7 @@ import pandas as pd
 from app import data
 from engine.service.api import (
     UNFINISHED_RUNS,
+    StoredSession,
     budget_facts,
     floor_note,
     loop_note,
@@ -78,7 +79,7 @@ def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Target", str(session.get("target") or "—")),
         ("drafts", ", ".join(map(str, session.get("drafts") or [])) or "—"),
         ("γ", ", ".join(map(str, session.get("gammas") or [])) or "—"),
-        *([("policies", ", ".join(policies))] if (policies := (session.get("options") or {}).get("policies")) else []),
+        *([("policies", ", ".join(policies))] if (policies := StoredSession.of(session).policies) else []),
         ("T", temps or "—"),
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
         ("weights" if fixed else "dtype", weights),
@@ -93,8 +94,7 @@ def _or_dash(value: Any) -> str:
 
 def hardware_label(session: Mapping[str, Any]) -> str:
     """Where the session ran: its summary's hardware, else the session's own note."""
-    hardware = (session.get("summary") or {}).get("hardware")
-    label = hardware.get("label") if isinstance(hardware, Mapping) else None
+    label = StoredSession.of(session).hardware.get("label")
     return str(label or session.get("hardware") or "not recorded yet")
 
 
@@ -183,19 +183,18 @@ def stops_paying(runs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def machine_note(session: Mapping[str, Any]) -> str | None:
     """The session-level warning when it was measured on a busy machine (from its summary), else None."""
-    note = (session.get("summary") or {}).get("machine_note")
-    return str(note) if note else None
+    return StoredSession.of(session).machine_note
 
 
 def floor_warning(session: Mapping[str, Any]) -> str | None:
     """The measurement floor's sentence when it marks every speedup too noisy to tell, else None."""
-    found = floor_note(session.get("summary"))
+    found = floor_note(StoredSession.of(session).summary)
     return found.text if found is not None and found.off else None
 
 
 def measurement_captions(session: Mapping[str, Any]) -> list[str]:
     """How the session measured, as captions: a floor that holds, what measuring cost, the loop and its threads."""
-    summary = session.get("summary")
+    summary = StoredSession.of(session).summary
     found = floor_note(summary)
     lines = [found.text] if found is not None and not found.off else []
     return lines + [text for text in (overhead_note(summary), loop_note(summary)) if text]
@@ -203,7 +202,7 @@ def measurement_captions(session: Mapping[str, Any]) -> list[str]:
 
 def noisy_note(session: Mapping[str, Any]) -> str | None:
     """Which runs' speedups are too noisy to calibrate to, from the session's summary."""
-    noisy = (session.get("summary") or {}).get("noisy_runs") or []
+    noisy = StoredSession.of(session).noisy_runs
     if not noisy:
         return None
     return (
@@ -214,7 +213,7 @@ def noisy_note(session: Mapping[str, Any]) -> str | None:
 
 def suffix_cache_note(session: Mapping[str, Any]) -> str | None:
     """The order a session's prompts ran in and how warm each suffix run's cache was, from its summary."""
-    state = (session.get("summary") or {}).get("suffix_cache")
+    state = StoredSession.of(session).suffix_cache
     if not state:
         return None
     order = ", ".join(map(str, state.get("prompt_order") or []))

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.service.api import StoredSession
+
 
 def confirmation_lines(
     session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), decisions: Mapping[float, Any] | None = None
 ) -> list[str]:
     """A full session's confirmation in words: what the grid's recommendation was and how it measured (each
     configuration's figures as stored, the Sessions page's; the recommendation as the Recommend page gives it)."""
-    done = (session.get("summary") or {}).get("confirmation")
+    done = StoredSession.of(session).confirmation
     if not done:
         return []
     if not done.get("ran"):
@@ -31,7 +33,7 @@ def quick_lines(
     """A finished quick session in words: how long to a confirmed recommendation, the recommendation as the
     stored decision (`decisions`: per temperature, engine.service.decisions.Decision or None), and each
     choice as its stored run measured it (`runs`: the session's runs)."""
-    quick = (session.get("summary") or {}).get("quick")
+    quick = StoredSession.of(session).quick
     if not quick:
         return []
     minutes = quick.get("time_to_confirmed_s", 0.0) / 60.0
@@ -65,8 +67,8 @@ def choice_lines(
 def has_choices(session: Mapping[str, Any]) -> bool:
     """Whether a session's summary says what it confirmed (a quick session, or a full one that checked its
     recommendation against the grid)."""
-    summary = session.get("summary") or {}
-    return bool(summary.get("quick") or summary.get("confirmation"))
+    stored = StoredSession.of(session)
+    return bool(stored.quick or stored.confirmation)
 
 
 def headline_lines(decisions: Mapping[float, Any] | None) -> list[str]:

@@ -62,14 +62,13 @@ def measurement_costs(
     """Seconds the optional measurements are likely to take on this machine: {"verify": s, "regime": s,
     "source": text}. From the newest finished session with this target and dtype: its measured phase times,
     else estimates from its baseline's step time; None where nothing is known yet."""
-    from engine.service.api import batch_sweep_eta_s, verify_cost_eta_s
+    from engine.service.api import StoredSession, batch_sweep_eta_s, verify_cost_eta_s
 
     for session in sessions:
-        summary = session.get("summary") or {}
         if session.get("status") != "done" or session.get("target") != target or session.get("dtype") != dtype:
             continue
-        times = summary.get("phase_times_s") or {}
-        tps = summary.get("baseline_tokens_per_s")
+        stored = StoredSession.of(session)
+        times, tps = stored.phase_times_s, stored.baseline_tokens_per_s
         step = 1.0 / tps if tps else None
         verify = times.get("measuring v(k)")
         regime = times.get("batch sweep")

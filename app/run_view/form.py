@@ -17,6 +17,7 @@ from engine.service.api import (
     LOOPS,
     LoopOptions,
     SessionSpec,
+    StoredSession,
     parameter_count,
     registry,
 )
@@ -303,7 +304,7 @@ POLICY_HELP = (
 
 def policies_suffix(session: Mapping[str, Any]) -> str:
     """' · policies a, b' for a stored session that runs drafting policies live besides its fixed γs, else ''."""
-    policies = (session.get("options") or {}).get("policies") or []
+    policies = StoredSession.of(session).policies
     return f" · policies {', '.join(policies)}" if policies else ""
 
 

@@ -145,11 +145,11 @@ def output_title(run: Mapping[str, Any], output: Mapping[str, Any]) -> str:
 def busy_note(session: Mapping[str, Any], other_cpu_pct: float | None = None) -> str | None:
     """The busy-machine warning: the finished session's own note, or while it runs, the latest reading of
     other processes' CPU share when it is above the busy threshold."""
-    from engine.service.api import BUSY_OTHER_CPU_PCT
+    from engine.service.api import BUSY_OTHER_CPU_PCT, StoredSession
 
-    note = (session.get("summary") or {}).get("machine_note")
+    note = StoredSession.of(session).machine_note
     if note:
-        return str(note)
+        return note
     if session.get("status") == "running" and other_cpu_pct is not None and other_cpu_pct >= BUSY_OTHER_CPU_PCT:
         return (
             f"The machine is busy: other processes are using {other_cpu_pct:.0f}% of its CPUs right now. Each "

@@ -80,6 +80,7 @@ from engine.service.report_runs import (
 )
 from engine.service.session_report import report_filename, report_or_error
 from engine.service.session_status import UNFINISHED_RUNS, cancelled_text, session_error
+from engine.service.stored_session import StoredSession
 from engine.service.surface import Surface, SurfaceCell, stops_paying, surface_cells, surfaces
 from engine.service.watch_actions import ActionFile
 from engine.service.watch_actions import action_file as watch_action_file
@@ -97,9 +98,9 @@ __all__ = [
     "RECOMMEND_ENGINES", "UNFINISHED_RUNS", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "WATCH_STATES", "WATCH_VERDICTS",
     "ActionFile", "BestSpeedup", "Cut", "Decision", "DecisionQuery", "DraftMeasurement", "DraftPolicies",
     "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace", "ParseResult", "PolicyReport",
-    "Recommendation", "Recommended", "SessionSpec", "SizedPlan", "Surface", "SurfaceCell", "baseline_tps",
-    "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text", "check_endpoint",
-    "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",
+    "Recommendation", "Recommended", "SessionSpec", "SizedPlan", "StoredSession", "Surface", "SurfaceCell",
+    "baseline_tps", "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text",
+    "check_endpoint", "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",
     "cost_per_token_multiplier", "crossover_from_curve", "crossover_gamma", "decided", "decision_for",
     "default_budget", "default_engine", "describe_hardware", "display_name", "draft_acceptance_rate",
     "engine_comparison", "ensure_worker", "estimate_for", "estimate_with_probe", "expected_tokens_per_call",
