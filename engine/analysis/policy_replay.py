@@ -153,7 +153,7 @@ def _greedy(
 
 
 def _stateless(policy: SpeculationPolicy) -> bool:
-    return isinstance(policy, FixedGamma | ConfidenceStop | BatchSchedule)
+    return not policy.carries_state
 
 
 def _sampled(
@@ -356,7 +356,7 @@ def compare_policies(
         raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
     has_confidence = any(t.get("method") == "draft_model" for t in usable)
     grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=has_confidence)
-    if not any(isinstance(p, FixedGamma) for p in grid):
+    if not any(p.fixed_gamma() is not None for p in grid):
         grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
     results = judged((replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid), judge)
     best = results[0]

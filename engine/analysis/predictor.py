@@ -17,7 +17,7 @@ from engine.analysis.policy_replay import replay, trace_usable
 from engine.analysis.prediction import CostModel, Prediction, positional
 from engine.analysis.recommend_types import DraftMeasurement
 from engine.analysis.theory import largest_measured_k
-from engine.core.policy import FixedGamma, SpeculationPolicy
+from engine.core.policy import SpeculationPolicy
 
 
 def traces_of(m: DraftMeasurement) -> list[dict[str, Any]]:
@@ -42,8 +42,8 @@ def predict(m: DraftMeasurement, policy: SpeculationPolicy, cost: CostModel) -> 
     traces = traces_of(m)
     if traces:
         pred = replay(traces, policy, cost, m.temperature, llamacpp=m.llamacpp_loop)
-    elif isinstance(policy, FixedGamma):
-        pred = positional(rates_of(m), m.drafting_fraction, policy.gamma, cost, m.method == "draft_model",
+    elif (gamma := policy.fixed_gamma()) is not None:
+        pred = positional(rates_of(m), m.drafting_fraction, gamma, cost, m.method == "draft_model",
                           m.temperature)  # fmt: skip
     else:
         raise ValueError(f"{m.name}: a policy other than a fixed γ needs the draft's recorded pass")

@@ -48,6 +48,14 @@ Stop = Callable[[int, float], str]  # (1-based drafted position, the draft's con
 class SpeculationPolicy(Protocol):
     kind: ClassVar[str]
     uses_confidence: ClassVar[bool]
+    varies_per_step: ClassVar[bool]  # its γ can change from one step to the next (not only with the batch size)
+    carries_state: ClassVar[bool]  # its γ depends on what earlier steps accepted (a replay must keep its order)
+
+    def fixed_gamma(self) -> int | None:
+        """The one γ it drafts at every step and every batch size; None where its γ varies."""
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        """{serving batch: γ} where its γ is chosen by the batch size; None otherwise."""
 
     @property
     def min_draft(self) -> int:
@@ -83,11 +91,19 @@ class FixedGamma:
     gamma: int
     kind: ClassVar[str] = "fixed"
     uses_confidence: ClassVar[bool] = False
+    varies_per_step: ClassVar[bool] = False
+    carries_state: ClassVar[bool] = False
     min_draft: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.gamma <= MAX_DRAFT:
             raise ValueError(f"fixed γ = {self.gamma}: must be between 0 and {MAX_DRAFT}")
+
+    def fixed_gamma(self) -> int | None:
+        return self.gamma
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        return None
 
     def spec(self) -> str:
         return f"fixed:{self.gamma}"
@@ -121,6 +137,8 @@ class ConfidenceStop:
     keep_last: bool = False
     kind: ClassVar[str] = "confidence"
     uses_confidence: ClassVar[bool] = True
+    varies_per_step: ClassVar[bool] = True
+    carries_state: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p_min <= 1.0:
@@ -133,6 +151,12 @@ class ConfidenceStop:
     @property
     def min_draft(self) -> int:
         return self.n_min
+
+    def fixed_gamma(self) -> int | None:
+        return None
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        return None
 
     def spec(self) -> str:
         return f"confidence:{self.p_min:g}:{self.n_max}:{self.n_min}" + (":keep" if self.keep_last else "")
@@ -166,6 +190,8 @@ class HeuristicSchedule:
     p_min: float = 0.0
     cap: int = MAX_DRAFT
     kind: ClassVar[str] = "heuristic"
+    varies_per_step: ClassVar[bool] = True
+    carries_state: ClassVar[bool] = True
     min_draft: int = 0
 
     def __post_init__(self) -> None:
@@ -177,6 +203,12 @@ class HeuristicSchedule:
     @property
     def uses_confidence(self) -> bool:  # type: ignore[override]
         return self.p_min > 0
+
+    def fixed_gamma(self) -> int | None:
+        return None
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        return None
 
     def spec(self) -> str:
         return f"heuristic:{self.start_tokens}" + (f":{self.p_min:g}" if self.p_min > 0 else "")
@@ -215,6 +247,8 @@ class AdaptiveEMA:
     up: float = 0.0
     kind: ClassVar[str] = "adaptive"
     uses_confidence: ClassVar[bool] = False
+    varies_per_step: ClassVar[bool] = True
+    carries_state: ClassVar[bool] = True
     min_draft: int = 0
 
     def __post_init__(self) -> None:
@@ -226,6 +260,12 @@ class AdaptiveEMA:
             raise ValueError(f"adaptive EMA weight = {self.ema}: must be in (0, 1]")
         if self.interval < 1 or self.warmup < 0:
             raise ValueError("adaptive interval must be at least 1 and warm-up at least 0")
+
+    def fixed_gamma(self) -> int | None:
+        return None
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        return None
 
     def spec(self) -> str:
         cands = ",".join(map(str, self.candidates))
@@ -281,6 +321,8 @@ class BatchSchedule:
     serving_batch: int = 1
     kind: ClassVar[str] = "batch"
     uses_confidence: ClassVar[bool] = False
+    varies_per_step: ClassVar[bool] = False
+    carries_state: ClassVar[bool] = False
     min_draft: int = 0
 
     def __post_init__(self) -> None:
@@ -295,6 +337,12 @@ class BatchSchedule:
             if b <= batch:
                 gamma = g
         return gamma
+
+    def fixed_gamma(self) -> int | None:
+        return None
+
+    def batch_schedule(self) -> dict[int, int] | None:
+        return dict(self.schedule)
 
     def spec(self) -> str:
         text = "batch:" + ",".join(f"{b}={g}" for b, g in self.schedule)

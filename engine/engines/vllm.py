@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 from engine.analysis.export.vllm import suffix_config, vllm_schedule
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
-from engine.core.policy import BatchSchedule
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.endpoint.transport import EndpointError
@@ -54,7 +53,7 @@ def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     validate(spec, n_prompts)
     spec.vllm = VllmOptions.from_dict(spec.vllm).validate()
     _, varying = gammas_and_policies(spec)
-    per_step = [p for p in varying if not isinstance(p, BatchSchedule)]
+    per_step = [p for p in varying if p.varies_per_step]
     if per_step:
         specs = ", ".join(p.spec() for p in per_step)
         raise SettingsError(f"vLLM sessions run fixed γ and γ by batch size (batch:B=G,..) only ({specs} varies γ "
@@ -77,7 +76,7 @@ def speculative_config(key: RunKey, draft_dir: str | None) -> dict[str, Any] | N
     """vLLM's --speculative-config for one configuration (None for the target alone)."""
     if key.kind == "baseline":
         return None
-    schedule = dict(key.policy.schedule) if isinstance(key.policy, BatchSchedule) else None
+    schedule = key.policy.batch_schedule() if key.policy is not None else None
     gamma = max(schedule.values()) if schedule else key.gamma
     if is_suffix(key.draft):
         config = suffix_config(parse_suffix_spec(key.draft), gamma)

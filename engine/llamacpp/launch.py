@@ -41,9 +41,9 @@ def speculative_server(
         return ServerConfig(model, **common)
     policy = policy or FixedGamma(1)
     if ngram_window is not None:
-        if not isinstance(policy, FixedGamma):
+        gamma = policy.fixed_gamma()
+        if gamma is None:
             raise SettingsError(f"llama.cpp's n-gram lookup drafts a fixed γ, not {policy.spec()}")
-        gamma = policy.gamma
         return ServerConfig(model, spec_type="ngram-simple", draft_n_max=gamma, draft_n_min=0,
                             ngram_size_n=ngram_simple_size(ngram_window), ngram_size_m=gamma, **common)  # fmt: skip
     fields = llamacpp_fields(policy)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from engine.core.policy import ConfidenceStop, FixedGamma, SpeculationPolicy, parse_policy
+from engine.core.policy import ConfidenceStop, SpeculationPolicy, parse_policy
 
 if TYPE_CHECKING:
     from engine.core.counters import SpecCounters
@@ -22,8 +22,8 @@ def llamacpp_fields(policy: SpeculationPolicy | str) -> dict[str, Any] | None:
     """ServerConfig's draft settings for a policy llama-server can run as is, else None."""
     if isinstance(policy, str):
         policy = parse_policy(policy)
-    if isinstance(policy, FixedGamma):
-        return {"draft_n_max": policy.gamma, "draft_n_min": 0, "draft_p_min": 0.0}
+    if (gamma := policy.fixed_gamma()) is not None:
+        return {"draft_n_max": gamma, "draft_n_min": 0, "draft_p_min": 0.0}
     if isinstance(policy, ConfidenceStop) and not policy.keep_last:
         return {"draft_n_max": policy.n_max, "draft_n_min": policy.n_min, "draft_p_min": policy.p_min}
     return None

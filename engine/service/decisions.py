@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from engine.core.policy import FixedGamma, parse_policy
+from engine.core.policy import parse_policy
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.service.analysis import Analysis, analyse
@@ -237,7 +237,7 @@ def _runnable_policy(report: Any, store: Any, ids: Sequence[int]) -> dict[str, A
     if best is None or chosen is None or not best.feasible:
         return None
     policy = parse_policy(best.policy)
-    if isinstance(policy, FixedGamma):
+    if policy.fixed_gamma() is not None:
         return None
     entry = registry.get(session_engine(store.get_session(int(ids[0])) or {}))
     if not entry.runs_policies or (entry.runs_policy is not None and not entry.runs_policy(best.policy)):

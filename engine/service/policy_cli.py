@@ -130,8 +130,8 @@ def run_policy(args: argparse.Namespace) -> tuple[str | None, list[int]]:
         policy = parse_policy(text, args.gamma)
     except ValueError as exc:
         raise SpectuneError(f"--policy {text}: {exc}") from None
-    if isinstance(policy, FixedGamma):
-        return None, [policy.gamma]
+    if (gamma := policy.fixed_gamma()) is not None:
+        return None, [gamma]
     return policy.spec(), []  # validate() refuses what the engine cannot run (llama.cpp: engine.llamacpp.policy_flags)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.core.policy import FixedGamma, parse_policy
+from engine.core.policy import parse_policy
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.measure.noise import floor_off
@@ -41,7 +41,7 @@ def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float,
     runnable = policy is not None and entry.runs_policies and (entry.runs_policy is None
                                                                or entry.runs_policy(best.policy))  # fmt: skip
     better = best is not None and best.predicted_speedup > rec.predicted_speedup
-    if best is not None and policy is not None and not isinstance(policy, FixedGamma) and best.feasible and better:
+    if best is not None and policy is not None and policy.fixed_gamma() is None and best.feasible and better:
         assert report.chosen is not None
         if runnable:
             decision.choices.append(Choice("recommended", report.chosen.draft, 0, temperature,

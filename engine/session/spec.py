@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.core.policy import FixedGamma, SpeculationPolicy, parse_policy
+from engine.core.policy import SpeculationPolicy, parse_policy
 from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
 
@@ -278,8 +278,8 @@ def parse_policies(texts: list[str]) -> list[SpeculationPolicy]:
 def gammas_and_policies(s: SessionSpec) -> tuple[list[int], list[SpeculationPolicy]]:
     """The fixed γs to run (a fixed:G policy is γ = G) and the policies whose γ varies step by step."""
     policies = parse_policies(s.policies)
-    gammas = sorted({*s.gammas, *(p.gamma for p in policies if isinstance(p, FixedGamma))})
-    return gammas, [p for p in policies if not isinstance(p, FixedGamma)]
+    gammas = sorted({*s.gammas, *(g for p in policies if (g := p.fixed_gamma()) is not None)})
+    return gammas, [p for p in policies if p.fixed_gamma() is None]
 
 
 def widest_draft(gammas: list[int], policies: list[SpeculationPolicy]) -> int:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 from engine.analysis.export.files import Fit
 from engine.analysis.export.versions import LLAMACPP_BUILD, VLLM_VERSION
 from engine.analysis.recommend import DraftMeasurement, Recommendation
 from engine.analysis.regime import RegimeReport
-from engine.core.policy import BatchSchedule, FixedGamma, SpeculationPolicy, describe, parse_policy
+from engine.core.policy import FixedGamma, SpeculationPolicy, describe, parse_policy
 from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, is_suffix, parse_suffix_spec
 from engine.llamacpp.launch import ngram_simple_size
 
@@ -135,9 +135,10 @@ def ngram_lookup(m: DraftMeasurement | None) -> NgramLookup:
     return NgramLookup(m.ngram_min, m.ngram_max, m.llamacpp_loop)
 
 
-def varies(policy: SpeculationPolicy) -> TypeGuard[BatchSchedule]:
+def varies(policy: SpeculationPolicy) -> bool:
     """Whether the policy's γ changes with the batch size."""
-    return isinstance(policy, BatchSchedule) and len({g for _, g in policy.schedule}) > 1
+    schedule = policy.batch_schedule()
+    return schedule is not None and len(set(schedule.values())) > 1
 
 
 def varying(schedule: Mapping[int, int] | None, gamma: int) -> dict[int, int] | None:
@@ -211,13 +212,10 @@ def for_policy(
     `closest_gamma` (the best fixed γ of the replay; default rec.gamma)."""
     if isinstance(policy, str):
         policy = parse_policy(policy)
-    if isinstance(policy, FixedGamma):
-        gamma = policy.gamma
-    elif isinstance(policy, BatchSchedule):
-        gamma = policy.gamma_at(policy.serving_batch)
-    else:
-        gamma = int(closest_gamma or rec.gamma or 1)
-    per_batch = varying(dict(policy.schedule), gamma) if isinstance(policy, BatchSchedule) else None
+    # one γ at the serving batch (a fixed γ, a batch schedule's) where the policy keeps γ from step to step
+    gamma = int(closest_gamma or rec.gamma or 1) if policy.varies_per_step else policy.max_draft()
+    schedule = policy.batch_schedule()
+    per_batch = None if schedule is None else varying(schedule, gamma)
     return Deployment(
         rec,
         policy,

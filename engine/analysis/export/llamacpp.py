@@ -108,7 +108,7 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
     closely that runs the deployment's policy."""
     policy, gamma = dep.policy, dep.gamma
     if dep.ngram:
-        lost = () if isinstance(policy, FixedGamma | BatchSchedule) else (
+        lost = () if not policy.varies_per_step else (
             f"ngram-simple drafts a fixed m = γ = {gamma}: the {policy.kind} policy is not applied",)  # fmt: skip
         return FixedGamma(gamma), Fit(not lost, f"ngram-simple m = {gamma}", lost)
     n_max, n_min, p_min = gamma, 0, 0.0

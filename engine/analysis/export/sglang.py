@@ -16,7 +16,6 @@ from engine.analysis.export.files import Fit, FlagsFile, note_comments
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import SGLANG_VERSION
-from engine.core.policy import FixedGamma
 
 
 def config(dep: Deployment) -> FlagsFile:
@@ -88,7 +87,7 @@ def _fit(dep: Deployment) -> Fit:
     policy, runs = dep.policy, f"γ = {dep.gamma}"
     if varies(policy):
         return Fit(False, runs, (f"SGLang has no per-batch γ flag: {runs} (serving batch {policy.serving_batch})",))
-    if isinstance(policy, FixedGamma):
+    if policy.fixed_gamma() is not None:
         return Fit(True, runs)
     lost = (
         f"SGLang {SGLANG_VERSION} adapts steps only for EAGLE/EAGLE3 drafts (--speculative-adaptive; "

@@ -16,7 +16,7 @@ from engine.analysis.export.files import Fit, JsonFile, with_notes
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import TRANSFORMERS_VERSION
-from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, FixedGamma, HeuristicSchedule
+from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, HeuristicSchedule
 
 NOTE = (
     "Load each generate_kwargs entry named in 'load' with <class>.from_pretrained(<ref>) and pass the object; "
@@ -145,7 +145,7 @@ def _assistant(dep: Deployment) -> tuple[dict[str, Any], Fit]:
 def _prompt_lookup_fit(dep: Deployment) -> Fit:
     """Prompt lookup drafts a fixed number of tokens."""
     runs = f"prompt_lookup_num_tokens {dep.gamma}"
-    if isinstance(dep.policy, FixedGamma | BatchSchedule):
+    if not dep.policy.varies_per_step:
         return Fit(True, runs)
     return Fit(False, runs, (f"prompt lookup drafts a fixed {dep.gamma} tokens: the {dep.policy.kind} policy is "
                              "not applied",))  # fmt: skip

@@ -21,7 +21,6 @@ from engine.analysis.export.files import Fit, JsonFile, with_notes
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
-from engine.core.policy import BatchSchedule, FixedGamma
 from engine.drafts.refs import SuffixParams
 from engine.errors import SettingsError
 
@@ -227,11 +226,12 @@ def _ranges_text(ranges: list[list[int]]) -> str:
 def _fit(dep: Deployment, version: str) -> Fit:
     """vLLM drafts a fixed K per step, or K by batch size (from VLLM_SCHEDULE_SINCE on)."""
     policy, gamma = dep.policy, dep.gamma
-    if isinstance(policy, BatchSchedule) and has_schedule(version):
-        return Fit(True, f"K by batch size {vllm_schedule(dict(policy.schedule))}")
-    if isinstance(policy, FixedGamma) or (isinstance(policy, BatchSchedule) and not dep.per_batch):
+    schedule = policy.batch_schedule()
+    if schedule is not None and has_schedule(version):
+        return Fit(True, f"K by batch size {vllm_schedule(schedule)}")
+    if policy.fixed_gamma() is not None or (schedule is not None and not dep.per_batch):
         return Fit(True, f"K = {gamma}")
-    if isinstance(policy, BatchSchedule):
+    if schedule is not None:
         lost = (
             f"vLLM {version} has no K by batch size (num_speculative_tokens_per_batch_size came in vLLM "
             f"{VLLM_SCHEDULE_SINCE}): the {policy.kind} policy becomes a fixed K = {gamma}"
