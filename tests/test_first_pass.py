@@ -3,18 +3,15 @@ and a first-pass cost that shows up after that lands on the A/A floor."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from engine.engines import registry
-from engine.measure import first_pass
 from engine.measure.first_pass import FIRST_PASS_PROMPTS, FIRST_PASS_TOLERANCE, FirstPass
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.session.aa_check import aa_prompts
 from engine.session.spec import LoopOptions, SessionSpec
-from tests.test_measurement_floor import TARGET, _assert_caught, prompts
+from tests.test_measurement_floor import TARGET, ModelClock, _assert_caught, prompts, timed_forwards
 
 
 def _measured(pairs: list[tuple[float, float]]) -> FirstPass:
@@ -55,50 +52,32 @@ def test_only_a_primed_prompts_first_timing_counts() -> None:
     assert seen.to_dict(3) == {"primed": 1, "prompts": 3, "settled": False, "first_over_later": [1.2]}
 
 
-def _every_forward_sleeps(sleep_s: float):
-    """The tiny target with a fixed cost per forward, so that a pass's time per step is steady on a busy machine."""
-    model = load_tiny(TARGET, logit_scale=4.0)
-    original = model.model.forward
-
-    def forward(*args, **kwargs):
-        time.sleep(sleep_s)
-        return original(*args, **kwargs)
-
-    model.model.forward = forward
-    return model
-
-
-def _session(model, n_prompts: int) -> dict:
+def _session(model, n_prompts: int, clock: ModelClock) -> dict:
     pool = ModelPool()
     pool.adopt(model)
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
+    with clock.installed():
+        return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
 
 
 def test_the_session_primes_as_its_own_first_passes_measured():
-    """On a loop with no first-pass cost, the prime follows what the session measured: three primed prompts and no
-    more where their median first ÷ later pass is within tolerance of 1, every prompt otherwise; the report and its
-    notes say which."""
-    report = _session(_every_forward_sleeps(0.004), 7)
+    """On a loop with no first-pass cost (every forward costs the same on model time), the first three prompts'
+    first pass costs what a later one does: the prime stops there, the rest decode unprimed, and the report and its
+    notes say so."""
+    clock = ModelClock()
+    report = _session(timed_forwards(load_tiny(TARGET, logit_scale=4.0), clock), 7, clock)
     seen = report["first_pass"]
-    ratios = seen["first_over_later"]
-    assert seen["prompts"] == 7 and len(ratios) == seen["primed"]
-    middle = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else None
-    if seen["settled"]:
-        assert seen["primed"] == FIRST_PASS_PROMPTS and middle is not None and middle <= 1.0 + FIRST_PASS_TOLERANCE
-        assert any("the rest decoded unprimed" in note for note in report["notes"])
-    else:
-        assert seen["primed"] == 7
-        assert any("every prompt was primed" in note for note in report["notes"])
+    assert (seen["prompts"], seen["primed"], seen["settled"]) == (7, FIRST_PASS_PROMPTS, True)
+    assert seen["first_over_later"] == pytest.approx([1.0] * FIRST_PASS_PROMPTS)
+    assert any("the rest decoded unprimed" in note for note in report["notes"])
     assert report["measurement_overhead"]["prime_s"] > 0
 
 
 def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatch):
-    """The prime stops after three prompts (the tolerance is opened so that it does, whatever this machine's noise);
-    then every new length starts to cost a first pass. The unprimed prompts the A/A check covers carry that cost onto
+    """The prime stops after three prompts (on model time their first pass costs what a later one does); then every
+    new length starts to cost a first pass. The unprimed prompts the A/A check covers carry that cost onto
     the baseline or its twin, and the floor does not hold."""
-    monkeypatch.setattr(first_pass, "FIRST_PASS_TOLERANCE", 10.0)
     from engine.engines.spectune import SpectuneRunner
 
     state = {"primes": 0}
@@ -109,21 +88,18 @@ def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatc
         state["primes"] = len(self.first_pass.prime_ms)
 
     monkeypatch.setattr(SpectuneRunner, "prime", counted)
-    model = load_tiny(TARGET, logit_scale=4.0)
-    original = model.model.forward
     seen: set[int] = set()
 
-    def forward(*args, **kwargs):  # from the fourth prompt on: a sleep at each sequence length not reached before
-        cache = kwargs.get("cache")
-        total = (int(cache.get_seq_length()) if cache is not None else 0) + kwargs["input_ids"].shape[1]
+    def first_pass_after_the_prime(total: int) -> float:  # from the fourth prompt on: each length not reached before
         if state["primes"] >= FIRST_PASS_PROMPTS and total not in seen:
             seen.add(total)
-            time.sleep(0.05)
-        return original(*args, **kwargs)
+            return 0.05
+        return 0.0
 
-    model.model.forward = forward
+    clock = ModelClock()
+    model = timed_forwards(load_tiny(TARGET, logit_scale=4.0), clock, first_pass_after_the_prime)
     assert [i for i in aa_prompts([None] * 8, 2) if i >= FIRST_PASS_PROMPTS]  # the check covers unprimed prompts
-    report = _session(model, 8)
+    report = _session(model, 8, clock)
     assert report["first_pass"]["primed"] == FIRST_PASS_PROMPTS and report["first_pass"]["settled"]
     _assert_caught(report)
 

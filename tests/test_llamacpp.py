@@ -42,6 +42,7 @@ from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT, OTHER_VOCAB = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"
+SMALL = "smollm2-135m"  # target and draft where the model does not matter: the smallest bundled GGUF's servers
 P_NOISE = 0.05  # how far llama.cpp's quantized draft p may sit from the fp32 trace's near a confidence threshold
 PROMPTS = [
     PromptText("code", "Write a Python function is_even(n) that returns True when n is even."),
@@ -265,7 +266,7 @@ def test_bad_flag_and_missing_gguf_fail_with_a_clear_message(tmp_path: Path) -> 
 
 
 def test_a_server_killed_mid_session_fails_its_configuration_and_the_rest_survive() -> None:
-    spec = SessionSpec(target=TARGET, drafts=[DRAFT], gammas=[2, 3], max_new_tokens=8, engine="llama.cpp",
+    spec = SessionSpec(target=SMALL, drafts=[SMALL], gammas=[2, 3], max_new_tokens=8, engine="llama.cpp",
                        measure_verify_cost=False)  # fmt: skip
     hooks = Recorder()
 
@@ -277,9 +278,9 @@ def test_a_server_killed_mid_session_fails_its_configuration_and_the_rest_surviv
 
     hooks.on_step = kill_gamma_3
     report = sweep(spec, PROMPTS, hooks).to_dict()
-    assert [(f["draft"], f["gamma"]) for f in report["failed"]] == [(DRAFT, 3)]
+    assert [(f["draft"], f["gamma"]) for f in report["failed"]] == [(SMALL, 3)]
     assert "did not answer" in report["failed"][0]["error"] or "exited" in report["failed"][0]["error"]
-    assert [(r["draft"], r["gamma"]) for r in report["runs"]] == [(DRAFT, 2)]
+    assert [(r["draft"], r["gamma"]) for r in report["runs"]] == [(SMALL, 2)]
     assert len(hooks.failed) == 1 and len(report["runs"][0]["outputs"]) == len(PROMPTS)
 
 
@@ -289,7 +290,7 @@ def test_the_worker_stops_on_sigterm_marks_the_session_interrupted_and_stops_its
     prompts = tmp_path / "p.txt"
     prompts.write_text("".join(f"Write a haiku about the number {i}.\n" for i in range(30)))
     submit = subprocess.run(
-        [sys.executable, "-m", "engine", "submit", "--engine", "llamacpp", "--target", TARGET, "--draft", DRAFT,
+        [sys.executable, "-m", "engine", "submit", "--engine", "llamacpp", "--target", SMALL, "--draft", SMALL,
          "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "24", "--no-regime"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
     )  # fmt: skip

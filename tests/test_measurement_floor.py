@@ -1,9 +1,12 @@
 """The measurement floor: a first pass over a prompt's shapes lands on no configuration, every session measures the
 target against itself (A/A), and `engine run` judges its speedup as a session does.
 
-The target is wrapped so that its first forward at each new sequence length sleeps, as a GPU's first decode of a
-prompt runs 1.5–4.5× slower than every later one. Without the untimed prime the baseline, decoded first on every
-prompt, paid that cost alone and n-gram "measured" far above what its tokens per call allow."""
+The target is wrapped so that its first forward at each new sequence length costs more, as a GPU's first decode of
+a prompt runs 1.5–4.5× slower than every later one. Without the untimed prime the baseline, decoded first on every
+prompt, paid that cost alone and n-gram "measured" far above what its tokens per call allow.
+
+The sessions here run on model time (ModelClock): the decoder's and the sweep's clock advance only by a fixed cost per
+target forward and the costs a test adds, so every ratio they judge is exact whatever else the machine runs."""
 
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,21 +35,61 @@ FIRST_PASS_S = 0.02
 TARGET = "tiny:1:48:4:256"
 
 
-def slow_first_pass(model, sleep_s: float = FIRST_PASS_S):
-    """`model` whose forward sleeps the first time it reaches each sequence length (a shape's first-run cost)."""
-    seen: set[int] = set()
+FORWARD_S = 0.001  # what one target forward costs on model time
+
+
+class ModelClock:
+    """Time as the decoder and the sweep read it (their time.perf_counter), advanced only by the target's forwards."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    @contextmanager
+    def installed(self) -> Iterator[ModelClock]:
+        """The decoder and the sweep read this clock inside the block (the rest of `time` as it is)."""
+        from engine.core import decoder
+        from engine.session import sweep
+
+        patched = SimpleNamespace(**{name: getattr(time, name) for name in dir(time) if not name.startswith("_")})
+        patched.perf_counter = self.perf_counter
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(decoder, "time", patched)
+            mp.setattr(sweep, "time", patched)
+            yield self
+
+
+def timed_forwards(model, clock: ModelClock, extra: Callable[[int], float] = lambda total: 0.0):
+    """`model` whose every forward costs FORWARD_S on `clock`, plus `extra(total length)` seconds."""
     original = model.model.forward
 
     def forward(*args, **kwargs):
         cache = kwargs.get("cache")
         total = (int(cache.get_seq_length()) if cache is not None else 0) + kwargs["input_ids"].shape[1]
-        if total not in seen:
-            seen.add(total)
-            time.sleep(sleep_s)
+        clock.advance(FORWARD_S + extra(total))
         return original(*args, **kwargs)
 
     model.model.forward = forward
     return model
+
+
+def slow_first_pass(model, clock: ModelClock, first_s: float = FIRST_PASS_S):
+    """`model` whose forward costs `first_s` more the first time it reaches each sequence length (a shape's
+    first-run cost)."""
+    seen: set[int] = set()
+
+    def first_pass(total: int) -> float:
+        if total in seen:
+            return 0.0
+        seen.add(total)
+        return first_s
+
+    return timed_forwards(model, clock, first_pass)
 
 
 def prompts(n: int) -> list[PromptText]:
@@ -54,11 +100,13 @@ def prompts(n: int) -> list[PromptText]:
 @pytest.fixture(scope="module")
 def slow_sweep():
     """One n-gram session on the slow-first-pass target, as `registry.sweep` runs it."""
+    clock = ModelClock()
     pool = ModelPool()
-    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0)))
+    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), clock))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=48, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    return registry.sweep(spec, prompts(6), pool=pool).to_dict()
+    with clock.installed():
+        return registry.sweep(spec, prompts(6), pool=pool).to_dict()
 
 
 def test_the_first_pass_lands_on_no_configuration_and_the_floor_is_one(slow_sweep):
@@ -173,11 +221,13 @@ def test_a_short_prime_leaves_a_shape_cost_the_floor_catches(monkeypatch):
 
 
 def _slow_session(n_prompts: int) -> dict:
+    clock = ModelClock()
     pool = ModelPool()
-    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), sleep_s=0.05))
+    pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), clock, first_s=0.05))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
+    with clock.installed():
+        return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
 
 
 def _assert_caught(report: dict) -> None:
@@ -252,23 +302,22 @@ def test_a_slow_first_decode_after_the_prime_cancels(monkeypatch):
             state.update(priming=False, armed=True, forwards=0)
 
     monkeypatch.setattr(SpectuneRunner, "prime", primed)
-    model = load_tiny(TARGET, logit_scale=4.0)
-    original = model.model.forward
 
-    def forward(*args, **kwargs):
+    def first_timed_step(total: int) -> float:
         if state["armed"] and not state["priming"]:
             state["forwards"] += 1
             if state["forwards"] == 2:  # the first decoding step after the prefill, inside the timed decode
                 state["armed"] = False
-                time.sleep(0.06)
-        return original(*args, **kwargs)
+                return 0.06
+        return 0.0
 
-    model.model.forward = forward
+    clock = ModelClock()
     pool = ModelPool()
-    pool.adopt(model)
+    pool.adopt(timed_forwards(load_tiny(TARGET, logit_scale=4.0), clock, first_timed_step))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=32, dtype="float32",
                        device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
-    report = registry.sweep(spec, prompts(9), pool=pool).to_dict()
+    with clock.installed():
+        report = registry.sweep(spec, prompts(9), pool=pool).to_dict()
     floor = report["measurement_floor"]
     assert floor["prompts"] == aa_count(9, 2) == 3  # the A/A check's subset: one rotation of three
     assert abs(floor["spread"]["median"] - 1.0) <= 0.10, floor["sentence"]
@@ -285,7 +334,7 @@ def test_what_measuring_costs_is_measured_and_said(slow_sweep):
 
     overhead = MeasurementOverhead.from_dict(slow_sweep["measurement_overhead"])
     assert overhead is not None and overhead.prime_s > 0 and overhead.aa_s > 0 and overhead.decoding_s > 0
-    # this target's prime pays every first pass (it sleeps at each new length): the cost lands on the prime
+    # this target's prime pays every first pass (a cost at each new length): the cost lands on the prime
     assert (
         overhead.prime_s > overhead.aa_s and overhead.share == (overhead.prime_s + overhead.aa_s) / overhead.decoding_s
     )
