@@ -115,7 +115,9 @@ def test_speedup_is_the_median_of_per_prompt_ratios_with_its_spread(swept) -> No
         spread = run["speedup_spread"]
         assert spread["n"] + spread["dropped"] == len(PROMPTS)  # in the verdict, or left out above its bound
         assert spread["min"] <= run["speedup_measured"] == spread["median"] <= spread["max"]
-        assert spread["verdict"] in ("faster", "slower", "too noisy to tell")
+        # a verdict on two prompts or more; one left (the rest above their bound: timing errors) is one measurement
+        verdicts = ("faster", "slower", "too noisy to tell") if spread["n"] > 1 else ("single measurement",)
+        assert spread["verdict"] in verdicts
         assert run["speedup_noisy"] == is_noisy(Spread(**spread))
         assert set(run["machine_load"]) >= {"other_cpu_pct_median", "other_cpu_pct_max", "n"}
         assert run["machine_load"]["n"] == len(PROMPTS)
