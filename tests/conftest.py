@@ -4,6 +4,7 @@ SQLite and PostgreSQL (one fresh database per test)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import os
 import sys
@@ -48,8 +49,10 @@ def real_pair(dtype: str):
     return _REAL[dtype]
 
 
+@functools.cache
 def _real_pair_rank(path: Path) -> int:
-    """0 for a module that never loads the real pair, 1 for one that loads it in bfloat16, 2 in float32."""
+    """0 for a module that never loads the real pair, 1 for one that loads it in bfloat16, 2 in float32 (each
+    module's file read once)."""
     text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
     if "real_pair(" not in text or path.name == "conftest.py":
         return 0
@@ -60,8 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The modules that load the bundled real pair (about 8 GB in float32) run last, bfloat16 first: the pair is
     loaded once per dtype and never held beside the rest of the suite's servers and browsers. Otherwise the
     collection order stands."""
-    ranks: dict[Path, int] = {}
-    items[:] = sorted(items, key=lambda item: ranks.setdefault(item.path, _real_pair_rank(item.path)))
+    items[:] = sorted(items, key=lambda item: _real_pair_rank(item.path))
 
 
 def _trim_heap() -> None:
