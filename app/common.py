@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.errors import SpectuneError
-from engine.service.api import session_engine
+from engine.service.api import StoredSession
 from foundation.paths import default_database_url
 
 T = TypeVar("T")
@@ -255,7 +255,7 @@ def session_label(session: dict[str, Any]) -> str:
     Streamlit's plain-text option rendering)."""
     icon = STATUS_ICONS.get(session.get("status", ""), "")
     name = one_line(session.get("name") or "", 60)
-    engine = session_engine(session)
+    engine = StoredSession.of(session).engine
     return f"#{session['id']} {icon} {name} · {engine} ({session.get('status')})"
 
 

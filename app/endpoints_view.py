@@ -22,7 +22,6 @@ from engine.service.api import (
     parse_levels,
     registry,
     request_stats,
-    session_engine,
 )
 
 KIND_LABELS = {"auto": "detect", "vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama.cpp",
@@ -119,7 +118,7 @@ def check_facts(found: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
-    return registry.get(session_engine(session)).deployment
+    return registry.get(StoredSession.of(session).engine).deployment
 
 
 def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

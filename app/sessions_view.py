@@ -21,7 +21,6 @@ from engine.service.api import (
     registry,
     run_spread,
     run_verdict,
-    session_engine,
     spread_text,
     stored_speedup_flag,
     surface_cells,
@@ -71,7 +70,7 @@ VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"
 def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the line under a session's title; missing values are "—"."""
     temps = ", ".join(f"{float(t):g}" for t in session.get("temperatures") or [])
-    engine = session_engine(session)
+    engine = StoredSession.of(session).engine
     fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
     weights = fixed or str(session.get("dtype") or "—")
     return [

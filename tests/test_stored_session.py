@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_queued_row_reads_as_empty_figures_not_errors() -> None:
     row = {"id": 7, "status": "queued", "summary": None, "options": None}
     stored = StoredSession.of(row)
-    assert (stored.id, stored.engine, stored.serving_batch, stored.policies) == (7, "spectune", 1, [])
+    assert (stored.row["id"], stored.engine, stored.serving_batch, stored.policies) == (7, "spectune", 1, [])
     assert stored.summary == {} and stored.options == {} and stored.runs == [] and stored.hardware == {}
     assert stored.machine_note is None and stored.baseline_tokens_per_s is None and stored.endpoint_settings == {}
     assert StoredSession.of(stored) is stored

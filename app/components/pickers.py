@@ -12,10 +12,10 @@ from app import common, data
 from app.components.tables import table
 from engine.service.api import (
     RECOMMEND_ENGINES,
+    StoredSession,
     choose_engine,
     engine_comparison,
     measured_temperatures,
-    session_engine,
 )
 
 SESSION_PARAM = "session"
@@ -106,7 +106,7 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     table (the same default as `python -m engine recommend`)."""
     ids = [int(s["id"]) for s in sessions]
     engine = choose_engine(store, ids, None)
-    if len({session_engine(s) for s in sessions}) > 1:
+    if len({StoredSession.of(s).engine for s in sessions}) > 1:
         engine = st.radio("Recommend from the measurements of", RECOMMEND_ENGINES, horizontal=True,
                           key="rec_engine", index=RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):

@@ -10,7 +10,6 @@ import pandas as pd
 from engine.service.api import (
     BestSpeedup,
     StoredSession,
-    session_engine,
     session_error,
 )
 from engine.service.api import best_speedup as best_of_runs
@@ -50,7 +49,7 @@ def sessions_frame(sessions: Sequence[Mapping[str, Any]], best: Mapping[int, Bes
                 "id": s["id"],
                 "name": s.get("name") or "",
                 "status": s.get("status"),
-                "engine": session_engine(s),
+                "engine": StoredSession.of(s).engine,
                 "progress": f"{done}/{total}" if total else "—",
                 "target": s.get("target"),
                 "drafts": ", ".join(map(str, s.get("drafts") or [])),

@@ -87,7 +87,7 @@ from engine.service.watch_actions import action_file as watch_action_file
 from engine.service.worker_control import ensure_worker, worker_alive
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
-from engine.session.spec import LOOPS, LoopOptions, SessionSpec, session_engine
+from engine.session.spec import LOOPS, LoopOptions, SessionSpec
 from engine.session.summarise import BestSpeedup, best_speedup, speedup_flag, stored_speedup_flag
 from engine.watch.verdict import VERDICTS as WATCH_VERDICTS
 from engine.watch.window import STATES as WATCH_STATES
@@ -109,7 +109,7 @@ __all__ = [
     "parameter_count", "parse_budget", "parse_levels", "parse_policy", "parse_prompt_bytes", "policy_verdict",
     "prove", "queue_confirmation", "recommend_and_export", "regime_of", "registry", "report_filename",
     "report_or_error", "request_stats", "run_concurrency", "run_label", "run_policy", "run_speedups", "run_spread",
-    "run_verdict", "save_result", "session_engine", "session_error", "session_prompts", "size_to_budget", "sized_for",
+    "run_verdict", "save_result", "session_error", "session_prompts", "size_to_budget", "sized_for",
     "speedup_flag", "spread_text", "stops_paying", "stored_noisy", "stored_speedup_flag", "submit_endpoint_session",
     "submit_session", "summarise", "surface_cells", "surfaces", "token_strings", "tokens_per_call",
     "verify_cost_eta_s", "walltime_improvement", "watch_action_file", "worker_alive",

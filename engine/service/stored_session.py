@@ -38,10 +38,6 @@ class StoredSession:
         return cls(row, _mapping(row.get("summary")), _mapping(row.get("options")))
 
     @property
-    def id(self) -> int | None:
-        return None if self.row.get("id") is None else int(self.row["id"])
-
-    @property
     def engine(self) -> str:
         """The engine it measured with (spectune's loop for a row from before engines)."""
         return session_engine(self.row)
