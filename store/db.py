@@ -8,6 +8,7 @@ SQLAlchemy URL (e.g. postgresql+psycopg://…) is passed through unchanged for a
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from sqlalchemy.pool import StaticPool
 
 from foundation.paths import default_database_url
 from store.errors import StoreError
+from store.leftovers import identity, in_use, leftovers, set_aside
+
+log = logging.getLogger("spectune.store")
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT_S = 10.0
@@ -60,18 +64,24 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def _refuse_a_deleted_database(path: Path) -> None:
-    """Refuse to start a new database where one was deleted or moved while a process still had it open: its WAL
-    or shared-memory file is still there, and a new file would take (and empty) the WAL the old one's writer uses."""
-    if path.exists():
+    """Refuse to start a new database where one was deleted or moved while a process still has it open: its WAL
+    or shared-memory file is still there, and a new file would take (and empty) the WAL the old one's writer uses.
+    Once no process has it open, those leftovers are set aside (store.leftovers) and a new database may start."""
+    left = leftovers(path)
+    if not left:
         return
-    left = [suffix for suffix in ("-wal", "-shm") if Path(f"{path}{suffix}").exists()]
-    if left:
-        raise StoreError(
-            f"database {path} is missing but its {' and '.join(left)} file is still there: it was deleted or moved "
-            "while a process (a worker, the dashboard) had it open, and may still be written; nothing was created. "
-            "Stop those processes, then restore a backup (python -m engine restore FILE), or move the leftover "
-            f"{path.name}-wal and -shm aside to start a new database"
-        )
+    if not in_use(path):
+        moved = set_aside(path)
+        names = ", ".join(p.name for p in moved)
+        log.warning("database %s was deleted or moved; no process has it open any more, so the files it left were "
+                    "set aside (%s) and a new database starts there", path, names)  # fmt: skip
+        return
+    raise StoreError(
+        f"database {path} is missing but its {' and '.join(p.name.removeprefix(path.name) for p in left)} file is "
+        "still there: it was deleted or moved while a process (a worker, the dashboard) had it open, and it is still "
+        "open there; nothing was created. Stop those processes (a worker saves what the file held as it stops), then "
+        "restore a backup (python -m engine restore FILE), or start again: a new database is made once none has it open"
+    )
 
 
 def _create_empty(path: Path) -> None:
@@ -147,13 +157,7 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
 
 def file_identity(path: Path | None) -> tuple[int, int] | None:
     """The (device, inode) of the file at ``path``; None when there is none (or no path)."""
-    if path is None:
-        return None
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
+    return None if path is None else identity(path)
 
 
 def engine_where(engine: Engine) -> str:

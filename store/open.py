@@ -15,7 +15,8 @@ from store.repo import Store
 
 def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> Store:
     """Open (creating if needed) the database, migrate it to the newest schema and return its Store; its `damage`
-    says what SQLite's quick_check found wrong (None when sound; see store.health)."""
+    says what SQLite's quick_check found wrong (None when sound; see store.health). Sessions spilled from a
+    database deleted at that path under its worker are replayed into a sound one (store.spill)."""
     engine = make_engine(url, busy_timeout_s=busy_timeout_s)
     deadline = time.monotonic() + busy_timeout_s
     attempt = 0
@@ -25,6 +26,7 @@ def open_store(url: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_
                 upgrade_to_head(engine)
             opened = Store(engine)
             opened.damage = check_on_open(engine)  # warned about on every open while it lasts
+            opened.replay_spills()  # a session spilled from a database deleted under its worker
             return opened
         except StoreError as exc:
             # Two first opens of a new file can trip SQLite's deadlock guard, which answers "locked" at

@@ -24,6 +24,7 @@ from store.db import sqlite_path
 from store.errors import StoreError
 from store.files import write_whole
 from store.models import Run, TuningSession
+from store.spill import endings_folder
 from store.workers import parse_worker_id, worker_is_dead
 
 log = logging.getLogger("spectune.store")
@@ -180,7 +181,7 @@ class OrphansMixin(StoreBase):
 
     def _endings_dir(self) -> Path | None:
         path = sqlite_path(self.engine.url)
-        return None if path is None else path.with_name(path.name + "-endings")
+        return None if path is None else endings_folder(path)
 
     def _ending_file(self, session_id: int) -> Path | None:
         folder = self._endings_dir()

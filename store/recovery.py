@@ -23,6 +23,7 @@ from urllib.parse import quote
 from store.db import SQLITE_MAGIC, file_identity
 from store.errors import StoreError
 from store.files import fsync_folder, special_kind
+from store.leftovers import open_in_this_process
 from store.workers import worker_is_dead
 
 JOURNALS = ("-wal", "-shm", "-journal")
@@ -244,7 +245,7 @@ def save_open_copy(database: Path, identity: tuple[int, int], now: float | None 
     """Copy the database file this process still has open (by inode: it was deleted, moved, or another file was
     put at its path) and the WAL it writes to ``DATABASE.saved-DATE-TIME`` beside the path, for `restore`; None when
     this process holds no such file. Call it while nothing writes."""
-    source = _open_file(identity)
+    source = open_in_this_process(identity)
     if source is None:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
@@ -252,7 +253,7 @@ def save_open_copy(database: Path, identity: tuple[int, int], now: float | None 
     wal = Path(f"{database}-wal")
     shutil.copyfile(source, target)
     wal_identity = file_identity(wal)
-    if wal_identity is not None and _open_file(wal_identity) is not None:  # the WAL this process writes, not another
+    if wal_identity is not None and open_in_this_process(wal_identity) is not None:  # this process's WAL, no other
         shutil.copyfile(wal, Path(f"{target}-wal"))
     _fold_wal(target)
     return target
@@ -268,19 +269,6 @@ def _fold_wal(path: Path) -> None:
         log.warning("the saved copy %s keeps its WAL beside it: %s", path, exc)
     finally:
         conn.close()
-
-
-def _open_file(identity: tuple[int, int]) -> str | None:
-    """A /proc path through which this process reads the file of that (device, inode), or None (not Linux)."""
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return None
-    for name in names:
-        link = f"/proc/self/fd/{name}"
-        if file_identity(Path(link)) == identity:
-            return link
-    return None
 
 
 def sessions_being_written(database: Path, stale_after_s: float, now: datetime | None = None) -> list[str]:

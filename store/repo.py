@@ -13,6 +13,7 @@ from store.readers import ReadersMixin
 from store.recommendations import RecommendationsMixin
 from store.runs import RunsMixin
 from store.sessions import SessionsMixin
+from store.spill import SpillMixin
 from store.watch import WatchMixin
 
 
@@ -25,6 +26,7 @@ class Store(
     EndpointsMixin,
     DecisionsMixin,
     WatchMixin,
+    SpillMixin,
 ):
     """Repository over one database; thread-safe (each call uses its own short transaction)."""
 

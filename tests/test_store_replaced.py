@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,6 +82,14 @@ def test_no_new_database_is_made_where_the_old_one_s_wal_is_in_use(home: Path, s
     lines = [line for line in listing.stderr.splitlines() if line.strip()]
     assert listing.returncode == 2 and len(lines) == 1 and "nothing was created" in lines[0], listing.stderr
     assert not db.exists() and wal.read_bytes() == wal_bytes  # the worker's writes are where it left them
+    store.close()  # no process has the deleted file open now: what it left is set aside, and a new one starts
+    fresh = open_store(default_database_url())
+    try:
+        assert fresh.list_sessions() == []
+        aside = sorted(p.name.split(".left-")[0] for p in home.iterdir() if ".left-" in p.name)
+        assert aside == ["spectune.db-shm", "spectune.db-wal"]
+    finally:
+        fresh.close()
 
 
 def test_an_open_store_never_creates_a_new_file_at_its_path(home: Path, store: Store) -> None:
@@ -187,8 +196,10 @@ def test_every_page_shows_a_banner_and_follows_a_restored_file(home: Path, store
 
 def test_a_real_worker_whose_database_is_deleted_mid_session(home: Path) -> None:
     """The reported loss: the worker kept writing the deleted file and logged `session 1: done`, and the next command
-    made a new empty database over the path."""
-    from tests.test_worker import open_db, queue_long
+    made a new empty database over the path. Now the worker stops, the session it ran is spilled, and the next
+    command's new database gets it back (each measured prompt once), ready to requeue and finish."""
+    from tests.test_worker import open_db, queue_long, start_worker, worker_log
+    from tests.test_worker_recovery import _outputs, _step_keys
 
     first = open_db(home)
     sid = queue_long(first)
@@ -198,7 +209,7 @@ def test_a_real_worker_whose_database_is_deleted_mid_session(home: Path) -> None
     worker = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--once"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        while status_of(db, sid) != "running":  # the session is under way (a state, not a duration)
+        while not session_figure(db, sid, STEPS_SQL):  # the session has measured steps (a state, not a duration)
             assert worker.poll() is None, worker.stderr.read()
             time.sleep(0.05)
         os.unlink(db)
@@ -209,30 +220,45 @@ def test_a_real_worker_whose_database_is_deleted_mid_session(home: Path) -> None
             worker.wait()
     assert worker.returncode == 2, log
     assert f"session {sid}: interrupted" in log and "the worker stops: database" in log
+    assert f"Session {sid}, which it was running, is spilled to" in log
     assert not db.exists()  # nothing made a new file at the path
-    saved = next(p for p in home.iterdir() if p.name.startswith("spectune.db.saved-"))
-    restored = subprocess.run([sys.executable, "-m", "engine", "restore", str(saved)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert restored.returncode == 0, restored.stderr
+    saved = next(p for p in home.iterdir() if p.name.startswith("spectune.db.saved-") and not p.name.endswith("-wal"))
+    measured = session_figure(saved, sid, STEPS_SQL)
+    assert measured > 0
+
+    listing = subprocess.run([sys.executable, "-m", "engine", "sessions"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert listing.returncode == 0, listing.stderr  # a new database, the old one's leftovers set aside
     back = open_store(default_database_url())
     try:
         ended = back.get_session(sid)
         assert ended["status"] == "interrupted" and "deleted or moved while in use" in ended["error"]
+        assert "replayed here from" in ended["error"] and "interrupted" in listing.stdout
+        assert len(_step_keys(back, sid)) == measured
+        kept = set(_outputs(back, sid))
         assert back.requeue_session(sid)
+        second = start_worker(home, "--once", log_name="worker2.out")
+        assert second.wait(300) == 0, worker_log(home)
+        resumed = back.get_session(sid)
+        assert resumed["status"] == "done", resumed["error"]
+        outputs = _outputs(back, sid)
+        assert kept <= set(outputs) and len(outputs) == len(set(outputs))  # what it measured, reused, none twice
     finally:
         back.close()
 
 
-def status_of(db: Path, session_id: int) -> str | None:
-    """The session's stored status, read without writing (None while the file cannot be read)."""
-    import sqlite3
+STEPS_SQL = "SELECT count(*) FROM steps JOIN runs ON runs.id = steps.run_id WHERE runs.session_id = ?"
 
+
+def session_figure(db: Path, session_id: int, sql: str = "SELECT status FROM sessions WHERE id = ?") -> Any:
+    """The session's stored status (or what ``sql`` asks of it), read without writing; None while the file cannot
+    be read."""
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            row = conn.execute("SELECT status FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            row = conn.execute(sql, (session_id,)).fetchone()
         finally:
             conn.close()
     except sqlite3.Error:
         return None
-    return None if row is None else str(row[0])
+    return None if row is None else row[0]

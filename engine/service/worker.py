@@ -303,6 +303,7 @@ def serve(
     _tidy(store, backoff)
     pool = ModelPool()
     ran = 0
+    cut_short: int | None = None  # the last session, when it ended interrupted: its database may be gone
     idle_since = time.monotonic()
     TERMINATING.clear()
 
@@ -317,7 +318,7 @@ def serve(
     try:
         while not TERMINATING.is_set():
             if (why := store.replaced()) is not None:
-                _stop_for_a_replaced_file(store, why)
+                _stop_for_a_replaced_file(store, why, cut_short)
                 break
             try:
                 store.recheck_damage()
@@ -337,6 +338,7 @@ def serve(
                 continue
             state = run_session(store, session, pool, worker_id)
             log.info("session %s: %s", session["id"], state)
+            cut_short = session["id"] if state == "interrupted" else None
             ran += 1
             idle_since = time.monotonic()
             if max_sessions is not None and ran >= max_sessions:
@@ -349,15 +351,20 @@ def serve(
     return ran
 
 
-def _stop_for_a_replaced_file(store: Any, why: str) -> None:
+def _stop_for_a_replaced_file(store: Any, why: str, cut_short: int | None) -> None:
     """Say why the worker stops; a deleted, moved or replaced file it still holds is first copied out for
-    `restore`."""
+    `restore`, and the session it cut short is spilled from that copy, to be replayed into the next database at
+    the path (store.spill)."""
     saved = store.save_open_copy()
-    if saved is not None:
-        log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
-                  "back with python -m engine restore %s", why, saved, saved)  # fmt: skip
-    else:
+    if saved is None:
         log.error("the worker stops: %s. %s", why, REPLACED_WAY_OUT)
+        return
+    spilled = store.spill_from_copy(saved, cut_short) if cut_short is not None else None
+    carried = (f" Session {cut_short}, which it was running, is spilled to {spilled}: it is replayed into the next "
+               "database at that path (a new one, or a backup put in place), ready to requeue."
+               if spilled is not None else "")  # fmt: skip
+    log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
+              "back with python -m engine restore %s.%s", why, saved, saved, carried)  # fmt: skip
 
 
 def _note_failure(backoff: WriteBackoff, what: str, exc: StoreError) -> None:
