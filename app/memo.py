@@ -52,7 +52,7 @@ def recommended(
     price_per_hour: float | None, regime_override: str | None, engine: str | None, temperature: float | None,
     vllm_version: str | None,
 ) -> Recommended:  # fmt: skip
-    """engine.service.recommendations.recommend_and_export (every format, not saved), kept while the sessions
+    """engine.service.decide.recommendations.recommend_and_export (every format, not saved), kept while the sessions
     stay finished."""
     args = (tuple(int(i) for i in session_ids), objective, budget, int(batch_size), price_per_hour, regime_override,
             engine, temperature, vllm_version)  # fmt: skip
@@ -74,7 +74,7 @@ def policies(
     batch_size: int = 1, regime_override: str | None = None, engine: str | None = None,
     temperature: float | None = None,
 ) -> PolicyReport:  # fmt: skip
-    """The policy report the stored decision for these inputs was made from (engine.service.decisions.decided),
+    """The policy report the stored decision for these inputs was made from (engine.service.decide.decisions.decided),
     kept while the sessions stay finished."""
     args = (tuple(int(i) for i in session_ids), objective, budget, int(batch_size), regime_override, engine,
             temperature)  # fmt: skip
@@ -83,7 +83,7 @@ def policies(
 
 
 def session_decisions(store: Any, session: Mapping[str, Any]) -> dict[float, Decision | None]:
-    """The stored decision (engine.service.decisions: made once when the session ended) at each temperature the
+    """The stored decision (engine.service.decide.decisions: made once when the session ended) at each temperature the
     session measured, for its serving batch and the default objective; None where there is nothing to decide."""
     batch = StoredSession.of(session).serving_batch
     out: dict[float, Decision | None] = {}

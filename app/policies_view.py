@@ -1,6 +1,6 @@
 """The Policies page's logic: frames, charts and words for the speculation-policy comparison (no Streamlit here).
 
-The numbers come from engine.service.policies.session_policies, the same replay `python -m engine policies`
+The numbers come from engine.service.decide.policies.session_policies, the same replay `python -m engine policies`
 prints: every policy of the grid replayed from the session's recorded draft trace, with what the session ran
 live beside it.
 """
@@ -150,7 +150,7 @@ def best_metrics(report: PolicyReport) -> list[tuple[str, str, str]]:
 
 
 def _basis_of(report: PolicyReport, policy: str) -> str:
-    """The basis a policy's row shows (engine.service.policies.shown_basis: not "exact" where its live run
+    """The basis a policy's row shows (engine.service.decide.policies.shown_basis: not "exact" where its live run
     differed)."""
     rows = report.chosen.rows() if report.chosen is not None else []
     return next((r["basis"] for r in rows if r["policy"] == policy), "")

@@ -1,6 +1,7 @@
 """The Run page's time budget and default engine: the budget input, the form sized to it, the engine's default.
 
-"Fit to the budget" sizes the form's session (engine.service.budget) and writes the sized values into the form, to
+"Fit to the budget" sizes the form's session (engine.service.sizing.budget) and writes the sized values into the
+form, to
 be changed at will; the budget then only warns: on Estimate, on Probe and before Start queues a session. The form is
 also sized on its own, once: on the page's first visit when a finished comparable session gives the pace, else
 after "Probe the pace" returns one; never after any fit, so values changed by hand since are left as they are.
@@ -66,7 +67,7 @@ def sized_values(sized: SizedPlan, state: Mapping[str, Any]) -> dict[str, Any]:
 
 def set_default_engine(state: MutableMapping[str, Any], hardware: Mapping[str, Any]) -> str:
     """Before the engine choice is drawn: this machine's default engine for the form's target, unless the user
-    chose another (its why: engine.service.default_engine)."""
+    chose another (its why: engine.service.sizing.default_engine)."""
     target = rv.effective_target(state.get("target_choice") or DEFAULT_TARGET, state.get("target_text"))
     chosen = default_engine(target, hardware).engine
     if state.get("engine") in (None, state.get(ENGINE_DEFAULT)):

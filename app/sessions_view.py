@@ -170,13 +170,13 @@ def speedup_frame(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 def concurrency_surface(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The speedup surface of a session measured at several concurrency levels (vLLM), the cells the Recommend
-    page and the recommender read (engine.service.surface): one row per speculative run, against the baseline at
+    page and the recommender read (engine.service.decide.surface): one row per speculative run, against the baseline at
     the same level; empty when every run was measured at one level."""
     return data.surface_frame(surface_cells(runs))
 
 
 def stops_paying(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Per configuration and γ, where speculation stops paying (engine.service.surface.stops_paying)."""
+    """Per configuration and γ, where speculation stops paying (engine.service.decide.surface.stops_paying)."""
     return [stop.line() for stop in surface_stops(surface_cells(runs))]
 
 

@@ -48,7 +48,7 @@ def cli(home: Path, args: list[str], timeout_s: float) -> tuple[float, subproces
 
 def decision_figures(home: Path) -> dict[str, Any]:
     """The newest session's stored decision, floor and measuring cost, read through the store."""
-    from engine.service.decisions import DecisionQuery, decision_for
+    from engine.service.decide.decisions import DecisionQuery, decision_for
     from store import open_store
 
     store = open_store(f"sqlite:///{home / 'spectune.db'}")

@@ -75,9 +75,9 @@ def llamacpp_session(
 ) -> tuple[dict, list[dict], str]:
     """Queue and run a llama.cpp session like a user; then recommend from it and export for llama.cpp."""
     from engine.analysis.export import export
-    from engine.service.evidence import recommend_from_store
+    from engine.service.decide.evidence import recommend_from_store
     from engine.service.jobs import open_app_store, submit_session
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
     from engine.session.spec import SessionSpec
 
     store = open_app_store(f"sqlite:///{home / 'bench.db'}")

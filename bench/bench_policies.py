@@ -167,7 +167,7 @@ def main() -> int:
     llama = None
     if args.llamacpp:
         from engine.llamacpp.policy_flags import llamacpp_fields
-        from engine.service.llamacpp_live import llamacpp_live
+        from engine.service.decide.llamacpp_live import llamacpp_live
 
         texts = [prompts[cat][0] for cat in enc]
         llama = {"target": llamacpp_live(None, texts, n)}

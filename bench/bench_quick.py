@@ -43,9 +43,9 @@ def prompts(n: int, max_chars: int = 500) -> list[dict[str, str]]:
 
 def one(store, engine: str, mode: str, set_id: int, args: argparse.Namespace) -> dict:  # noqa: ANN001
     from engine.models.pool import ModelPool
+    from engine.service.decide.recommendations import recommend_and_export
     from engine.service.jobs import submit_session
-    from engine.service.recommendations import recommend_and_export
-    from engine.service.worker import run_session
+    from engine.service.worker.loop import run_session
     from engine.session.spec import SessionSpec
 
     spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=list(args.gammas), temperatures=[0.0],
@@ -85,7 +85,7 @@ def prompt_predictions(store, sid: int, engine: str, gammas: range = range(1, 9)
     from engine.analysis.policy_replay import replay
     from engine.analysis.predictor import traces_of
     from engine.core.policy import FixedGamma
-    from engine.service.evidence import gather
+    from engine.service.decide.evidence import gather
 
     out = {}
     for m in gather(store, [sid], engine).measurements:
@@ -109,7 +109,7 @@ def predictions(store, sid: int, engine: str, gammas: range = range(1, 9)) -> di
     from engine.analysis.calibrate import cost_of
     from engine.analysis.predictor import predict
     from engine.core.policy import FixedGamma
-    from engine.service.evidence import gather
+    from engine.service.decide.evidence import gather
 
     out = {}
     for m in gather(store, [sid], engine).measurements:

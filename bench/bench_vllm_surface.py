@@ -6,7 +6,7 @@ it, and that schedule's export launched as it is beside its fixed γ and the tar
    from and three without), each configuration against the target alone at the same level, interleaved
    (engine.session.sweep).
    With the headline confirmation (default; --no-confirm skips it): a recommended γ the grid did not measure is
-   then run live at every level beside the target alone (engine.service.confirm).
+   then run live at every level beside the target alone (engine.service.worker.sweeps).
 2. `recommend --export vllm` from it (the grid and the confirmation): γ by batch size, measured at the surface's
    levels, the headline at batch 1.
 3. `check-export`'s session on the same prompts: vLLM started with exactly the file's speculative_config, beside
@@ -56,7 +56,7 @@ def prompts(categories: list[str], max_chars: int) -> list[dict[str, str]]:
 
 def run_queued(store, sid: int) -> tuple[str, float]:  # noqa: ANN001
     from engine.models.pool import ModelPool
-    from engine.service.worker import run_session
+    from engine.service.worker.loop import run_session
 
     started = time.perf_counter()
     claimed = store.claim_next_session("bench:1")
@@ -65,7 +65,7 @@ def run_queued(store, sid: int) -> tuple[str, float]:  # noqa: ANN001
 
 
 def surface_rows(store, sid: int) -> list[dict]:  # noqa: ANN001
-    from engine.service.surface import session_surface
+    from engine.service.decide.surface import session_surface
 
     surface = session_surface(store, sid)
     return [] if surface is None else [
@@ -83,14 +83,14 @@ def main() -> int:
     parser.add_argument(
         "--no-confirm",
         action="store_true",
-        help="do not run an extrapolated headline live after the grid (engine.service.confirm)",
+        help="do not run an extrapolated headline live after the grid (engine.service.worker.sweeps)",
     )
     parser.add_argument("--keep-db", type=Path, help="write the sessions to this SQLite file (kept) instead")
     args = parser.parse_args()
     from engine.analysis.export.vllm_read import read_vllm_export
+    from engine.service.decide.recommendations import recommend_and_export
     from engine.service.export_check import export_check_rows, submit_export_check
     from engine.service.jobs import submit_session
-    from engine.service.recommendations import recommend_and_export
     from engine.session.spec import SessionSpec
     from store import open_store
 

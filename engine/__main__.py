@@ -2,6 +2,6 @@
 
 import sys
 
-from engine.service.cli import main
+from engine.service.cli.main import main
 
 sys.exit(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.service.cli import main
+from engine.service.cli.main import main
 
 
 def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

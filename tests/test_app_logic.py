@@ -148,7 +148,7 @@ def test_a_policy_run_shows_its_live_spread_and_verdict_beside_its_live_speedup(
          "summary": {"policy": "confidence:0.6:8:0", "policy_live": live}},
     ]  # fmt: skip
     from app import sessions_view as sv
-    from engine.service.report_runs import run_figures
+    from engine.service.report.runs import run_figures
 
     row = sv.runs_table(runs).iloc[1]
     assert (row["speedup measured"], row["per-prompt spread"], row["verdict"]) == (

@@ -10,7 +10,7 @@ import pytest
 import streamlit as st
 
 from app import memo
-from engine.service import decisions, recommendations
+from engine.service.decide import decisions, recommendations
 from foundation.paths import default_database_url
 from store import open_store
 from tests.test_recommend_surface import store_vllm_session

@@ -2,7 +2,7 @@
 
 Sessions are written straight through the store API (no worker, no model): the pages must render
 every state a session can be in, and refuse bad input with st.error instead of a traceback.
-engine.service.worker_control.ensure_worker is replaced by a recorder (the worker is tested on its own).
+engine.service.worker.control.ensure_worker is replaced by a recorder (the worker is tested on its own).
 """
 
 from __future__ import annotations
@@ -380,7 +380,7 @@ def test_start_session_queues_it_and_starts_the_worker(env):
     assert env.worker_calls == [1]
     assert f"Session #{s['id']} queued" in texts(at.success)
     assert at.query_params.get("session") == str(s["id"])
-    from engine.service.plan import planned_decodes
+    from engine.service.sizing.plan import planned_decodes
     from engine.session.spec import SessionSpec
 
     planned = planned_decodes(SessionSpec.from_row(s), 2)  # queued, the bar shows what the session plans
@@ -434,7 +434,7 @@ def test_the_run_form_estimates_time_and_memory_and_queues_nothing(env):
 
 def test_the_run_form_fits_its_time_budget_and_then_only_warns(env):
     from engine.measure.hardware import describe_hardware
-    from engine.service.pace_probe import PaceProbe, keep
+    from engine.service.sizing.pace_probe import PaceProbe, keep
 
     add_prompts(env.store, [(f"p{i}", "ab"[i % 2]) for i in range(10)])
     at = page("pages/2_Run.py")

@@ -24,7 +24,7 @@ from engine.errors import PromptFileError
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import submit_endpoint_session
 from engine.service.jobs import submit_session
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.spec import SessionSpec
 
 ENDPOINTS = "pages/6_Endpoints.py"
@@ -256,7 +256,7 @@ EMOJI_ONLY = re.compile("[\U0001f000-\U0001faff\u2705\u26d4\u274c\u23f3\u23f9\u2
 
 
 def test_no_page_needs_an_emoji_font() -> None:
-    sources = [*sorted((ROOT / "app").rglob("*.py")), ROOT / "engine" / "service" / "session_report.py"]
+    sources = [*sorted((ROOT / "app").rglob("*.py")), ROOT / "engine" / "service" / "report" / "document.py"]
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sources
              for n, line in enumerate(path.read_text().splitlines(), 1) if EMOJI_ONLY.search(line)]  # fmt: skip
     assert not found, "use Streamlit's :material/…: icons (app.common.ICONS) or a text glyph:\n" + "\n".join(found)

@@ -67,7 +67,7 @@ def page(query: dict | None = None) -> AppTest:
 
 
 def expected(store, ids, objective="latency", budget=None, batch=1, price=None, regime=None):
-    from engine.service.evidence import recommend_from_store
+    from engine.service.decide.evidence import recommend_from_store
 
     rec, _, _ = recommend_from_store(store, ids, objective, budget, batch, price, regime)
     return rec
@@ -358,7 +358,7 @@ def test_hostile_draft_and_session_names_are_shown_as_text(env):
 
 
 def test_cli_and_page_export_byte_identical_files_and_payloads(env, capsys):
-    from engine.service.cli import main
+    from engine.service.cli.main import main
 
     sid = store_session(env.store, T5, regime=sweep_regime(), verify_cost=T5_VERIFY)
     at = page()

@@ -4,7 +4,7 @@
     engine: service -> session -> analysis -> measure -> {drafts, models} -> core   (and all -> foundation)
 
 Only engine/service/ touches the store; the app never does directly, and takes the engine only through its facade,
-engine.service.api (never a command-line module: cli, *_cli), and engine.errors; foundation/ imports nothing of
+engine.service.api (never a command-line module: cli/, *_cli), and engine.errors; foundation/ imports nothing of
 ours.
 Imports are read with ast from every file, function-local imports and importlib.import_module("...") calls
 included; the store's independence from the engine and the app is also checked by really importing every
@@ -209,15 +209,15 @@ def cli_imports(imports: list[Import]) -> list[Import]:
 
 def test_the_cli_rule_names_file_and_line() -> None:
     source = (
-        "from engine.service.policies import session_policies\n"
+        "from engine.service.decide.policies import session_policies\n"
         "def f():\n"
-        "    from engine.service.policy_cli import run_policy\n"
+        "    from engine.service.cli.policy import run_policy\n"
         "    from engine.service import cli\n"
-        "import engine.service.evidence\n"
+        "import engine.service.decide.evidence\n"
     )
     found = cli_imports(imports_in(source, Path("app/probe.py"), "app.probe"))
     assert [str(imp) for imp in found] == [
-        "app/probe.py:3: app.probe function-local imports engine.service.policy_cli.run_policy",
+        "app/probe.py:3: app.probe function-local imports engine.service.cli.policy.run_policy",
         "app/probe.py:4: app.probe function-local imports engine.service.cli",
     ]
 

@@ -127,7 +127,7 @@ def test_a_finished_runs_delta_is_its_whole_run_speedup_not_a_third_ratio() -> N
     first, beside = {"id": 1, "kind": "baseline", "temperature": 0.0}, {"id": 3, "kind": "baseline", "temperature": 0.0}
     confirming = {**run, "id": 4, "temperature": 0.0}
     runs = [first, {**run, "id": 2, "temperature": 0.0}, beside, confirming]
-    from engine.service.report_runs import baseline_tps, compared_baseline
+    from engine.service.report.runs import baseline_tps, compared_baseline
 
     assert compared_baseline(runs, confirming) is beside and compared_baseline(runs, runs[1]) is first
     assert compared_baseline(runs, beside) is beside  # a baseline is its own
@@ -165,7 +165,7 @@ def test_compare_sessions_flags_it_too(env) -> None:  # noqa: F811
 
 
 def test_cli_sessions_shows_the_best_possible_speedup_and_flags_the_impossible_one(env, capsys) -> None:  # noqa: F811
-    from engine.service.queue_cli import cmd_sessions
+    from engine.service.cli.queue import cmd_sessions
 
     _session(env.store)
     assert cmd_sessions(type("Args", (), {"json": False})()) == 0

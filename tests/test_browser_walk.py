@@ -284,7 +284,8 @@ def headline_violations(text: str, measured: Sequence[MeasuredRun]) -> list[str]
 
 
 def decision_violations(text: str, headline: str, measured: bool) -> list[str]:
-    """The page against the stored decision (engine.service.decisions): its headline shown once, word for word, and
+    """The page against the stored decision (engine.service.decide.decisions): its headline shown once, word for
+    word, and
     measured or saying "not measured"; no other configuration called the decision."""
     flat = " ".join(text.split())
     bad = []
@@ -793,8 +794,10 @@ FIXED_DEFECTS = [  # what the walk found and what was fixed since: the mechanism
     # (engine.analysis.bounds.check_measured_speedup), so on a busy machine an impossible speedup is shown unflagged
     # (app/run_view.speed_delta and its caller in app/pages/2_Run.py).
     re.compile(r"^run_\w+: Tokens/s [\d.]+× above"),
-    # Recommend page, "Engines side by side" (app/components.engine_picker over
-    # engine.service.evidence.engine_comparison): a run's "speedup measured" is shown beside its "tokens per call"
+    # Recommend page, "Engines side by side" (app/components.engine_picker
+    # over
+    # engine.service.decide.evidence.engine_comparison): a run's "speedup measured" is shown beside its "tokens per
+    # call"
     # with no check, so an impossible one (2.76× at 1.04 tokens per call) carries no flag there, while the crossover
     # table flags the same run.
     re.compile(
@@ -866,7 +869,7 @@ def measured_runs(home: Path, ids: Iterable[int]) -> list[MeasuredRun]:
 
 def stored_decision(home: Path, sid: int) -> Any:
     """The session's stored decision at its serving batch, greedy, the default objective (as the worker stored it)."""
-    from engine.service.decisions import DecisionQuery, decision_for
+    from engine.service.decide.decisions import DecisionQuery, decision_for
     from store import open_store
 
     store = open_store(f"sqlite:///{home / 'spectune.db'}")
@@ -939,7 +942,7 @@ def test_the_report_shows_speedups_within_their_bounds_and_its_headline_beside_i
 
 def _recommend_files(home: Path, ids: Sequence[int], **kwargs: Any) -> dict[str, str]:
     """The exports the service call the Recommend page makes returns for the same inputs."""
-    from engine.service.recommendations import recommend_and_export
+    from engine.service.decide.recommendations import recommend_and_export
     from store import open_store
 
     store = open_store(f"sqlite:///{home / 'spectune.db'}")

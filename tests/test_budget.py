@@ -1,4 +1,4 @@
-"""Sessions sized to a time budget (engine.service.budget), and the fastest faithful engine by default.
+"""Sessions sized to a time budget (engine.service.sizing.budget), and the fastest faithful engine by default.
 
 The sizing is a pure function of a spec, a pace and a budget: tested here without a model. `submit --budget` and the
 Run page's "Time budget" are tested with a kept probe of a tiny model's pace (nothing decodes), and the default engine
@@ -18,8 +18,8 @@ from processes import RUN_VARIABLE
 
 from engine.errors import SettingsError
 from engine.measure.hardware import describe_hardware
-from engine.service import default_engine as de
-from engine.service.budget import (
+from engine.service.sizing import default_engine as de
+from engine.service.sizing.budget import (
     MIN_PROMPTS,
     MIN_TOKENS,
     Pace,
@@ -29,7 +29,7 @@ from engine.service.budget import (
     plan_seconds,
     size_to_budget,
 )
-from engine.service.pace_probe import PaceProbe, _dtype, keep
+from engine.service.sizing.pace_probe import PaceProbe, _dtype, keep
 from engine.session.spec import SessionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_a_kept_plan_only_warns():
 
 
 def test_the_sizing_charges_what_the_estimate_charges():
-    from engine.service.estimate import estimate_session
+    from engine.service.sizing.estimate import estimate_session
 
     hardware = "CPU: test"
     probe = PaceProbe(hardware, "spectune", TARGET, "float32", 5.0, 0.1, 16, "now")

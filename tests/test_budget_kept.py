@@ -32,9 +32,9 @@ from test_app_pages import (  # noqa: F401 - env: fixture
 
 from engine.errors import SettingsError
 from engine.measure.hardware import describe_hardware
-from engine.service.budget import budget_facts, budget_outcome
 from engine.service.jobs import submit_session
-from engine.service.session_report import session_report_html
+from engine.service.report.document import session_report_html
+from engine.service.sizing.budget import budget_facts, budget_outcome
 from engine.session.spec import SessionSpec, validate
 from store import Store
 from store import sessions as store_sessions
@@ -203,8 +203,8 @@ def test_a_first_visit_without_a_finished_session_is_left_as_it_is(env):  # noqa
 
 
 def test_a_probe_sizes_the_form_on_its_own_once_and_then_only_warns(env, monkeypatch):  # noqa: F811 - the pages\' fixture
-    import engine.service.estimate
-    from engine.service.pace_probe import PaceProbe, _dtype, keep
+    import engine.service.sizing.estimate
+    from engine.service.sizing.pace_probe import PaceProbe, _dtype, keep
 
     def probe_for(store, spec, prompt, n_prompts, on_progress=None):  # the target alone at 0.5 s a token
         probe = PaceProbe(str(describe_hardware()["label"]), spec.engine, spec.target, _dtype(spec), 20.0, 0.5, 16,
@@ -212,7 +212,7 @@ def test_a_probe_sizes_the_form_on_its_own_once_and_then_only_warns(env, monkeyp
         keep(probe)
         return probe, 28.0
 
-    monkeypatch.setattr(engine.service.estimate, "probe_for", probe_for)
+    monkeypatch.setattr(engine.service.sizing.estimate, "probe_for", probe_for)
     add_prompts(env.store, [(f"p{i}", "ab"[i % 2]) for i in range(10)])
     at = first_visit("2m")
     fill_run_form(at)

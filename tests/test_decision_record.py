@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine.models.pool import ModelPool
-from engine.service.decisions import Decision, DecisionQuery, canonical, decision_for
+from engine.service.decide.decisions import Decision, DecisionQuery, canonical, decision_for
 from engine.service.jobs import submit_session
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.spec import SessionSpec
 from store import Store, open_store
 
@@ -67,7 +67,7 @@ def test_the_worker_stores_one_decision_and_every_reader_reads_it(session) -> No
 
 
 def _key(store: Store, sid: int) -> str:
-    from engine.service.decisions import canonical
+    from engine.service.decide.decisions import canonical
 
     return canonical(store, [sid], DecisionQuery(temperature=0.0)).key()
 
@@ -103,7 +103,7 @@ def test_confirm_it_queues_that_configuration_alone_and_its_run_is_then_the_meas
     from dataclasses import replace
 
     from engine.errors import SpectuneError
-    from engine.service.decisions import measured_run, queue_confirmation
+    from engine.service.decide.decisions import measured_run, queue_confirmation
 
     store, sid, _ = session
     decided = decision_for(store, [sid], DecisionQuery(temperature=0.0))
@@ -162,7 +162,7 @@ def test_a_stored_analysis_that_no_longer_reads_is_made_again(session) -> None:
 
 def test_a_stale_decision_is_made_again_and_a_fresh_one_is_read(session, monkeypatch) -> None:
     """A stored decision is read as it is (nothing predicts again); a run stored since makes it stale."""
-    import engine.service.decisions as decisions
+    import engine.service.decide.decisions as decisions
 
     store, sid, _ = session
     query = DecisionQuery(temperature=0.0)
@@ -188,12 +188,12 @@ def test_no_page_or_command_predicts_again_once_the_decision_is_stored(session, 
     report read its analysis: the recommender and the policy replay are never called."""
     import streamlit as st
 
-    import engine.service.analysis as analysis
-    import engine.service.report_recommendation as report_recommendation
+    import engine.service.decide.analysis as analysis
+    import engine.service.report.recommendation as report_recommendation
     from app.recommend_view import evidence as recommend_view
-    from engine.service.policies import PolicyReport
-    from engine.service.recommendations import recommend_and_export
-    from engine.service.session_report import session_report_html
+    from engine.service.decide.policies import PolicyReport
+    from engine.service.decide.recommendations import recommend_and_export
+    from engine.service.report.document import session_report_html
     from tests.test_app_pages import assert_clean
     from tests.test_app_pages import page as app_page
 
@@ -247,8 +247,8 @@ def test_every_export_is_the_stored_decision(session) -> None:
     policy's files (the Policies page's) where it is a policy, its fixed γ's otherwise; the saved payload keeps it."""
     import json
 
-    from engine.service.policies import export_best, session_policies
-    from engine.service.recommendations import recommend_and_export
+    from engine.service.decide.policies import export_best, session_policies
+    from engine.service.decide.recommendations import recommend_and_export
 
     store, sid, _ = session
     result = recommend_and_export(store, [sid], temperature=0.0)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from engine.service.worker import WriteBackoff, _tidy
+from engine.service.worker.loop import WriteBackoff, _tidy
 from foundation.paths import default_database_url
 from store import Store, open_store
 from store.errors import translated

@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from engine.endpoint.standin import StandIn
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import submit_endpoint_session
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from foundation.paths import default_database_url
 from store import open_store
 

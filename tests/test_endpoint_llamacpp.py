@@ -25,7 +25,7 @@ from engine.llamacpp.server import ManagedServer, ServerConfig
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]

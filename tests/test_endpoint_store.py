@@ -16,7 +16,7 @@ from engine.endpoint.standin import StandIn
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import endpoint_spec, submit_endpoint_session
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.spec import SessionSpec
 
 WORKER = "testhost:4242"

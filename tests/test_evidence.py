@@ -13,7 +13,7 @@ import pytest
 
 from engine.analysis.export import export
 from engine.errors import SpectuneError
-from engine.service.evidence import gather, recommend_from_store
+from engine.service.decide.evidence import gather, recommend_from_store
 from store import open_store
 from tests.t5_sessions import T5, store_session
 

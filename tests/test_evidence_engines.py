@@ -11,7 +11,7 @@ import pytest
 
 from engine.analysis.calibrate import calibration
 from engine.errors import SpectuneError
-from engine.service.evidence import choose_engine, engine_comparison, gather, recommend_from_store
+from engine.service.decide.evidence import choose_engine, engine_comparison, gather, recommend_from_store
 from store import Store, open_store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ import pytest
 from engine.analysis.export.vllm import vllm_schedule
 from engine.analysis.export.vllm_read import read_vllm_export
 from engine.errors import SettingsError
+from engine.service.decide.recommendations import recommend_and_export
+from engine.service.decide.surface import LevelChoice, measured_schedule
 from engine.service.export_check import export_check_rows, export_check_spec
-from engine.service.recommendations import recommend_and_export
-from engine.service.surface import LevelChoice, measured_schedule
 from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store

@@ -16,7 +16,7 @@ from engine.analysis.export import LLAMACPP_SPEC_PARAMS_BUILD, bundled_gguf_path
 from engine.core.policy import ConfidenceStop, FixedGamma
 from engine.llamacpp.launch import speculative_server
 from engine.llamacpp.server import ServerConfig, ServerError
-from engine.service.endpoint_cli import server_config
+from engine.service.cli.endpoint import server_config
 
 TARGET = "qwen2.5-coder-1.5b"
 

@@ -22,7 +22,7 @@ from engine.drafts.ngram import NgramDraft
 from engine.engines.llamacpp import server_configs
 from engine.engines.vllm import speculative_config
 from engine.llamacpp.server import ServerConfig
-from engine.service.recommendations import recommend_and_export
+from engine.service.decide.recommendations import recommend_and_export
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
 from store import Store

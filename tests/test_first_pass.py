@@ -106,7 +106,7 @@ def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatc
 
 def test_the_session_page_and_report_read_the_stored_record_as_the_session_said_it() -> None:
     """The loop note the Sessions page and the report show carries the same sentence, from the stored record."""
-    from engine.service.measurement_notes import loop_note
+    from engine.service.report.measurement_notes import loop_note
 
     seen = _measured([(10.0, 10.0), (10.2, 10.0), (9.9, 10.0)])
     stored = seen.to_dict(12)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.measure.hardware import cpu_has_bf16, default_dtype, describe_hardware, machine_dtype
-from engine.service.cli import build_parser
+from engine.service.cli.main import build_parser
 
 XEON = "processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw avx512_vnni\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n"

@@ -204,8 +204,8 @@ class FakeStore:
 
 
 def test_store_hooks_keep_one_writer_per_open_run_and_close_them_all() -> None:
-    from engine.service.store_hooks import StoreHooks
-    from engine.service.worker import _mark_open_run
+    from engine.service.worker.loop import _mark_open_run
+    from engine.service.worker.store_hooks import StoreHooks
 
     store = FakeStore()
     hooks = StoreHooks(store, 1, "w")
@@ -239,7 +239,7 @@ def test_worker_session_samples_by_category_and_records_phases_and_load(tmp_path
     """run_session end to end on SQLite: a stratified sample, every phase stored in order (the batch sweep
     included, then "done"), and the session summary carrying the load, the note, the noisy runs and phase times."""
     from engine.models.pool import ModelPool
-    from engine.service.worker import run_session
+    from engine.service.worker.loop import run_session
     from store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")

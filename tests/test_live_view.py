@@ -57,7 +57,7 @@ def test_a_phase_time_left_counts_down_and_never_goes_stale(env) -> None:  # noq
 
 def test_the_latest_output_of_a_policy_run_names_its_policy(env) -> None:  # noqa: F811
     from engine.core.records import PromptOutput
-    from engine.service.store_hooks import StoreHooks
+    from engine.service.worker.store_hooks import StoreHooks
 
     sid = make_session(env.store, "running", name="policy live")
     hooks = StoreHooks(env.store, sid, "test-worker")

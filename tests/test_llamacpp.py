@@ -30,9 +30,9 @@ from engine.llamacpp.policy_flags import llamacpp_fields
 from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
+from engine.service.decide.policies import prove, session_policies
 from engine.service.jobs import submit_session
-from engine.service.policies import prove, session_policies
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.hooks import Hooks
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
@@ -234,8 +234,8 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     report = session_policies(store, sid)
     rows = [row for d in report.drafts for row in d.rows() if row["policy"] == policy]
     assert rows and rows[0]["live"] and rows[0]["live_tokens_per_call"] == pytest.approx(live["tokens_per_call"])
-    from engine.service import cli
-    from engine.service.policies import policy_verdict
+    from engine.service.cli import main as cli
+    from engine.service.decide.policies import policy_verdict
 
     # `recommend --engine llamacpp` names the best policy replayed from this llama.cpp session, as the page does
     assert cli.main(["recommend", "--session", str(sid), "--engine", "llamacpp"]) == 0

@@ -188,7 +188,7 @@ def test_a_session_that_fits_starts_every_server_at_once_and_says_so(fakes, monk
 def test_the_estimate_says_before_queueing_what_the_start_will_note(fakes, monkeypatch) -> None:
     """A walk saw the Estimate say "about 1.5 GiB for 2 GGUF files" for a session whose start then noted 8
     llama-servers needing 13.6 GiB: what a session will hold is said before it is queued, in the start's words."""
-    from engine.service.estimate import estimate_session
+    from engine.service.sizing.estimate import estimate_session
 
     monkeypatch.setattr(llamacpp_engine, "available_bytes", lambda: 64 * GIB)
     spec = ngram_spec()

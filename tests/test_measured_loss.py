@@ -16,9 +16,9 @@ from engine.analysis.choice import judge_for
 from engine.analysis.export.vllm import OFF_RANGE_MEASURED
 from engine.analysis.recommend import DraftMeasurement, recommend
 from engine.analysis.schedule import break_even_share, gamma_schedule
-from engine.service.evidence import recommend_from_store
-from engine.service.recommendations import recommend_and_export
-from engine.service.surface import LevelChoice, SurfaceCell, measured_choices
+from engine.service.decide.evidence import recommend_from_store
+from engine.service.decide.recommendations import recommend_and_export
+from engine.service.decide.surface import LevelChoice, SurfaceCell, measured_choices
 from foundation.paths import default_database_url
 from store import open_store
 from tests.test_export_check import MEASURED

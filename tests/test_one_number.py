@@ -90,8 +90,8 @@ def test_the_sessions_page_shows_the_whole_run_speedup_and_keeps_the_median_in_t
 
 
 def test_the_report_and_the_recommend_comparison_show_the_whole_run_speedup(env) -> None:  # noqa: F811
-    from engine.service.evidence import recommend_from_store
-    from engine.service.session_report import session_report_html as session_report
+    from engine.service.decide.evidence import recommend_from_store
+    from engine.service.report.document import session_report_html as session_report
 
     sid = session_two(env.store)
     report = session_report(env.store, sid)
@@ -113,7 +113,7 @@ def test_a_prompt_above_its_own_bound_is_flagged_in_the_spread(env) -> None:  # 
     runs = next(d.value for d in at.dataframe if "per-prompt spread" in d.value.columns)
     assert runs["per-prompt spread"].iloc[1] == ("0.61–2.61× (median 0.92×) ⚠ prompt 3 above its bound "
                                                  "(2.61× > 1.00×): impossible")  # fmt: skip
-    from engine.service.session_report import session_report_html as session_report
+    from engine.service.report.document import session_report_html as session_report
 
     report = session_report(env.store, sid)
     assert "prompt 3 above its bound" in report and "⚠ flagged" in report
@@ -188,9 +188,9 @@ def test_the_noise_band_takes_in_a_whole_run_figure_outside_its_prompts_ratios()
 
 
 def test_the_report_and_the_cli_say_the_measurement_too(env, capsys) -> None:  # noqa: F811
-    from engine.service.recommend_cli import print_recommendation
-    from engine.service.recommendations import recommend_and_export
-    from engine.service.session_report import session_report_html
+    from engine.service.cli.recommend import print_recommendation
+    from engine.service.decide.recommendations import recommend_and_export
+    from engine.service.report.document import session_report_html
 
     noisy = spread(0.60, 0.82, 0.95, "too noisy to tell")
     sid = store_session(env.store, [run_figures(g, 0.80, 0.82, noisy, 1.3) for g in (1, 2, 4)])
@@ -264,7 +264,7 @@ def test_a_cancelled_sessions_categories_show_no_figure_its_runs_table_lacks(env
 
 
 def test_a_cancelled_sessions_report_does_not_call_it_an_error(env) -> None:  # noqa: F811
-    from engine.service.session_report import session_report_html
+    from engine.service.report.document import session_report_html
 
     report = session_report_html(env.store, cancelled_session(env.store))
     assert "ended with an error" not in report
@@ -277,7 +277,7 @@ def test_a_cancelled_sessions_report_does_not_call_it_an_error(env) -> None:  # 
 
 def test_a_noisy_verdict_is_said_once() -> None:
     from app.data import noisy_verdict
-    from engine.service.policies import live_flag
+    from engine.service.decide.policies import live_flag
 
     figures = {"speedup": 1.2, "tokens_per_call": 1.5, "speedup_flag": None,
                "speedup_spread": spread(0.7, 1.2, 1.9, "too noisy to tell")}  # fmt: skip
@@ -292,7 +292,7 @@ def test_a_noisy_verdict_is_said_once() -> None:
 def test_the_report_gives_times_to_the_minute(env) -> None:  # noqa: F811
     import re
 
-    from engine.service.session_report import session_report_html
+    from engine.service.report.document import session_report_html
 
     report = session_report_html(env.store, session_two(env.store))
     stamps = re.findall(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}[^<]*", report)
@@ -300,7 +300,7 @@ def test_the_report_gives_times_to_the_minute(env) -> None:  # noqa: F811
 
 
 def test_previous_recommendations_name_every_number(env) -> None:  # noqa: F811
-    from engine.service.recommendations import recommend_and_export
+    from engine.service.decide.recommendations import recommend_and_export
 
     noisy = spread(0.60, 0.82, 0.95, "too noisy to tell")
     sid = store_session(env.store, [run_figures(g, 0.80, 0.82, noisy, 1.3) for g in (1, 2, 4)])

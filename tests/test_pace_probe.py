@@ -22,9 +22,9 @@ from app import run_view as rv
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.hardware import describe_hardware
-from engine.service.estimate import _minutes, estimate_for, estimate_with_probe
-from engine.service.pace_probe import PROBE_TOKENS, ProbeProgress, kept, latest, probe_for, run_probe
-from engine.service.plan import planned_configurations, planned_decodes
+from engine.service.sizing.estimate import _minutes, estimate_for, estimate_with_probe
+from engine.service.sizing.pace_probe import PROBE_TOKENS, ProbeProgress, kept, latest, probe_for, run_probe
+from engine.service.sizing.plan import planned_configurations, planned_decodes
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec
 from store import Store, open_store
@@ -50,7 +50,7 @@ def probe_children() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "engine.service.pace_probe" in (proc.info["cmdline"] or []) and ours(proc):
+            if "engine.service.sizing.pace_probe" in (proc.info["cmdline"] or []) and ours(proc):
                 found.append(proc)
         except psutil.Error:
             continue

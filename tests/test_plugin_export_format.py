@@ -37,9 +37,9 @@ def toy() -> Iterator[ExportFormat]:
 
 
 def test_a_toy_format_is_offered_everywhere_formats_are(env, toy, capsys) -> None:  # noqa: F811
-    from engine.service.cli import main
-    from engine.service.recommendations import recommend_and_export
-    from engine.service.session_report import session_report_html
+    from engine.service.cli.main import main
+    from engine.service.decide.recommendations import recommend_and_export
+    from engine.service.report.document import session_report_html
 
     sid = store_session(env.store, T5)
     result = recommend_and_export(env.store, [sid])

@@ -258,7 +258,7 @@ def test_llama_server_runs_the_exported_policy_as_spectune_measured_it(tmp_path)
     from test_export_engines import exported_llama_server
 
     from engine.llamacpp import client
-    from engine.service.llamacpp_live import llamacpp_live
+    from engine.service.decide.llamacpp_live import llamacpp_live
 
     policy = ConfidenceStop(0.6, 8, 0)
     e = export_policy(bundled(), policy, "llamacpp", closest_gamma=CLOSEST, target=TARGET)

@@ -14,8 +14,8 @@ from engine.engines.registry import validate
 from engine.errors import SettingsError
 from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields
 from engine.llamacpp.server import ServerConfig
-from engine.service import cli
-from engine.service.policy_cli import run_policy
+from engine.service.cli import main as cli
+from engine.service.cli.policy import run_policy
 from engine.session.spec import SessionSpec
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"

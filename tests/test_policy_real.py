@@ -146,7 +146,7 @@ def test_llamacpp_against_the_replay():
     quantized kernels, spectune's trace with the dequantized weights, so a p near the threshold can fall either
     side. Every prompt is compared: see check_against_replay."""
     from engine.llamacpp.binaries import llama_status
-    from engine.service.llamacpp_live import llamacpp_live
+    from engine.service.decide.llamacpp_live import llamacpp_live
 
     build, why = llama_status()
     if build is None:

@@ -20,11 +20,11 @@ from engine.analysis.export import VLLM_VERSION
 from engine.engines.registry import validate
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
-from engine.service import cli
-from engine.service.evidence import recommend_from_store
+from engine.service.cli import main as cli
+from engine.service.decide.evidence import recommend_from_store
+from engine.service.decide.policies import export_best, policy_verdict, prove, session_policies
 from engine.service.jobs import submit_session
-from engine.service.policies import export_best, policy_verdict, prove, session_policies
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
@@ -268,7 +268,7 @@ def test_recommend_page_names_the_best_policy_and_links_to_the_comparison(sessio
 def test_the_headline_says_no_policy_pays_when_none_beats_the_target_alone(session):
     from dataclasses import replace
 
-    from engine.service.policies import policy_verdict
+    from engine.service.decide.policies import policy_verdict
 
     store, sid, home = session
     report = session_policies(store, [sid])
@@ -350,7 +350,7 @@ def test_no_policy_paying_for_one_draft_names_the_headline_when_another_draft_pa
     "serve the target alone" beside a headline of n-gram γ=3 at 1.09×: one question, one answer."""
     from types import SimpleNamespace
 
-    from engine.service.policies import policy_verdict
+    from engine.service.decide.policies import policy_verdict
 
     best = SimpleNamespace(feasible=False, policy="confidence:0.6:4:2", predicted_speedup=0.76, cost_multiplier=1.32,
                            infeasible_why="not faster than the target alone")  # fmt: skip
@@ -371,7 +371,7 @@ def test_the_policy_exports_are_the_headline_when_only_another_draft_pays(sessio
 
     from engine.analysis.export import export
     from engine.analysis.recommend import recommend
-    from engine.service.evidence import gather
+    from engine.service.decide.evidence import gather
 
     store, sid, home = session
     report = session_policies(store, [sid])
@@ -404,8 +404,8 @@ def test_the_cli_prints_the_policy_pages_answer(monkeypatch, capsys):
     no policy pays and named the headline. The CLI prints the page's sentence."""
     from types import SimpleNamespace
 
-    from engine.service import recommend_cli
-    from engine.service.policies import policy_verdict
+    from engine.service.cli import recommend as recommend_cli
+    from engine.service.decide.policies import policy_verdict
 
     best = SimpleNamespace(feasible=False, policy="confidence:0.8:4:0", predicted_speedup=0.75, cost_multiplier=1.33,
                            infeasible_why="not faster than the target alone")  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from engine.models.pool import ModelPool
-from engine.service.worker import keep_for, run_session, serve
+from engine.service.worker.loop import keep_for, run_session, serve
 from engine.session.spec import SessionSpec
 from store import Store
 from tests.test_worker import DRAFT, DTYPE, TARGET, open_db, queue
@@ -33,17 +33,17 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
 
 
 def pooled_after_each_session(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str, str]]]:
-    import engine.service.worker
+    import engine.service.worker.loop
 
     seen: list[list[tuple[str, str, str]]] = []
-    real = engine.service.worker.run_session
+    real = engine.service.worker.loop.run_session
 
     def recording(store_: Any, session: dict, pool: ModelPool, worker_id: str) -> str:
         state = real(store_, session, pool, worker_id)
         seen.append(pool.keys())
         return state
 
-    monkeypatch.setattr(engine.service.worker, "run_session", recording)
+    monkeypatch.setattr(engine.service.worker.loop, "run_session", recording)
     return seen
 
 

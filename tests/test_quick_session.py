@@ -15,9 +15,9 @@ import pytest
 from engine.engines import registry
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
+from engine.service.decide.policies import recommendation_for, session_policies
 from engine.service.jobs import submit_session
-from engine.service.policies import recommendation_for, session_policies
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.aa_check import aa_count
 from engine.session.quick import Choice, ConfirmChoices, confirm_plan, confirm_reserve, probe_gamma, probe_plan
 from engine.session.runner import RunKey
@@ -247,7 +247,7 @@ def test_submit_defaults_to_quick_and_takes_policies(tmp_path: Path) -> None:
 def test_the_progress_bar_starts_at_the_planned_total_and_never_goes_back(store: Store) -> None:
     """Queued, the session shows the decodes it plans (its confirmation at its most); running, the total never
     grows, so the bar never falls back (it once went from 100% to 60% when the confirmation began)."""
-    from engine.service.estimate import planned_decodes
+    from engine.service.sizing.estimate import planned_decodes
 
     writes: list[tuple[int, int]] = []
     recorded = store.set_progress

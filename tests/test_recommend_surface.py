@@ -3,7 +3,7 @@ noise flag, and where each γ stops paying (speedup ≤ 1).
 
 No recorded vLLM session is kept in tests/data, so the session is written as the worker writes one: queued by
 engine.service.jobs.submit_session (engine vllm, concurrency 1, 2, 4), claimed, each run started and finished
-through engine.service.store_hooks.StoreHooks (the worker's hooks) with a RunSummary as the sweep makes it (the
+through engine.service.worker.store_hooks.StoreHooks (the worker's hooks) with a RunSummary as the sweep makes it (the
 baseline at every level, the per-prompt spread from engine.measure.noise), then finished as done.
 """
 
@@ -18,9 +18,9 @@ import pytest
 import streamlit as st
 
 from engine.measure.noise import spread_of
+from engine.service.decide.surface import session_surface, surfaces
 from engine.service.jobs import submit_session
-from engine.service.store_hooks import StoreHooks
-from engine.service.surface import session_surface, surfaces
+from engine.service.worker.store_hooks import StoreHooks
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
 from engine.session.summary import RunSummary

@@ -15,7 +15,7 @@ from engine.analysis.explain import explain_off, notes
 from engine.analysis.recommend_types import UNKNOWN, DraftSummary
 from engine.analysis.regime import evidence_said, judge_regime
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
-from engine.service.evidence import recommend_from_store
+from engine.service.decide.evidence import recommend_from_store
 from foundation.paths import default_database_url
 from store import open_store
 from tests.t5_sessions import T5, store_session

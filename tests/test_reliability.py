@@ -54,7 +54,7 @@ def a_step(i: int) -> StepRecord:
 
 def test_out_of_memory_loading_fails_that_session_only(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import engine.engines.spectune
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     too_big = "tiny:2:48:2:64"
     real_get = engine.engines.spectune.ModelPool.get
@@ -79,7 +79,7 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     import torch
 
     import engine.engines.spectune
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     real_decode = engine.engines.spectune.decode_prompt
     real_run = engine.engines.spectune.SpectuneRunner.decode
@@ -222,7 +222,7 @@ def test_corrupt_database_is_refused_and_never_overwritten(home: Path, damage: s
 
 def test_disk_full_while_logging_fails_the_session_cleanly(home: Path, store: Store) -> None:
     """The database is capped with PRAGMA max_page_count (same SQLITE_FULL as a full disk, no mount needed)."""
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     sid = queue(store, prompts=6, drafts=("ngram",), gammas=(1,), max_new_tokens=400)
     with store.engine.connect() as conn:
@@ -274,10 +274,10 @@ def test_a_slow_model_load_is_not_mistaken_for_a_dead_worker(home: Path, monkeyp
     """No decode steps run while a model loads (a GGUF conversion takes a minute); the heartbeat must go on,
     or a second worker's orphan check fails the healthy session."""
     import engine.engines.spectune
-    import engine.service.store_hooks
+    import engine.service.worker.store_hooks
     from tests.test_worker import serve_in_thread, wait_for
 
-    monkeypatch.setattr(engine.service.store_hooks, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(engine.service.worker.store_hooks, "HEARTBEAT_S", 0.1)
     real_get = engine.engines.spectune.ModelPool.get
 
     def slow_get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
@@ -308,7 +308,7 @@ def test_trust_remote_code_is_off_unless_asked(tmp_path: Path, monkeypatch: pyte
     import engine.models.pool
     from engine.errors import ModelError
     from engine.models.loading import load_model
-    from engine.service.cli import build_parser
+    from engine.service.cli.main import build_parser
 
     model_dir = tmp_path / "local-model"
     model_dir.mkdir()
@@ -400,7 +400,7 @@ def test_max_new_tokens_beyond_the_context_is_refused(store: Store) -> None:
     assert store.list_sessions() == []
 
     # One stored without that check (an older queue, a target whose config is not at hand) fails in the worker.
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     settings = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[1], max_new_tokens=5000, dtype=DTYPE)
     sid = store.create_session(**settings.to_row(), prompt_set_id=prompt_set(store, 2), n_prompts=2)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.measure.hardware import describe_hardware
-from engine.service.estimate import LONG_S, _minutes, estimate_for
-from engine.service.plan import planned_configurations
+from engine.service.sizing.estimate import LONG_S, _minutes, estimate_for
+from engine.service.sizing.plan import planned_configurations
 from engine.session.spec import SessionSpec
 from store import Store, open_store
 

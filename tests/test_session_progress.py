@@ -1,4 +1,5 @@
-"""The progress bar and the time left as the worker stores them (engine.service.store_hooks), over a session of two
+"""The progress bar and the time left as the worker stores them (engine.service.worker.store_hooks), over a session
+of two
 sweeps: a quick session's probe, then a confirmation smaller than the decodes reserved for it."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine.service import session_progress
-from engine.service.store_hooks import StoreHooks
+from engine.service.worker import progress as session_progress
+from engine.service.worker.store_hooks import StoreHooks
 
 DECODE_S = 2.0  # every decode takes this long on the fake clock
 PROMPTS = 3
@@ -100,7 +101,7 @@ def test_a_quick_session_through_the_worker_keeps_the_total_it_planned(tmp_path:
     from test_quick_session import PROMPTS as TEXTS
     from test_quick_session import run, spec
 
-    from engine.service.estimate import planned_decodes
+    from engine.service.sizing.estimate import planned_decodes
     from store import open_store
 
     store = open_store(f"sqlite:///{tmp_path / 'spectune.db'}")

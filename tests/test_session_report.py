@@ -1,4 +1,4 @@
-"""The shareable session report (engine.service.session_report) on a session really decoded with tiny models.
+"""The shareable session report (engine.service.report.document) on a session really decoded with tiny models.
 
 One session is decoded once for the module (a tiny target, a noisy copy of it and n-gram lookup as drafts, the
 batch sweep on), in its own SQLite store; the report must be one self-contained HTML document whose figures are
@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 
 from engine.errors import SettingsError
+from engine.service.decide.recommendations import recommend_and_export
 from engine.service.jobs import submit_session
-from engine.service.recommendations import recommend_and_export
-from engine.service.report_runs import run_figures
-from engine.service.session_report import report_filename, report_or_error, session_report_html
+from engine.service.report.document import report_filename, report_or_error, session_report_html
+from engine.service.report.runs import run_figures
 from engine.session.spec import SessionSpec
 from store import open_store
 
@@ -41,7 +41,7 @@ def decoded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespac
     """A finished session, decoded for real: baseline, the tiny draft and n-gram lookup at γ = 1, 2, 3."""
     import torch
 
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     home = tmp_path_factory.mktemp("report-home")
     threads = torch.get_num_threads()
@@ -243,7 +243,7 @@ def test_a_session_that_is_not_done_still_gets_a_report_saying_why(tmp_path: Pat
 def test_the_cli_writes_the_report_and_refuses_a_missing_session(
     decoded: SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from engine.service.cli import main
+    from engine.service.cli.main import main
 
     monkeypatch.setenv("SPECTUNE_HOME", str(decoded.home))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)

@@ -99,7 +99,7 @@ def test_a_damaged_store_refuses_new_work_with_the_way_out(home: Path) -> None:
 
 
 def test_the_worker_stops_and_says_why(home: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     store = open_store(default_database_url())
     try:

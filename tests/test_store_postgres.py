@@ -52,7 +52,7 @@ def test_worker_runs_a_session_end_to_end(store: Store) -> None:
     import torch
 
     from engine.service.jobs import submit_session
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
     from engine.session.spec import SessionSpec
 
     target, draft = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from engine.service import store_hooks
-from engine.service.cli import main
-from engine.service.store_hooks import StoreHooks
-from engine.service.worker import _stopped, serve
+from engine.service.cli.main import main
+from engine.service.worker import store_hooks
+from engine.service.worker.loop import _stopped, serve
+from engine.service.worker.store_hooks import StoreHooks
 from foundation.paths import default_database_url
 from store import DamagedStoreError, Store, StoreError, open_store
 from store.recovery import integrity_problem

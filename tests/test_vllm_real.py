@@ -35,11 +35,11 @@ from engine.engines.vllm import VllmRunner
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
+from engine.service.decide.recommendations import recommend_and_export
 from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session
 from engine.service.export_check import export_check_rows, submit_export_check
 from engine.service.jobs import submit_session
-from engine.service.recommendations import recommend_and_export
-from engine.service.worker import run_session
+from engine.service.worker.loop import run_session
 from engine.session.runner import DecodeContext, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec
 from engine.vllm.server import VllmConfig, VllmServer, process_group

@@ -142,8 +142,8 @@ def test_an_off_file_that_names_nothing_it_replaces_is_refused() -> None:
 
 
 def test_the_cli_writes_the_offered_file_and_says_how_to_check_it(stores, tmp_path: Path) -> None:
+    from engine.service.cli.watch import offer
     from engine.service.watch import Judged
-    from engine.service.watch_cli import offer
 
     dep = deployment_for(stores.store, stores.vllm, "ngram", 4)
     window = loaded(1.01, 1.0, [0.01])

@@ -11,7 +11,7 @@ import pytest
 from cli_calls import cli, one_line
 from watch_parts import ngram_session
 
-from engine.service.watch_cli import duration_s
+from engine.service.cli.watch import duration_s
 from store import open_store
 
 
@@ -61,7 +61,7 @@ def test_a_source_that_is_down_is_a_state_line_not_a_crash(session_id: int, caps
 
 
 def test_the_deployed_gamma_defaults_to_the_sessions_recommendation(session_id: int, tmp_path: Path) -> None:
-    from engine.service.evidence import recommend_from_store
+    from engine.service.decide.evidence import recommend_from_store
     from engine.service.watch import deployment_for
 
     with open_store(f"sqlite:///{tmp_path / 'spectune.db'}") as store:

@@ -1,6 +1,6 @@
 """The decoding worker end to end: real SQLite files, real worker processes, tiny in-process models.
 
-Every test points SPECTUNE_HOME at its own tmp_path. In-process tests call engine.service.worker.serve(); the
+Every test points SPECTUNE_HOME at its own tmp_path. In-process tests call engine.service.worker.loop.serve(); the
 crash, concurrency and CLI tests start `python -m engine worker` / `submit` / ... as subprocesses.
 """
 
@@ -141,8 +141,8 @@ def worker_log(home: Path) -> str:
 
 
 def serve_in_thread(home: Path) -> tuple[threading.Thread, dict[str, Any]]:
-    """engine.service.worker.serve(once=True) on its own Store in a background thread."""
-    from engine.service.worker import serve
+    """engine.service.worker.loop.serve(once=True) on its own Store in a background thread."""
+    from engine.service.worker.loop import serve
 
     result: dict[str, Any] = {}
 
@@ -164,7 +164,7 @@ def serve_in_thread(home: Path) -> tuple[threading.Thread, dict[str, Any]]:
 
 
 def test_queued_session_runs_to_done(store: Store) -> None:
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     sid = queue(store, prompts=4, drafts=(DRAFT, "ngram"), gammas=(1, 2), max_new_tokens=64)
     assert store.get_session(sid)["status"] == "queued"
@@ -221,7 +221,7 @@ def test_queued_session_runs_to_done(store: Store) -> None:
 
 
 def test_regime_is_detected_when_asked(store: Store) -> None:
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     sid = queue(store, prompts=2, drafts=("ngram",), gammas=(1, 2), max_new_tokens=16, detect_regime=True)
     serve(store, once=True)
@@ -246,7 +246,7 @@ def test_regime_is_detected_when_asked(store: Store) -> None:
 
 def test_worker_keeps_models_loaded_between_sessions(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import engine.models.pool
-    import engine.service.worker
+    import engine.service.worker.loop
 
     loads: list[str] = []
     real_load = engine.models.pool.load_tiny
@@ -257,17 +257,17 @@ def test_worker_keeps_models_loaded_between_sessions(store: Store, monkeypatch: 
 
     monkeypatch.setattr(engine.models.pool, "load_tiny", counting_load)
     seen: list[tuple[int, dict[tuple, int], int]] = []  # (pool id, {key: model id}, loads so far) per session
-    real_run_session = engine.service.worker.run_session
+    real_run_session = engine.service.worker.loop.run_session
 
     def recording_run_session(store_: Any, session: dict, pool: Any, worker_id: str) -> str:
         state = real_run_session(store_, session, pool, worker_id)
         seen.append((id(pool), {k: id(v) for k, v in pool._models.items()}, len(loads)))
         return state
 
-    monkeypatch.setattr(engine.service.worker, "run_session", recording_run_session)
+    monkeypatch.setattr(engine.service.worker.loop, "run_session", recording_run_session)
     first = queue(store, prompts=2, drafts=(DRAFT,), gammas=(1,))
     second = queue(store, prompts=3, drafts=(DRAFT,), gammas=(2,))
-    assert engine.service.worker.serve(store, once=True) == 2
+    assert engine.service.worker.loop.serve(store, once=True) == 2
 
     assert store.get_session(first)["status"] == "done"
     assert store.get_session(second)["status"] == "done"
@@ -439,7 +439,7 @@ def test_cli_submit_worker_sessions_recommend(home: Path) -> None:
     stored = json.loads(engine_cli(home, "sessions", "--json").stdout)[0]
     # 2 prompts × (baseline + 2 drafts × 2 γ + the A/A), and the most the confirmation of an unmeasured headline may
     # add (the CLI's full mode confirms): the total planned never changes, what the confirmation did not need is done
-    from engine.service.plan import planned_decodes
+    from engine.service.sizing.plan import planned_decodes
     from engine.session.quick import confirm_reserve
     from engine.session.spec import SessionSpec
 

@@ -84,7 +84,7 @@ def _disk_full(*args: Any, **kwargs: Any) -> None:
 def test_a_session_whose_end_could_not_be_written_ends_disk_full_once_writes_work(
     home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     sid = queue(store, prompts=2)
     monkeypatch.setattr(Store, "add_output", _disk_full)  # the first output fills the disk ...
@@ -109,7 +109,7 @@ def test_a_session_whose_end_could_not_be_written_ends_disk_full_once_writes_wor
 def test_the_worker_writes_its_pending_end_when_the_disk_has_room(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
 
     sid = queue(store, prompts=1)
     monkeypatch.setattr(Store, "add_output", _disk_full)
@@ -181,8 +181,8 @@ def test_a_stopped_quick_session_resumes_its_probe_and_confirms(store: Store) ->
     import threading
 
     from engine.service.jobs import submit_session
-    from engine.service.store_hooks import TERMINATING
-    from engine.service.worker import serve
+    from engine.service.worker.loop import serve
+    from engine.service.worker.store_hooks import TERMINATING
     from engine.session.spec import SessionSpec
     from tests.test_worker import DRAFT, DTYPE, TARGET, prompt_set, wait_for
 

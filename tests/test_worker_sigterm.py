@@ -41,7 +41,7 @@ def test_the_worker_exits_within_seconds_of_sigterm(home: Path, store: Store) ->
 
 
 def test_a_stopping_worker_leaves_another_workers_pid_file(home: Path, monkeypatch) -> None:  # noqa: F811
-    from engine.service.worker_control import release_pid_file, worker_pid_path
+    from engine.service.worker.control import release_pid_file, worker_pid_path
 
     monkeypatch.setenv("SPECTUNE_HOME", str(home))
     worker_pid_path().write_text("4242")

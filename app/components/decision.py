@@ -35,7 +35,7 @@ def session_decision(store: Any, session: Mapping[str, Any]) -> None:
 
 
 def stored_decision(store: Any, session_ids: Sequence[int], rec: Any, *query: Any) -> None:
-    """The stored decision (engine.service.decisions; `query`: DecisionQuery's fields in order) as the Recommend
+    """The stored decision (engine.service.decide.decisions; `query`: DecisionQuery's fields in order) as the Recommend
     page's banner, what it rests on said beside it, then the fixed γ's banner: the decision's own where it is a
     fixed γ, its runner-up's where it is a policy."""
     decision = decision_for(store, session_ids, DecisionQuery(*query))

@@ -40,7 +40,7 @@ def policy_section(report: Any, session_ids: list[int]) -> None:
 
 def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> None:
     """The speculation policy recommended for the objective and its gain over the best fixed γ (a PolicyReport
-    from engine.service.policies.session_policies); with ``session_ids``, a link to the whole comparison."""
+    from engine.service.decide.policies.session_policies); with ``session_ids``, a link to the whole comparison."""
     text, wins = policy_verdict(report, md_escape)
     (st.success if wins else st.info)(text, icon=common.ICONS["Policies"] if wins else common.ICONS["measure"])
     for col, (label, value, helptext) in zip(st.columns(4), pv.best_metrics(report), strict=False):
@@ -53,7 +53,7 @@ def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> No
 
 
 def surface_section(store: Any, session_ids: Sequence[int]) -> None:
-    """The measured γ × concurrency surface (engine.service.surface) of a chosen session measured at several
+    """The measured γ × concurrency surface (engine.service.decide.surface) of a chosen session measured at several
     concurrency levels (vLLM); nothing when none was. Draws its own divider."""
     found = {s.session_id: s for s in surfaces(store, session_ids)}
     if not found:

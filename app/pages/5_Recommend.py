@@ -1,7 +1,7 @@
 """Recommend: which draft and γ to serve with (or none), why, and the configuration to paste into a server.
 
 Layout only: the decision, the regime, the exports and the payload come from
-engine.service.recommendations.recommend_and_export, the call `python -m engine recommend` makes (so both export
+engine.service.decide.recommendations.recommend_and_export, the call `python -m engine recommend` makes (so both export
 the same bytes), tables and text from app.recommend_view. Preselected sessions: ?session=N or N,M.
 """
 

@@ -1,6 +1,6 @@
 """Policies: every speculation policy replayed from a session's recorded draft pass, against the best fixed γ.
 
-Layout only: the replay comes from engine.service.policies (what `python -m engine policies` prints), frames,
+Layout only: the replay comes from engine.service.decide.policies (what `python -m engine policies` prints), frames,
 charts and words from app.policies_view. Preselected sessions: ?session=N or N,M.
 """
 

@@ -31,7 +31,7 @@ def quick_lines(
     session: Mapping[str, Any], runs: Sequence[Mapping[str, Any]] = (), decisions: Mapping[float, Any] | None = None
 ) -> list[str]:
     """A finished quick session in words: how long to a confirmed recommendation, the recommendation as the
-    stored decision (`decisions`: per temperature, engine.service.decisions.Decision or None), and each
+    stored decision (`decisions`: per temperature, engine.service.decide.decisions.Decision or None), and each
     choice as its stored run measured it (`runs`: the session's runs)."""
     quick = StoredSession.of(session).quick
     if not quick:
@@ -72,7 +72,7 @@ def has_choices(session: Mapping[str, Any]) -> bool:
 
 
 def headline_lines(decisions: Mapping[float, Any] | None) -> list[str]:
-    """The session's decision per temperature (engine.service.decisions.Decision, stored when it ended): the one
+    """The session's decision per temperature (engine.service.decide.decisions.Decision, stored when it ended): the one
     answer the Recommend page, the CLI, the report and the exports give."""
     return [f"Decision: {d.headline()}" for _, d in sorted((decisions or {}).items()) if d is not None]
 

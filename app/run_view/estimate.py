@@ -27,8 +27,8 @@ PROBE_HELP = (
 def estimate_lines(
     store: Any, state: Mapping[str, Any], probe: bool = False, on_progress: Callable[[Any], None] | None = None
 ) -> list[str]:
-    """What the form's session would take (engine.service.estimate), one sentence each, after timing the target
-    alone when `probe` (engine.service.pace_probe; `on_progress` is told where the probe is while it runs);
+    """What the form's session would take (engine.service.sizing.estimate), one sentence each, after timing the target
+    alone when `probe` (engine.service.sizing.pace_probe; `on_progress` is told where the probe is while it runs);
     SpectuneError when the form is invalid (the same message Start would give) or the probe fails."""
     from engine.service.api import estimate_for, estimate_with_probe, first_prompt
 
@@ -43,7 +43,7 @@ def estimate_lines(
 
 
 def probe_progress_text(progress: Any) -> str:
-    """A running pace probe (engine.service.pace_probe.ProbeProgress) in words: loading and for how long, then
+    """A running pace probe (engine.service.sizing.pace_probe.ProbeProgress) in words: loading and for how long, then
     its untimed first pass, then the tokens timed so far beside the bound on its decoding."""
     from engine.service.api import DECODE_BOUND_S, PROBE_TOKENS
 

@@ -37,28 +37,10 @@ from engine.measure.hardware import describe_hardware
 from engine.measure.noise import BUSY_OTHER_CPU_PCT, stored_noisy
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, parameter_count
 from engine.prompts import MAX_UPLOAD_BYTES, ParseResult, display_name, parse_prompt_bytes, summarise
-from engine.service.budget import (
-    Cut,
-    Pace,
-    SizedPlan,
-    budget_facts,
-    budget_outcome,
-    default_budget,
-    minutes,
-    parse_budget,
-    size_to_budget,
-    sized_for,
-)
-from engine.service.decisions import Decision, DecisionQuery, decided, decision_for, queue_confirmation
-from engine.service.default_engine import EngineDefault, default_engine
-from engine.service.endpoint_sessions import check_endpoint, submit_endpoint_session
-from engine.service.estimate import estimate_for, estimate_with_probe
-from engine.service.evidence import RECOMMEND_ENGINES, choose_engine, engine_comparison, measured_temperatures
-from engine.service.jobs import open_app_store, submit_session, token_strings
-from engine.service.measurement_notes import floor_note, loop_note, overhead_note
-from engine.service.pace_probe import DECODE_BOUND_S, PROBE_TOKENS, first_prompt
-from engine.service.policies import DraftPolicies, PolicyReport, export_best, policy_verdict, prove
-from engine.service.recommendations import (
+from engine.service.decide.decisions import Decision, DecisionQuery, decided, decision_for, queue_confirmation
+from engine.service.decide.evidence import RECOMMEND_ENGINES, choose_engine, engine_comparison, measured_temperatures
+from engine.service.decide.policies import DraftPolicies, PolicyReport, export_best, policy_verdict, prove
+from engine.service.decide.recommendations import (
     Recommended,
     export_format,
     export_formats,
@@ -66,7 +48,12 @@ from engine.service.recommendations import (
     recommend_and_export,
     save_result,
 )
-from engine.service.report_runs import (
+from engine.service.decide.surface import Surface, SurfaceCell, stops_paying, surface_cells, surfaces
+from engine.service.endpoint_sessions import check_endpoint, submit_endpoint_session
+from engine.service.jobs import open_app_store, submit_session, token_strings
+from engine.service.report.document import report_filename, report_or_error
+from engine.service.report.measurement_notes import floor_note, loop_note, overhead_note
+from engine.service.report.runs import (
     baseline_tps,
     compared_baseline,
     configuration_run,
@@ -78,13 +65,26 @@ from engine.service.report_runs import (
     run_verdict,
     spread_text,
 )
-from engine.service.session_report import report_filename, report_or_error
-from engine.service.session_status import UNFINISHED_RUNS, cancelled_text, session_error
+from engine.service.report.session_status import UNFINISHED_RUNS, cancelled_text, session_error
+from engine.service.sizing.budget import (
+    Cut,
+    Pace,
+    SizedPlan,
+    budget_facts,
+    budget_outcome,
+    default_budget,
+    minutes,
+    parse_budget,
+    size_to_budget,
+    sized_for,
+)
+from engine.service.sizing.default_engine import EngineDefault, default_engine
+from engine.service.sizing.estimate import estimate_for, estimate_with_probe
+from engine.service.sizing.pace_probe import DECODE_BOUND_S, PROBE_TOKENS, first_prompt
 from engine.service.stored_session import StoredSession
-from engine.service.surface import Surface, SurfaceCell, stops_paying, surface_cells, surfaces
 from engine.service.watch_actions import ActionFile
 from engine.service.watch_actions import action_file as watch_action_file
-from engine.service.worker_control import ensure_worker, worker_alive
+from engine.service.worker.control import ensure_worker, worker_alive
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
 from engine.session.spec import LOOPS, LoopOptions, SessionSpec

@@ -18,9 +18,9 @@ from typing import Any
 from engine.analysis.export.vllm_read import VllmExported, read_vllm_export
 from engine.engines import registry
 from engine.errors import SettingsError
+from engine.service.decide.surface import noise_of
 from engine.service.jobs import submit_session
-from engine.service.report_runs import run_concurrency, run_spread
-from engine.service.surface import noise_of
+from engine.service.report.runs import run_concurrency, run_spread
 from engine.session.spec import SessionSpec
 from engine.session.summarise import run_speedup
 

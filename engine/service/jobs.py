@@ -17,7 +17,7 @@ from engine.engines.registry import get as get_engine
 from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
 from engine.models.bundled import BUNDLED
-from engine.service.plan import planned_decodes
+from engine.service.sizing.plan import planned_decodes
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec, check_context
 from foundation.paths import default_database_url

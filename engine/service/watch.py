@@ -1,6 +1,6 @@
 """Watching a deployment against a stored session: the deployed configuration, then each window judged and kept.
 
-The session gives the draft's measurement (engine.service.evidence.gather), the γ deployed (given, or the
+The session gives the draft's measurement (engine.service.decide.evidence.gather), the γ deployed (given, or the
 session's recommendation for that draft), the α band it measured and the regime by batch (judge_regime, the one
 judgement). Every window is stored, a failed one too, with its verdict or state (store.watch).
 """
@@ -17,7 +17,7 @@ from engine.analysis.regime import judge_regime
 from engine.analysis.theory import alpha_from_mean_accepted
 from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError, SpectuneError
-from engine.service.evidence import gather, recommend_from_store
+from engine.service.decide.evidence import gather, recommend_from_store
 from engine.watch.exporter import Exporter
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource

@@ -21,7 +21,7 @@ from engine.analysis.recommend import Recommendation
 from engine.core.policy import BatchSchedule
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
-from engine.service.evidence import recommend_from_store
+from engine.service.decide.evidence import recommend_from_store
 from engine.service.watch import deployment_for
 from engine.session.spec import session_engine
 from engine.watch.actions import derived_schedule, is_off, schedule_batches

@@ -4,7 +4,7 @@ and how many decodes a sweep makes.
 The A/A check costs one more decode of the target alone on each prompt it covers, so it covers a subset: one whole
 rotation at least (below), more only as far as AA_SHARE of the sweep's configuration decodes allows, stratified by
 category and spread evenly through the set. A session checks in its first sweep only: a confirmation that follows is
-judged by that floor (engine.service.quick).
+judged by that floor (engine.service.worker.sweeps).
 
 Whatever the first decode after a prompt's prime still pays must land on each configuration in turn, the A/A twin
 included, or it biases the speedups and the floor alike. So each prompt's decodes run in an order rotated by one from

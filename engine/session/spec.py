@@ -137,9 +137,9 @@ class SessionSpec:
     concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
     vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
     mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
-    confirm: bool = False  # full mode: the headline run live when the grid did not measure it (service.confirm)
+    confirm: bool = False  # full mode: the headline run live where the grid did not measure it (service.worker.sweeps)
     loop: LoopOptions = field(default_factory=LoopOptions)  # engine "spectune" only
-    time_budget_s: float | None = None  # the time budget it was sized to (engine.service.budget); None: none
+    time_budget_s: float | None = None  # the time budget it was sized to (engine.service.sizing.budget); None: none
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,7 @@ every speedup of the sweep is marked too noisy to tell. The machine's load is re
 is judged against the baseline at its temperature (engine.session.judging). The CLI's `run` and the worker's
 sessions both go through `run_sweep`; hooks let the worker log every step to the store and honour cancellation, and,
 for a re-queued session, hand back what an earlier attempt measured (`measured`): those configuration × prompt pairs
-are counted as they were, not decoded again (engine.service.resume)."""
+are counted as they were, not decoded again (engine.service.worker.resume)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class SweepReport:
     stopped: str | None = None  # why the engine stopped the session early (what it measured is kept)
     hardware: str | None = None  # what the numbers ran on, where that is not this machine (a deployment)
     quick: dict[str, Any] | None = None  # a quick session: what the probe led to and its confirmation
-    confirmation: dict[str, Any] | None = None  # a full session's headline confirmed (engine.service.confirm)
+    confirmation: dict[str, Any] | None = None  # a full session's headline confirmed (engine.service.worker.sweeps)
     engine_info: dict[str, Any] = field(default_factory=dict)  # the runner's own fields (a build, a version)
     measurement_floor: dict[str, Any] | None = None  # the A/A check (noise.MeasurementFloor.to_dict())
     measurement_overhead: dict[str, Any] | None = None  # the prime's and the A/A's cost (noise.MeasurementOverhead)

@@ -1,4 +1,4 @@
-"""`python -m engine policies` and `run --policy`: argparse and printing over engine.service.policies.
+"""`python -m engine policies` and `run --policy`: argparse and printing over engine.service.decide.policies.
 
 `python -m engine policies --session ID [--json OUT] [--prove N]` prints the replay of every policy of the grid
 from the session's recorded draft trace beside what the session ran live; `--prove N` queues a session that runs
@@ -17,9 +17,9 @@ from typing import Any
 from engine.analysis.recommend import OBJECTIVES
 from engine.core.policy import FixedGamma, parse_policy
 from engine.errors import SpectuneError
-from engine.service.decisions import DecisionQuery, decided
+from engine.service.decide.decisions import DecisionQuery, decided
+from engine.service.decide.policies import PolicyReport, prove
 from engine.service.outputs import check_output, output_file, write_output
-from engine.service.policies import PolicyReport, prove
 
 
 def add_commands(sub: Any) -> None:

@@ -1,5 +1,5 @@
 """`python -m engine recommend`: the recommended draft and γ from finished sessions, the best speculation policy
-beside it, and the exports (engine.service.recommendations, the same chain the Recommend page runs).
+beside it, and the exports (engine.service.decide.recommendations, the same chain the Recommend page runs).
 
     python -m engine recommend --session ID [--objective O] [--export FORMAT [--out FILE]] \
         [--vllm-version X.Y.Z] [--policy-export FORMAT|all [--policy-out DIR]]
@@ -20,9 +20,9 @@ from typing import Any
 from engine.analysis.export import VLLM_VERSION, check_vllm_version, format_names
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
+from engine.service.decide.policies import PolicyReport, export_best, policy_verdict
+from engine.service.decide.recommendations import Recommended, recommend_and_export
 from engine.service.outputs import check_output_folder, output_file, output_folder, write_output
-from engine.service.policies import PolicyReport, export_best, policy_verdict
-from engine.service.recommendations import Recommended, recommend_and_export
 
 
 def add_commands(sub: Any) -> None:
@@ -75,7 +75,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
 
 def print_decision(result: Recommended) -> None:
-    """The stored decision for this query (engine.service.decisions, read by recommend_and_export): the one answer
+    """The stored decision for this query (engine.service.decide.decisions, read by recommend_and_export): the one
+    answer
     every page shows; nothing where there was nothing to decide."""
     decision = result.decision
     if decision is None:

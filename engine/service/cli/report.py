@@ -1,4 +1,4 @@
-"""`python -m engine report`: the shareable HTML report of a session (engine.service.session_report).
+"""`python -m engine report`: the shareable HTML report of a session (engine.service.report.document).
 
 python -m engine report --session ID [--session ID …] [--objective O] [--batch-size B] --html FILE
 """
@@ -13,7 +13,7 @@ from typing import Any
 from engine.analysis.recommend import OBJECTIVES
 from engine.engines.registry import engine_from_cli, sweep_cli_choices
 from engine.service.outputs import check_output, output_file, write_output
-from engine.service.session_report import session_report_html
+from engine.service.report.document import session_report_html
 
 
 def add_commands(sub: Any) -> None:

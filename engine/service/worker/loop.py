@@ -4,7 +4,7 @@ It keeps loaded models in memory between sessions, logs every verification step 
 store's batched writer, samples utilisation alongside, beats a heartbeat, and honours a cancel
 request within one verification step. A worker that dies mid-session leaves the session
 'running'; whoever looks next (a worker, `sessions`, the dashboard) marks it interrupted (its steps are kept) and it
-can be re-queued, and the worker that runs it again resumes it (engine.service.resume: what was measured is
+can be re-queued, and the worker that runs it again resumes it (engine.service.worker.resume: what was measured is
 reused, only the missing configuration × prompt pairs run). An end the worker cannot write (the disk is full) is
 kept pending and written, with its true cause, once writes are possible again (store.orphans)."""
 
@@ -23,14 +23,14 @@ from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.pool import ModelPool
-from engine.service.store_hooks import TERMINATING, StoreHooks
-from engine.service.worker_control import (
+from engine.service.worker.control import (
     ensure_worker,
     release_pid_file,
     worker_alive,
     worker_log_path,
     worker_pid_path,
 )
+from engine.service.worker.store_hooks import TERMINATING, StoreHooks
 from engine.session.estimates import batch_sweep_eta_s, compile_each_s
 from engine.session.regime_evidence import detect_regime
 from engine.session.runner import PromptText
@@ -89,11 +89,11 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         )
         sampler.start()
         if settings.mode == "quick" and not entry.deployment:
-            from engine.service.quick import run_quick
+            from engine.service.worker.sweeps import run_quick
 
             report = run_quick(store, session_id, settings, prompts, hooks, pool).to_dict()
         elif not entry.deployment:
-            from engine.service.confirm import run_full
+            from engine.service.worker.sweeps import run_full
 
             report = run_full(store, session_id, settings, prompts, hooks, pool).to_dict()
         else:
@@ -141,8 +141,8 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
 
 def _decide(store: Any, session_id: int, spec: SessionSpec) -> None:
     """The session's decision at each temperature it measured, for its serving batch and the default objective,
-    made once now and stored (engine.service.decisions): every page reads it from here on."""
-    from engine.service.decisions import DecisionQuery, decision_for
+    made once now and stored (engine.service.decide.decisions): every page reads it from here on."""
+    from engine.service.decide.decisions import DecisionQuery, decision_for
 
     for temperature in spec.temperatures:
         query = DecisionQuery.of_session(spec.serving_batch, temperature)

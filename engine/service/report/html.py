@@ -1,7 +1,7 @@
 """HTML pieces of the shareable session report: one document, its style inline, every text escaped here.
 
 Callers pass plain strings (names, model references, prompts may be anything a user typed); these functions
-escape them. Only `Html` values (markup made by these functions or by engine.service.report_svg) pass through.
+escape them. Only `Html` values (markup made by these functions or by engine.service.report.svg) pass through.
 """
 
 from __future__ import annotations

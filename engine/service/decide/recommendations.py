@@ -1,7 +1,7 @@
 """Recommend, export, save: the one chain `python -m engine recommend` and the Recommend page both run.
 
 `recommend_and_export` picks the engine whose measurements count, recommends from the stored sessions
-(engine.service.evidence), exports the recommendation in each format asked for (engine.analysis.export) and,
+(engine.service.decide.evidence), exports the recommendation in each format asked for (engine.analysis.export) and,
 with `save`, keeps the payload and its files in the store's history; `save_result` keeps a result computed
 before (the page saves when the user downloads or presses "Save to history").
 """
@@ -20,8 +20,8 @@ from engine.analysis.export import export_formats as export_formats
 from engine.analysis.export import format_label as format_label
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
-from engine.service.decisions import DecisionQuery, decided
-from engine.service.evidence import Evidence, choose_engine, store_recommendation
+from engine.service.decide.decisions import DecisionQuery, decided
+from engine.service.decide.evidence import Evidence, choose_engine, store_recommendation
 
 
 @dataclass
@@ -35,12 +35,13 @@ class Recommended:
     inputs: dict[str, Any]  # engine.analysis.export.payload_inputs
     files: dict[str, tuple[str, str]] = field(default_factory=dict)  # format -> (filename, text), as registered
     failed: dict[str, Exception] = field(default_factory=dict)  # format -> why its export failed
-    decision: Any = None  # the stored decision for the same query (engine.service.decisions), where one was made
-    policies: Any = None  # the policy report the decision was made from (engine.service.policies.PolicyReport)
+    decision: Any = None  # the stored decision for the same query (engine.service.decide.decisions), where one was made
+    policies: Any = None  # the policy report the decision was made from (engine.service.decide.policies.PolicyReport)
 
     @property
     def triple(self) -> tuple[Recommendation, Evidence, RegimeReport]:
-        """(recommendation, evidence, regime report), as engine.service.evidence.recommend_from_store gives them."""
+        """(recommendation, evidence, regime report), as engine.service.decide.evidence.recommend_from_store gives
+        them."""
         return self.recommendation, self.evidence, self.regime
 
     @cached_property
@@ -94,10 +95,11 @@ def recommend_and_export(
 
 
 def _export(result: Recommended, fmt: str, policy: Any, vllm_version: str | None) -> tuple[str, str]:
-    """One format's file of the decision: its drafting policy's (the Policies page's export, engine.service.policies
+    """One format's file of the decision: its drafting policy's (the Policies page's export,
+    engine.service.decide.policies
     .export_best) where the decision is a policy, else the fixed γ's (or off)."""
     if policy is not None:
-        from engine.service.policies import export_best
+        from engine.service.decide.policies import export_best
 
         made = export_best(policy, fmt, vllm_version)
         return made.filename, made.text

@@ -1,7 +1,7 @@
 """CLI commands that talk to the store: worker, submit, requeue, sessions.
 
 They let a headless GPU box be tuned without a browser: queue a session, run the worker, list what
-happened; `recommend` (engine.service.recommend_cli) then exports the recommended config.
+happened; `recommend` (engine.service.cli.recommend) then exports the recommended config.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import SettingsError, SpectuneError
-from engine.service import budget_cli
-from engine.service.pace_probe import PROBE_TOKENS
+from engine.service.cli import budget as budget_cli
 from engine.service.run_options import spec_from_args
+from engine.service.sizing.pace_probe import PROBE_TOKENS
 from engine.session.runner import PromptText
 from engine.session.spec import MODES
 
@@ -91,7 +91,7 @@ def _defaults(values: list | None, default: Any) -> list:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from engine.service.worker import main_worker
+    from engine.service.worker.loop import main_worker
 
     return main_worker(once=args.once, max_sessions=args.max_sessions)
 
@@ -139,7 +139,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                                  for i in picked])  # fmt: skip
     store = open_app_store()
     if args.estimate and args.probe:
-        from engine.service.estimate import estimate_with_probe
+        from engine.service.sizing.estimate import estimate_with_probe
 
         first = chosen[0]
         done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
@@ -152,7 +152,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         validate_submission(settings, count)
     budget_cli.warn_if_over(sized)  # said before the session is queued, never after
     if args.estimate:
-        from engine.service.estimate import estimate_for
+        from engine.service.sizing.estimate import estimate_for
 
         print("\n".join(estimate_for(store, settings, count).sentences()))
         return 0
@@ -193,8 +193,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from engine.service.budget import budget_outcome
     from engine.service.jobs import open_app_store
+    from engine.service.sizing.budget import budget_outcome
     from engine.session.summarise import best_speedup, stored_speedup_flag
 
     rows = open_app_store().list_sessions()

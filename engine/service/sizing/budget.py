@@ -1,6 +1,7 @@
 """A session sized to a time budget: its plan cut, step by step, until its estimate fits, each cut said with why.
 
-The time is the estimate's (engine.service.estimate): a pace in seconds per configuration × prompt × new token, from
+The time is the estimate's (engine.service.sizing.estimate): a pace in seconds per configuration × prompt × new
+token, from
 the newest comparable finished session here, else from a probe of the target alone (its load once on top, and every
 prompt decode charged: each configuration's, the A/A check's, a confirmation's at its most). When the
 plan does not fit, it is cut in this order, each step only while it still does not fit:
@@ -29,9 +30,9 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError
-from engine.service.estimate import pace
-from engine.service.pace_probe import PaceProbe, latest
-from engine.service.plan import planned_configurations, planned_decodes
+from engine.service.sizing.estimate import pace
+from engine.service.sizing.pace_probe import PaceProbe, latest
+from engine.service.sizing.plan import planned_configurations, planned_decodes
 from engine.session.estimates import batch_sweep_eta_s
 from engine.session.spec import SessionSpec
 
@@ -287,7 +288,7 @@ def kept_budget(session: Mapping[str, Any]) -> float | None:
 
 
 def wall_s(session: Mapping[str, Any]) -> float | None:
-    """A session's wall time from its start to its end, in seconds (the pace's, engine.service.estimate); None
+    """A session's wall time from its start to its end, in seconds (the pace's, engine.service.sizing.estimate); None
     while either is not stored."""
     start, end = (_when(session.get(key)) for key in ("started_at", "finished_at"))
     return (end - start).total_seconds() if start is not None and end is not None else None

@@ -76,7 +76,7 @@ def _recover(out: Path) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     """Put a checked backup in the database's place while no worker runs; the replaced file is kept."""
     from engine.service.jobs import open_app_store
-    from engine.service.worker_control import worker_alive
+    from engine.service.worker.control import worker_alive
     from store.health import forget_check
     from store.orphans import STALE_AFTER_S
     from store.recovery import restore_from, sessions_being_written

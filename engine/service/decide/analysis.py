@@ -1,6 +1,6 @@
 """What a decision is made from: the recommendation, its evidence, the regime report and the policy report.
 
-The analysis of a query over some sessions is made once, beside its decision (engine.service.decisions), and
+The analysis of a query over some sessions is made once, beside its decision (engine.service.decide.decisions), and
 stored with it, so a page that shows its tables (the crossover, the draft comparison, the γ schedule, the policy
 grid) reads the figures the decision was made from instead of predicting again. It is stored as typed JSON
 (engine.core.typed_json); one that no longer reads as today's records is made again.
@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from engine.analysis.recommend import Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core import typed_json
-from engine.service.evidence import Evidence, recommend_from_store
-from engine.service.policies import PolicyReport, session_policies
+from engine.service.decide.evidence import Evidence, recommend_from_store
+from engine.service.decide.policies import PolicyReport, session_policies
 
 T = TypeVar("T")
 
@@ -71,7 +71,7 @@ def _same(value: T, candidates: Iterable[T]) -> T:
 
 def analyse(store: Any, session_ids: Sequence[int], query: Any, in_progress: int | None = None,
             recommended: tuple[Recommendation, Evidence, RegimeReport] | None = None) -> Analysis:  # fmt: skip
-    """The analysis of a query (engine.service.decisions.DecisionQuery) over the sessions; `recommended`, the
+    """The analysis of a query (engine.service.decide.decisions.DecisionQuery) over the sessions; `recommended`, the
     triple a caller already made for this query, is used as it is. SpectuneError when the sessions give nothing
     to recommend from."""
     ids = list(session_ids)

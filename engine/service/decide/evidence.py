@@ -24,8 +24,8 @@ from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
-from engine.service.report_runs import run_concurrency, run_spread, spread_text
-from engine.service.surface import with_measured_schedule
+from engine.service.decide.surface import with_measured_schedule
+from engine.service.report.runs import run_concurrency, run_spread, spread_text
 from engine.session.spec import session_engine
 from engine.session.summarise import run_speedup, stored_speedup_flag
 

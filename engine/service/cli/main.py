@@ -16,7 +16,13 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.service import endpoint_cli, export_check_cli, policy_cli, recommend_cli, report_cli, store_cli, watch_cli
+from engine.service.cli import endpoint as endpoint_cli
+from engine.service.cli import export_check as export_check_cli
+from engine.service.cli import policy as policy_cli
+from engine.service.cli import recommend as recommend_cli
+from engine.service.cli import report as report_cli
+from engine.service.cli import store as store_cli
+from engine.service.cli import watch as watch_cli
 from engine.service.outputs import os_error_reason, output_file
 from engine.service.run_options import spec_from_args
 from engine.session.spec import LOOPS
@@ -135,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     prep = sub.add_parser("prepare", help="assemble, verify and convert the bundled models")
     prep.add_argument("models", nargs="*", help="bundled model names (default: all)")
 
-    from engine.service import queue_cli
+    from engine.service.cli import queue as queue_cli
 
     queue_cli.add_commands(sub, _add_run_options)
     recommend_cli.add_commands(sub)  # recommend: the draft, γ and policy to serve with; exports
@@ -404,7 +410,7 @@ def _silence_stdout() -> None:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from engine.service import queue_cli
+    from engine.service.cli import queue as queue_cli
 
     handler = COMMANDS.get(args.command) or queue_cli.COMMANDS[args.command]
     try:

@@ -3,12 +3,13 @@
 A query (objective, serving batch, temperature, budget, price, regime override, engine) over some finished sessions
 leads to one configuration (a draft at a fixed γ, a drafting policy, or speculation off), and that decision is kept
 in the store with what it rests on: its prediction, the run that measured it (or "not measured"), the runner-up,
-the regime, the measurement floor and the analysis it was made from (engine.service.analysis). The worker makes it
+the regime, the measurement floor and the analysis it was made from (engine.service.decide.analysis). The worker
+makes it
 when a session ends; a query nobody asked before is decided once, on first read, and stored then. A run stored or
 changed since makes a decision stale: it is made again.
 
 The choice is the one a quick session confirms: the best drafting policy where it beats the recommender's fixed γ
-and the engine runs it, else the fixed γ of the recommendation (engine.service.evidence.recommend_from_store),
+and the engine runs it, else the fixed γ of the recommendation (engine.service.decide.evidence.recommend_from_store),
 else off.
 """
 
@@ -24,9 +25,9 @@ from typing import Any
 from engine.core.policy import parse_policy
 from engine.engines import registry
 from engine.errors import SpectuneError
-from engine.service.analysis import Analysis, analyse
-from engine.service.measurement_notes import floor_note
-from engine.service.report_runs import configuration_run, run_verdict
+from engine.service.decide.analysis import Analysis, analyse
+from engine.service.report.measurement_notes import floor_note
+from engine.service.report.runs import configuration_run, run_verdict
 from engine.session.spec import session_engine
 from engine.session.summarise import run_speedup, stored_speedup_flag
 from store.errors import StoreError
@@ -169,7 +170,7 @@ def _stored(store: Any, ids: Sequence[int], query: DecisionQuery, seen: int,
 def canonical(store: Any, ids: Sequence[int], query: DecisionQuery) -> DecisionQuery:
     """The query as the sessions resolve it, so one question has one key: the engine whose measurements count
     (evidence.choose_engine), the sessions' single temperature where none was given."""
-    from engine.service.evidence import choose_engine
+    from engine.service.decide.evidence import choose_engine
 
     engine = choose_engine(store, list(ids), query.engine)
     temperature = query.temperature
@@ -186,7 +187,7 @@ def _all_finished(store: Any, ids: Sequence[int]) -> bool:
 
 def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
                   recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
-    """Decide once, unstored: the analysis of the query (engine.service.analysis.analyse), then decide()."""
+    """Decide once, unstored: the analysis of the query (engine.service.decide.analysis.analyse), then decide()."""
     ids = list(session_ids)
     return decide(store, ids, query, analyse(store, ids, query, in_progress, recommended))
 
@@ -194,7 +195,7 @@ def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery, 
 def decide(store: Any, session_ids: Sequence[int], query: DecisionQuery, analysis: Analysis) -> Decision:
     """The decision an analysis leads to: the recommender's fixed γ or a replayed policy, the best that pays and
     runs in the engine chosen, with what measured it."""
-    from engine.service.policies import recommendation_for
+    from engine.service.decide.policies import recommendation_for
 
     ids = list(session_ids)
     report = analysis.policies

@@ -18,8 +18,8 @@ from engine.drafts.refs import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
-from engine.service.pace_probe import PaceProbe, ProbeProgress, latest, probe_for
-from engine.service.plan import optional_configurations, planned_configurations, planned_decodes, planned_runs
+from engine.service.sizing.pace_probe import PaceProbe, ProbeProgress, latest, probe_for
+from engine.service.sizing.plan import optional_configurations, planned_configurations, planned_decodes, planned_runs
 from engine.session.runner import PromptText
 from engine.session.spec import SessionSpec, session_engine
 
@@ -186,7 +186,7 @@ def estimate_with_probe(
     store: Any, spec: SessionSpec, n_prompts: int, prompt: PromptText,
     on_progress: Callable[[ProbeProgress], None] | None = None,
 ) -> ProbedEstimate:  # fmt: skip
-    """The estimate after probing the target's pace on `prompt` (engine.service.pace_probe; `on_progress` told
+    """The estimate after probing the target's pace on `prompt` (engine.service.sizing.pace_probe; `on_progress` told
     where it is while it runs), unless a finished comparable session already gives the pace: what the Run page's
     Probe and `submit --estimate --probe` show."""
     before = estimate_for(store, spec, n_prompts)

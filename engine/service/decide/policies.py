@@ -25,7 +25,7 @@ from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp
 from engine.errors import SpectuneError
 from engine.measure import noise
-from engine.service.evidence import choose_engine, recommend_from_store
+from engine.service.decide.evidence import choose_engine, recommend_from_store
 from engine.service.jobs import submit_session
 from engine.session.spec import SessionSpec
 from engine.session.summarise import run_speedup, speedup_flag, stored_speedup_flag

@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from engine.service.resume import EarlierRuns, Measured, measured_prompts
-from engine.service.session_progress import SessionProgress, is_decoding_phase
+from engine.service.worker.progress import SessionProgress, is_decoding_phase
+from engine.service.worker.resume import EarlierRuns, Measured, measured_prompts
 from engine.session.hooks import Hooks
 from engine.session.summary import RunSummary
 
@@ -32,7 +32,7 @@ class StoreHooks(Hooks):
 
     def __init__(self, store: Any, session_id: int, worker_id: str, resume: bool = False) -> None:
         """`resume`: the session ran before (re-queued); its earlier runs are reopened and what they measured
-        reused (engine.service.resume)."""
+        reused (engine.service.worker.resume)."""
         self.store = store
         self.session_id = session_id
         self.worker_id = worker_id

@@ -1,6 +1,13 @@
-"""A quick session in the worker: the probe is measured and stored, the one model (the same recommendation and
-policy replay the Recommend and Policies pages show) decides what to confirm, and the confirmation runs live
-beside the target alone (engine.session.quick)."""
+"""The sweeps a session runs in the worker, quick or full, and the confirmation that closes either.
+
+- **Quick:** the probe is measured and stored; the one model (the same recommendation and policy replay the
+  Recommend and Policies pages show) decides what to confirm, and the confirmation runs live beside the target
+  alone (engine.session.quick).
+- **Full:** the grid, then, with `confirm` set, the headline the one model recommends from the stored grid runs
+  live beside the target alone where the grid did not measure it (an extrapolated γ). Up to two rounds
+  (`confirm_after`): what a round measured is stored like any run, and where it changes the decision to an
+  unmeasured configuration, that one runs too.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float,
     `temperature`, judged for the session's serving batch. The fixed γ is the headline's — the recommendation
     over every draft, n-gram lookup included — and only when that is off the chosen draft's best γ (confirmed to
     show what off means)."""
-    from engine.service.policies import recommendation_for, session_policies
+    from engine.service.decide.policies import recommendation_for, session_policies
 
     report = session_policies(store, [session_id], batch_size=spec.serving_batch, engine=spec.engine,
                               temperature=temperature, in_progress=session_id)  # fmt: skip
@@ -147,7 +154,7 @@ def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: Confi
                  levels: list[int]) -> list[RunKey]:  # fmt: skip
     """What the decision became once the confirmation's runs were stored, where no run measured it: the new choice
     (added to `decision`, with why) and its plan; [] where the decision stands or is measured."""
-    from engine.service.decisions import DecisionQuery, make_decision
+    from engine.service.decide.decisions import DecisionQuery, make_decision
 
     fresh: list[Choice] = []
     for temperature in spec.temperatures:
@@ -199,3 +206,27 @@ def _too_noisy(figures: dict[str, Any]) -> bool:
             where["speedup_spread"] = {**spread, "verdict": "too noisy to tell"}
             marked = True
     return marked
+
+
+def run_full(
+    store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
+) -> SweepReport:
+    """The grid, then (with `spec.confirm`) the headline confirmed where the grid did not measure it; the report's
+    `confirmation` says what was chosen, whether it ran, and how it measured."""
+    started = time.perf_counter()
+    if spec.confirm:
+        hooks.reserve(confirm_reserve(spec, len(prompts), registry.levels_of(spec)))
+    grid = registry.sweep(spec, prompts, hooks, pool)
+    if not spec.confirm or grid.stopped:
+        return grid
+    hooks.phase("checking the recommendation against the grid", 0, 1, None)
+    checked = time.perf_counter()
+    report, decision, plan = confirm_after(store, session_id, spec, grid, prompts, hooks, pool)
+    mark_floor(store, session_id, report)
+    report.confirmation = {
+        "ran": [k.label() for k in plan if k.kind != "baseline"],
+        **decision_record(report, decision),
+        "grid_s": round(checked - started, 1),
+        "confirm_s": round(time.perf_counter() - checked, 1),
+    }
+    return report

@@ -1,6 +1,6 @@
 """`submit --budget`: the session sized to a time budget before it is queued, and its default engine said.
 
-The plan is cut to fit the budget (engine.service.budget) at the pace the estimate uses; the cuts are printed one
+The plan is cut to fit the budget (engine.service.sizing.budget) at the pace the estimate uses; the cuts are printed one
 line each, before the estimate or the queued line. `--keep-plan` keeps the plan as given: the budget then only
 warns. A session whose estimate exceeds its budget says so on stderr before it is queued.
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError
-from engine.service.budget import SizedPlan, default_budget, parse_budget, sized_for
-from engine.service.default_engine import default_engine, own_loop
+from engine.service.sizing.budget import SizedPlan, default_budget, parse_budget, sized_for
+from engine.service.sizing.default_engine import default_engine, own_loop
 from engine.session.spec import SessionSpec
 
 

@@ -177,7 +177,7 @@ def run_probe(
     request = json.dumps({"spec": spec.to_row(), "prompt": asdict(prompt), "hardware": hardware, "owner": os.getpid(),
                           "bound_s": bound_s})  # fmt: skip
     with _one_probe_at_a_time():
-        child = subprocess.Popen([sys.executable, "-m", "engine.service.pace_probe"], cwd=PROJECT_ROOT,
+        child = subprocess.Popen([sys.executable, "-m", "engine.service.sizing.pace_probe"], cwd=PROJECT_ROOT,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
         try:

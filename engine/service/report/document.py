@@ -4,7 +4,8 @@
 prompts and the hardware, each run's figures with their spread, noise verdict and broken bounds, the regime
 evidence, the recommendation (draft, γ, policy, predicted speedup — or speculation OFF, and then no γ) and the
 exported configuration files. The figures come from the same service calls the pages make
-(engine.service.recommendations.recommend_and_export, engine.service.policies.session_policies) and the same
+(engine.service.decide.recommendations.recommend_and_export, engine.service.decide.policies.session_policies) and the
+same
 stored fields; the charts are inline SVG drawn here, so the file opens anywhere, offline, with no script.
 """
 
@@ -16,16 +17,16 @@ from typing import Any
 
 from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
-from engine.service.budget import budget_facts
-from engine.service.evidence import measured_temperatures
-from engine.service.measurement_notes import floor_note, loop_note, overhead_note
-from engine.service.policies import PolicyReport
-from engine.service.recommendations import Recommended, recommend_and_export
-from engine.service.report_html import Html, bullets, document, facts, note, number, section, table, tag
-from engine.service.report_recommendation import flagged_measurements, recommendation_parts
-from engine.service.report_runs import RunFigures, run_figures
-from engine.service.report_svg import Bar, Series, bar_chart, line_chart
-from engine.service.session_status import ending_note
+from engine.service.decide.evidence import measured_temperatures
+from engine.service.decide.policies import PolicyReport
+from engine.service.decide.recommendations import Recommended, recommend_and_export
+from engine.service.report.html import Html, bullets, document, facts, note, number, section, table, tag
+from engine.service.report.measurement_notes import floor_note, loop_note, overhead_note
+from engine.service.report.recommendation import flagged_measurements, recommendation_parts
+from engine.service.report.runs import RunFigures, run_figures
+from engine.service.report.session_status import ending_note
+from engine.service.report.svg import Bar, Series, bar_chart, line_chart
+from engine.service.sizing.budget import budget_facts
 from engine.session.sampling import session_prompts
 from engine.session.spec import session_engine
 

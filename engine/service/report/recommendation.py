@@ -1,5 +1,5 @@
 """The recommendation part of the shareable report: the decision, the regime it was judged in, the drafts, the γ
-curve, the drafting policy and the exported configuration files, from one engine.service.recommendations result.
+curve, the drafting policy and the exported configuration files, from one engine.service.decide.recommendations result.
 
 Nothing is recomputed: the decision, the curve, the exports and the policy are the objects the Recommend page and
 `python -m engine recommend` show. When speculation is off no γ is offered as the recommendation anywhere.
@@ -12,10 +12,10 @@ import math
 from engine.analysis.bounds import check_predicted_speedup
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation, crossover_from_curve, gamma_curve
 from engine.analysis.theory import REGIMES
-from engine.service.policies import PolicyReport
-from engine.service.recommendations import Recommended, format_label
-from engine.service.report_html import Html, bullets, facts, note, number, table, tag
-from engine.service.report_svg import Series, line_chart
+from engine.service.decide.policies import PolicyReport
+from engine.service.decide.recommendations import Recommended, format_label
+from engine.service.report.html import Html, bullets, facts, note, number, table, tag
+from engine.service.report.svg import Series, line_chart
 
 OBJECTIVE_LABELS = {"latency": "latency (fastest decoding)", "cost": "cost per token",
                     "latency_within_budget": "latency within a cost budget"}  # fmt: skip
@@ -174,7 +174,7 @@ def schedule(rec: Recommendation) -> list[Html]:
 
 
 def policy(report: PolicyReport | None, why_not: str | None, off: bool) -> list[Html]:
-    """The drafting policy recommended for the objective (engine.service.policies.session_policies)."""
+    """The drafting policy recommended for the objective (engine.service.decide.policies.session_policies)."""
     head = tag("h3", "Drafting policy")
     best, fixed = (report.best, report.best_fixed) if report is not None else (None, None)
     if best is None or fixed is None or report is None or report.chosen is None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.analysis.schedule import off_range_line
 from engine.measure.noise import stored_noisy
-from engine.service.report_runs import run_concurrency, run_spread
+from engine.service.report.runs import run_concurrency, run_spread
 from engine.session.summarise import run_speedup, stored_speedup_flag
 
 

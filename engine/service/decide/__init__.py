@@ -1,0 +1,1 @@
+"""From stored sessions to the one decision: evidence, recommendations, policy replay and the speedup surface."""
