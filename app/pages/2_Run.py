@@ -67,7 +67,7 @@ with st.container(border=True):
         col_d.text_input("…and other drafts (comma-separated)", key="drafts_text", placeholder=rv.DRAFTS_PLACEHOLDER)
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")
-        col_g.text_input("Drafting policies to run live (optional)", key="policies_text", help=rv.POLICY_HELP,
+        col_g.text_input("Drafting policies to run live (optional)", key="policies_text", help=rv.policy_help(),
                          placeholder="confidence:0.6:16:2 heuristic:4 adaptive")  # fmt: skip
         col_a, col_b, col_n, col_e = st.columns(4)
         col_a.text_input("Temperatures", value="0", key="temps_text", help="0 = greedy; several: 0, 0.7")

@@ -19,6 +19,7 @@ from engine.service.api import (
     SessionSpec,
     StoredSession,
     parameter_count,
+    policy_kinds,
     registry,
 )
 
@@ -293,13 +294,15 @@ CONFIRM_HELP = (
     "recommendation rests on a measurement of it. A quick session always confirms."
 )
 
-POLICY_HELP = (
-    "Besides the fixed γs, run these drafting policies live, separated by spaces: confidence:P[:NMAX[:NMIN]] "
-    "(stop when the draft's confidence falls below P), heuristic:START (transformers' schedule), "
-    "adaptive[:C1,C2,..] (SGLang-style EMA). Every policy is replayed from the session anyway (Policies page); "
-    "running one live checks the replay. llama.cpp runs fixed γ and confidence:P:NMAX:NMIN only. A quick session "
-    "predicts every policy instead and runs the best one live."
-)
+
+def policy_help() -> str:
+    """The Run form's help on drafting policies: every registered kind but the fixed γ, and what it does."""
+    kinds = "; ".join(f"{kind.grammar} ({kind.summary})" for kind in policy_kinds() if kind.name != "fixed")
+    return (
+        f"Besides the fixed γs, run these drafting policies live, separated by spaces: {kinds}. Every policy is "
+        "replayed from the session anyway (Policies page); running one live checks the replay. llama.cpp runs fixed "
+        "γ and confidence:P:NMAX:NMIN only. A quick session predicts every policy instead and runs the best one live."
+    )
 
 
 def policies_suffix(session: Mapping[str, Any]) -> str:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, cost_per_token_multiplier
+from engine.core.policy import simplicity
 
 OBJECTIVES = ("latency", "cost", "latency_within_budget")
-KIND_ORDER = ("fixed", "batch", "confidence", "heuristic", "adaptive")  # ties go to the simpler policy
 TOLERANCE = 0.01  # within 1% of the best counts as equal
 EXTRAPOLATION_MARGIN = 2  # draft tokens past the measured depth a recommendation may reach
 TIE = 1e-12
@@ -96,7 +96,7 @@ class Judge:
         return -self.cost(row) if self.objective == "cost" else row.speedup
 
     def _simpler(self, row: Row) -> tuple[int, int, float]:
-        kind = KIND_ORDER.index(row.kind) if row.kind in KIND_ORDER else len(KIND_ORDER)
+        kind = simplicity(row.kind)  # ties go to the simpler kind
         return kind, row.most_drafted, row.draft_calls_per_step
 
     def pick(self, rows: Sequence[Row]) -> Row | None:

@@ -29,22 +29,9 @@ from typing import Any
 
 from engine.analysis.feasibility import Judge
 from engine.analysis.prediction import CostModel, Prediction, Tally, finish
-from engine.core.policy import (
-    DROP,
-    KEEP,
-    AdaptiveEMA,
-    BatchSchedule,
-    ConfidenceStop,
-    FixedGamma,
-    HeuristicSchedule,
-    SpeculationPolicy,
-)
+from engine.core.policy import DROP, KEEP, ConfidenceStop, FixedGamma, GridAsk, SpeculationPolicy
+from engine.core.policy import policy_grid as registered_grid
 
-P_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-N_MAX_GRID = (4, 8, 16)
-N_MIN_GRID = (0, 2)
-HEURISTIC_STARTS = (1, 2, 4, 8, 20)
-ADAPTIVE_SETS = (((1, 3, 5, 7), 3), ((1, 2, 3, 4, 5, 6, 7, 8), 4), ((2, 4, 6, 8, 12, 16), 6))
 SIMULATIONS = 16  # seeded simulations per adaptive policy at temperature > 0
 TRANSFORMERS_DEFAULT = ConfidenceStop(0.4, 20, 0, keep_last=True)  # num_assistant_tokens 20, threshold 0.4
 
@@ -273,23 +260,10 @@ def policy_grid(
     schedule: Mapping[int, int] | None = None,
     serving_batch: int = 1,
 ) -> list[SpeculationPolicy]:
-    """Every policy and setting the comparison tries: fixed γ 1..max_gamma; the confidence stop at p-min
-    0.1..0.95 × n-max × n-min (llama.cpp's rule) and transformers' rule at its default n-max 20; the heuristic
-    schedule from several start values; SGLang's adaptive EMA on three candidate sets × two EMA weights × its
-    default and a fast re-decision; and γ by batch size when a schedule is given."""
-    grid: list[SpeculationPolicy] = [FixedGamma(g) for g in range(1, max_gamma + 1)]
-    if confidence:
-        grid += [ConfidenceStop(p, n, m) for p in P_GRID for n in N_MAX_GRID for m in N_MIN_GRID if m < n]
-        grid += [ConfidenceStop(p, 20, 0, keep_last=True) for p in P_GRID]
-        grid += [HeuristicSchedule(20, 0.4)]  # transformers' heuristic with its default threshold
-    grid += [HeuristicSchedule(start) for start in HEURISTIC_STARTS]
-    for cands, initial in ADAPTIVE_SETS:
-        for ema in (0.2, 0.5):
-            grid.append(AdaptiveEMA(cands, initial, ema))
-            grid.append(AdaptiveEMA(cands, initial, ema, interval=1, warmup=0))
-    if schedule:
-        grid.append(BatchSchedule(tuple(sorted(schedule.items())), serving_batch))
-    return grid
+    """Every policy and setting the comparison tries: each registered kind's grid (engine.core.policy_kinds for
+    the built-ins: fixed γ 1..max_gamma, the confidence stop, the heuristic schedule, SGLang's adaptive EMA, γ by
+    batch size when a schedule is given)."""
+    return registered_grid(GridAsk(max_gamma, confidence, schedule, serving_batch))
 
 
 @dataclass

@@ -7,7 +7,6 @@ That is a fixed γ (p-min 0) or spectune's confidence stop without `keep`; no ot
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from engine.core.policy import ConfidenceStop, SpeculationPolicy, parse_policy
@@ -19,21 +18,24 @@ RUNNABLE = "fixed:G and confidence:P:NMAX:NMIN (the unsure token dropped, no kee
 
 
 def llamacpp_fields(policy: SpeculationPolicy | str) -> dict[str, Any] | None:
-    """ServerConfig's draft settings for a policy llama-server can run as is, else None."""
+    """ServerConfig's draft settings for a policy llama-server can run as is (a length cap, an n-min and a
+    confidence stop that drops the unsure token: `DraftControls.plain`), else None."""
     if isinstance(policy, str):
         policy = parse_policy(policy)
     if (gamma := policy.fixed_gamma()) is not None:
         return {"draft_n_max": gamma, "draft_n_min": 0, "draft_p_min": 0.0}
-    if isinstance(policy, ConfidenceStop) and not policy.keep_last:
-        return {"draft_n_max": policy.n_max, "draft_n_min": policy.n_min, "draft_p_min": policy.p_min}
-    return None
+    controls = policy.controls()
+    if not controls.plain or not policy.varies_per_step:
+        return None  # a γ by batch size is not a draft-length setting either
+    return {"draft_n_max": controls.n_max, "draft_n_min": controls.n_min, "draft_p_min": controls.p_min}
 
 
 def unmappable(policy: SpeculationPolicy) -> str:
     """Why llama-server cannot run `policy`, and what it can run instead."""
     spectune = f"or {policy.spec()} in spectune's loop (--engine spectune)"
-    if isinstance(policy, ConfidenceStop):
-        dropping = replace(policy, keep_last=False).spec()
+    controls = policy.controls()
+    if controls.keeps_unsure and controls.schedule is None and not controls.beyond:
+        dropping = ConfidenceStop(controls.p_min, controls.n_max, controls.n_min).spec()
         why = "it drops the unsure token, never keeps it"
         return f"llama.cpp cannot run {policy.spec()}: {why}; run {dropping}, {spectune}"
     return f"llama.cpp cannot run {policy.spec()}: it runs {RUNNABLE}; choose one of those, {spectune}"

@@ -29,7 +29,7 @@ from engine.analysis.theory import (
     walltime_improvement,
 )
 from engine.core.counters import draft_acceptance_rate, tokens_per_call
-from engine.core.policy import parse_policy
+from engine.core.policy import parse_policy, policy_kinds
 from engine.endpoint.report import compare, request_stats
 from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
 from engine.engines import registry
@@ -106,8 +106,8 @@ __all__ = [
     "engine_comparison", "ensure_worker", "estimate_for", "estimate_with_probe", "expected_tokens_per_call",
     "export_best", "export_format", "export_formats", "first_prompt", "floor_note", "format_label", "gamma_curve",
     "loop_note", "measured_temperatures", "minutes", "open_app_store", "operations_multiplier", "overhead_note",
-    "parameter_count", "parse_budget", "parse_levels", "parse_policy", "parse_prompt_bytes", "policy_verdict",
-    "prove", "queue_confirmation", "recommend_and_export", "regime_of", "registry", "report_filename",
+    "parameter_count", "parse_budget", "parse_levels", "parse_policy", "parse_prompt_bytes", "policy_kinds",
+    "policy_verdict", "prove", "queue_confirmation", "recommend_and_export", "regime_of", "registry", "report_filename",
     "report_or_error", "request_stats", "run_concurrency", "run_label", "run_policy", "run_speedups", "run_spread",
     "run_verdict", "save_result", "session_error", "session_prompts", "size_to_budget", "sized_for",
     "speedup_flag", "spread_text", "stops_paying", "stored_noisy", "stored_speedup_flag", "submit_endpoint_session",

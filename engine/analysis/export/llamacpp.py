@@ -12,17 +12,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from engine.analysis.export.deployment import Deployment, NgramLookup, head_lines, varies
+from engine.analysis.export.deployment import Deployment, NgramLookup, head_lines
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD
 from engine.core.policy import (
-    AdaptiveEMA,
-    BatchSchedule,
     ConfidenceStop,
     FixedGamma,
-    HeuristicSchedule,
     SpeculationPolicy,
 )
 from engine.llamacpp.launch import speculative_server
@@ -114,28 +111,26 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
     n_max, n_min, p_min = gamma, 0, 0.0
     lost: list[str] = []
     remarks: list[str] = []
-    match policy:
-        case ConfidenceStop():
-            n_max, n_min, p_min = policy.n_max, policy.n_min, policy.p_min
+    controls = policy.controls()
+    if controls.schedule is None and not controls.beyond:  # a length cap and a confidence stop: its own settings
+        if controls.p_min or controls.n_min:
+            n_max, n_min, p_min = controls.n_max, controls.n_min, controls.p_min
+        if controls.p_min:
             remarks.append(
                 "llama.cpp compares p-min with its draft sampler's probability over the top 10 candidates (≥ the "
                 "full softmax spectune uses), so it stops a little later; spectune's llama.cpp figures replay that "
                 "probability"
             )
-            if policy.keep_last:
-                lost.append(
-                    "llama.cpp drops the unsure token instead of keeping it (transformers' rule): one token less"
-                )
-        case HeuristicSchedule():
-            p_min = policy.p_min
-            lost.append(
-                f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of heuristic from "
-                f"{policy.start_tokens}" + (" (and the unsure token is dropped, not kept)" if policy.p_min else "")
-            )
-        case AdaptiveEMA():
-            lost.append(f"llama.cpp has no acceptance-driven γ: a fixed n-max {gamma} instead of SGLang's EMA rule")
-        case BatchSchedule() if varies(policy):
-            lost.append(f"llama-server has no per-batch γ: n-max {gamma} (the serving batch {policy.serving_batch})")
+        if controls.keeps_unsure:
+            lost.append("llama.cpp drops the unsure token instead of keeping it (transformers' rule): one token less")
+    else:
+        p_min = controls.p_min
+        unsure = " (and the unsure token is dropped, not kept)" if controls.keeps_unsure else ""
+        if controls.schedule is not None:
+            lost.append(f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of "
+                        f"{controls.schedule} from {controls.n_max}{unsure}")  # fmt: skip
+        lost += [f"llama.cpp has no {what}: a fixed n-max {gamma} instead of {instead}"
+                 for what, instead in controls.beyond]  # fmt: skip
     runnable: SpeculationPolicy = ConfidenceStop(p_min, n_max, n_min) if p_min or n_min else FixedGamma(n_max)
     runs = f"n-max {n_max}, n-min {n_min}, p-min {p_min:g}"
     return runnable, Fit(not lost, runs, tuple(lost), tuple(remarks))

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.analysis.export.deployment import Deployment, varies
+from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import TRANSFORMERS_VERSION
-from engine.core.policy import AdaptiveEMA, BatchSchedule, ConfidenceStop, HeuristicSchedule
 
 NOTE = (
     "Load each generate_kwargs entry named in 'load' with <class>.from_pretrained(<ref>) and pass the object; "
@@ -115,24 +114,26 @@ def _assistant(dep: Deployment) -> tuple[dict[str, Any], Fit]:
                               "assistant_confidence_threshold": 0.0}  # fmt: skip
     lost: list[str] = []
     remarks: list[str] = []
-    match policy:
-        case ConfidenceStop():
-            config |= {"num_assistant_tokens": policy.n_max, "assistant_confidence_threshold": policy.p_min}
-            if not policy.keep_last:
-                lost.append("transformers keeps the unsure token (llama.cpp's rule drops it): one more token drafted")
-            if policy.n_min:
-                lost.append(f"transformers has no n-min: drafts shorter than {policy.n_min} are verified anyway")
-        case HeuristicSchedule():
-            config |= {"num_assistant_tokens": policy.start_tokens, "num_assistant_tokens_schedule": "heuristic",
-                       "assistant_confidence_threshold": policy.p_min}  # fmt: skip
-            remarks.append(
-                "'heuristic' carries num_assistant_tokens over generate() calls, as spectune's run carries it over "
-                "prompts; 'heuristic_transient' would restart it per call"
-            )
-        case AdaptiveEMA():
-            lost.append(f"transformers has no acceptance-EMA rule: a constant {gamma} tokens instead")
-        case BatchSchedule() if varies(policy):
-            lost.append(f"generate() decodes one batch: the γ of serving batch {policy.serving_batch} ({gamma})")
+    controls = policy.controls()
+    if controls.schedule == "heuristic" and not controls.beyond:
+        config |= {"num_assistant_tokens": controls.n_max, "num_assistant_tokens_schedule": "heuristic",
+                   "assistant_confidence_threshold": controls.p_min}  # fmt: skip
+        remarks.append(
+            "'heuristic' carries num_assistant_tokens over generate() calls, as spectune's run carries it over "
+            "prompts; 'heuristic_transient' would restart it per call"
+        )
+    elif controls.schedule is None and not controls.beyond:  # a length cap and a confidence stop
+        if controls.p_min or controls.n_min:
+            config |= {"num_assistant_tokens": controls.n_max, "assistant_confidence_threshold": controls.p_min}
+        if controls.p_min and not controls.keeps_unsure:
+            lost.append("transformers keeps the unsure token (llama.cpp's rule drops it): one more token drafted")
+        if controls.n_min:
+            lost.append(f"transformers has no n-min: drafts shorter than {controls.n_min} are verified anyway")
+    else:
+        if controls.schedule is not None:
+            lost.append(f"transformers has no {controls.schedule} schedule: a constant {gamma} tokens instead")
+        lost += [f"transformers has no {what}: a constant {gamma} tokens instead of {instead}"
+                 for what, instead in controls.beyond]  # fmt: skip
     if config["assistant_confidence_threshold"]:
         remarks.append(
             "with scikit-learn installed transformers re-fits the threshold during generation "

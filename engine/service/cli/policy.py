@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.analysis.recommend import OBJECTIVES
 from engine.core.policy import FixedGamma, parse_policy
+from engine.core.policy import grammar as policy_grammar
 from engine.errors import SpectuneError
 from engine.service.decide.decisions import DecisionQuery, decided
 from engine.service.decide.policies import PolicyReport, prove
@@ -117,8 +118,7 @@ def _jsonable(value: Any) -> Any:
 
 def add_run_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=None,
-                   help="fixed:G | confidence:P[:NMAX[:NMIN]] | heuristic:START | adaptive[:C1,C2,..] "
-                        "(default: fixed at --gamma)")  # fmt: skip
+                   help=f"{policy_grammar()} (default: fixed at --gamma)")  # fmt: skip
 
 
 def run_policy(args: argparse.Namespace) -> tuple[str | None, list[int]]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.core.policy import grammar as policy_grammar
 from engine.errors import SettingsError, SpectuneError
 from engine.service.cli import budget as budget_cli
 from engine.service.run_options import spec_from_args
@@ -64,8 +65,7 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     )  # fmt: skip
     submit.add_argument(
         "--policy", action="append", default=None,
-        help="a speculation policy also run live (full mode) or predicted (quick): fixed:G | confidence:P[:NMAX"
-        "[:NMIN]] | heuristic:START | adaptive[:C1,C2,..] (repeatable)",
+        help=f"a speculation policy also run live (full mode) or predicted (quick): {policy_grammar()} (repeatable)",
     )  # fmt: skip
 
     requeue = sub.add_parser(
