@@ -64,14 +64,16 @@ class ModelClock:
             yield self
 
 
-def timed_forwards(model, clock: ModelClock, extra: Callable[[int], float] = lambda total: 0.0):
-    """`model` whose every forward costs FORWARD_S on `clock`, plus `extra(total length)` seconds."""
+def timed_forwards(
+    model, clock: ModelClock, extra: Callable[[int], float] = lambda total: 0.0, cost_s: float = FORWARD_S
+):
+    """`model` whose every forward costs `cost_s` on `clock`, plus `extra(total length)` seconds."""
     original = model.model.forward
 
     def forward(*args, **kwargs):
         cache = kwargs.get("cache")
         total = (int(cache.get_seq_length()) if cache is not None else 0) + kwargs["input_ids"].shape[1]
-        clock.advance(FORWARD_S + extra(total))
+        clock.advance(cost_s + extra(total))
         return original(*args, **kwargs)
 
     model.model.forward = forward
