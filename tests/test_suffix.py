@@ -10,7 +10,8 @@ from test_sampling_distribution import CFG, chi_square_p, exact_joint, sampled_j
 from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
-from engine.drafts.refs import SuffixParams, draft_method, parse_suffix_spec, suffix_ref
+from engine.drafts.kinds import draft_method
+from engine.drafts.refs import SuffixParams, parse_suffix_spec, suffix_ref
 from engine.drafts.suffix import SuffixDraft, suffix_runs
 from engine.errors import SettingsError
 from engine.models.chat import encode_prompt

@@ -19,6 +19,7 @@ from engine.service.api import (
     cost_per_token_multiplier,
     crossover_from_curve,
     gamma_curve,
+    kind_of_method,
     regime_of,
 )
 
@@ -200,7 +201,7 @@ def styled_curve(table: pd.DataFrame, highlight: int | None, cross: int | None) 
 
 def candidates(measurements: Iterable[DraftMeasurement]) -> list[DraftMeasurement]:
     """The measurements the recommender compared, index-aligned with rec.comparison."""
-    return [m for m in measurements if m.method != "none"]
+    return [m for m in measurements if kind_of_method(m.method).speculates]
 
 
 def candidate_label(summary: DraftSummary, measurement: DraftMeasurement | None, show_temperature: bool) -> str:

@@ -11,6 +11,7 @@ from engine.analysis.predictor import predict
 from engine.analysis.recommend_types import DraftMeasurement, MeasuredCheck
 from engine.analysis.theory import MEMORY_BOUND
 from engine.core.policy import FixedGamma
+from engine.drafts.kinds import kind_of_method
 
 
 def accepted_curve_from_runs(runs_per_prompt: Sequence[Sequence[int]], gamma: int) -> float:
@@ -49,7 +50,7 @@ def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
                 flags[gamma] = BoundFlag("measured speedup", float(measured), float("nan"), message)
             continue
         at = _at_c(m, gamma, 0.0)
-        share = m.c * at.draft_calls_per_step if m.method == "draft_model" else 0.0
+        share = m.c * at.draft_calls_per_step if kind_of_method(m.method).costs_forwards else 0.0
         flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma), share,
                                       at.verify_floor)  # fmt: skip
         if flag is not None:
@@ -119,7 +120,7 @@ def calibration(m: DraftMeasurement) -> Calibration | None:
     even with a free draft: a measurement problem (load, noise, prompts unlike the recorded ones), flagged and
     not calibrated to — the expected tokens are never scaled. Measurements that break a bound never count.
     """
-    if m.method != "draft_model" or m.c_in_loop:
+    if not kind_of_method(m.method).costs_forwards or m.c_in_loop:
         return None
     rejected = measurement_flags(m)
     num = den = 0.0

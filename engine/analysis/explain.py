@@ -9,6 +9,7 @@ from engine.analysis.feasibility import TIE
 from engine.analysis.recommend_types import UNKNOWN, DraftMeasurement, DraftSummary, GammaPoint
 from engine.analysis.regime import evidence_said
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND, largest_measured_k
+from engine.drafts.kinds import kind_of_method
 
 
 def _pct(x: float) -> str:
@@ -24,10 +25,11 @@ def explain_on(winner: DraftSummary, others: list[DraftSummary]) -> str:
         g_meas = min(usable, key=lambda g: abs(int(g) - winner.best_gamma))
         calib = f" (calibrated to the measured {usable[g_meas]:.2f}× at γ={g_meas})"
     head = f"α {winner.alpha:.2f} at c {winner.c:.2f} gives {winner.best_speedup:.2f}× at γ={winner.best_gamma}{calib}"
-    drafts_not_paying = [o for o in others if o.method == "draft_model" and not o.pays]
-    if winner.method in ("ngram", "suffix") and drafts_not_paying:
+    drafts_not_paying = [o for o in others if kind_of_method(o.method).costs_forwards and not o.pays]
+    kind = kind_of_method(winner.method)
+    if kind.speculates and not kind.needs_model and drafts_not_paying:
         d = max(drafts_not_paying, key=lambda o: o.best_speedup)
-        label = "n-gram lookup" if winner.method == "ngram" else "suffix decoding"
+        label = kind.label
         return (
             f"{label} ({winner.name}) wins: {winner.best_speedup:.2f}× at γ={winner.best_gamma} with no second "
             f"model (no added load at peak), while the draft model {d.name} (α {d.alpha:.2f} at c {d.c:.2f}) "
@@ -192,7 +194,7 @@ def _verify_and_arithmetic_notes(m: DraftMeasurement, row: GammaPoint, regime: s
             f"v(γ+1) = v({row.gamma + 1}) = {row.verify_cost:.2f} is extrapolated beyond the largest measured "
             f"k = {top_k} (monotone fit, 0 ≤ slope ≤ 1, v(k) ≤ k): measure v(k) up to k = {row.gamma + 1} to confirm."
         )
-    if regime == COMPUTE_BOUND and m.method == "draft_model":
+    if regime == COMPUTE_BOUND and kind_of_method(m.method).costs_forwards:
         if m.c_hat > 0:
             source = f" ({m.c_hat_source})" if m.c_hat_source else ""
             notes.append(
@@ -255,7 +257,7 @@ def notes(
             out.append(f"{cand.name}: {flag.message}")
     if m is None or row is None:
         return out
-    free = [SUFFIX_NOTE] if m.method == "suffix" else []
+    free = [note] if (note := kind_of_method(m.method).note) else []
     return out + _verify_and_arithmetic_notes(m, row, regime) + _calibration_notes(m, row) + free
 
 
@@ -266,10 +268,3 @@ def _best_for(summaries: Sequence[DraftSummary], objective: str) -> DraftSummary
     if objective == "cost":
         return min(summaries, key=lambda s: (s.cost_change, -s.best_speedup))
     return max(summaries, key=lambda s: (s.best_speedup, -s.ops_multiplier))
-
-
-SUFFIX_NOTE = (
-    "suffix decoding needs no second model and adds no draft load at peak (c = 0); its global tree learns from "
-    "earlier responses, so its acceptance depends on the traffic it has seen: the session recorded the prompts' "
-    "order and how warm the cache was for each (suffix_cache)"
-)

@@ -18,6 +18,7 @@ from engine.analysis.prediction import CostModel, Prediction, positional
 from engine.analysis.recommend_types import DraftMeasurement
 from engine.analysis.theory import largest_measured_k
 from engine.core.policy import SpeculationPolicy
+from engine.drafts.kinds import kind_of_method
 
 
 def traces_of(m: DraftMeasurement) -> list[dict[str, Any]]:
@@ -43,7 +44,7 @@ def predict(m: DraftMeasurement, policy: SpeculationPolicy, cost: CostModel) -> 
     if traces:
         pred = replay(traces, policy, cost, m.temperature, llamacpp=m.llamacpp_loop)
     elif (gamma := policy.fixed_gamma()) is not None:
-        pred = positional(rates_of(m), m.drafting_fraction, gamma, cost, m.method == "draft_model",
+        pred = positional(rates_of(m), m.drafting_fraction, gamma, cost, kind_of_method(m.method).costs_forwards,
                           m.temperature)  # fmt: skip
     else:
         raise ValueError(f"{m.name}: a policy other than a fixed γ needs the draft's recorded pass")

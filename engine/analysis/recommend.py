@@ -53,6 +53,7 @@ from engine.analysis.recommend_types import (
     Recommendation,
 )
 from engine.analysis.schedule import gamma_schedule, schedule_batches_for
+from engine.drafts.kinds import kind_of_method
 
 __all__ = [
     "DEFAULT_GAMMAS",
@@ -289,7 +290,7 @@ def recommend(
                votes=regime_votes)  # fmt: skip
     gamma_list = _validated_gammas(measurements, ask, gammas)
     regime_at = regime_of(regime, batch_size, knee_batch)
-    table = _compare([m for m in measurements if m.method != "none"], gamma_list, ask)
+    table = _compare([m for m in measurements if kind_of_method(m.method).speculates], gamma_list, ask)
     win = _winner(table)
     baseline_money = _baseline_money(price_per_hour, baseline_tokens_per_s, batch_size)
     if win is None:

@@ -36,7 +36,7 @@ class DraftMeasurement:
     noisy_speedup: dict[int, str] = field(default_factory=dict)  # γ -> why that measurement is too noisy to fit
     session_ids: list[int] = field(default_factory=list)
     c_hat: float = 0.0  # draft arithmetic / target arithmetic (≈ parameter ratio); 0 reproduces the chapter
-    ngram_max: int = NGRAM_DEFAULT[1]  # n-gram window the draft reference names (method == "ngram" only)
+    ngram_max: int = NGRAM_DEFAULT[1]  # n-gram window the draft reference names (n-gram lookup only)
     ngram_min: int = NGRAM_DEFAULT[0]
     measured_tokens_per_call: dict[int, float] = field(default_factory=dict)  # γ -> the run's tokens per target call
     # γ -> the flag the run was stored with (engine.session.summarise.speedup_flag: decided once, when the sweep

@@ -45,15 +45,6 @@ def is_suffix(ref: str) -> bool:
     return ref == "suffix" or ref.startswith("suffix:")
 
 
-def draft_method(ref: str) -> str:
-    """The method a draft reference names: "none", "ngram", "suffix" or "draft_model"."""
-    if ref == "none":
-        return "none"
-    if is_ngram(ref):
-        return "ngram"
-    return "suffix" if is_suffix(ref) else "draft_model"
-
-
 def parse_suffix_spec(ref: str) -> SuffixParams:
     """SuffixParams from "suffix[:DEPTH[:SPEC_FACTOR[:MIN_PROB[:CACHED]]]]"; SettingsError when malformed."""
     parts = ref.split(":")[1:]

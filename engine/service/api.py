@@ -30,6 +30,7 @@ from engine.analysis.theory import (
 )
 from engine.core.counters import draft_acceptance_rate, tokens_per_call
 from engine.core.policy import parse_policy, policy_kinds
+from engine.drafts.kinds import draft_kinds, kind_of_method
 from engine.endpoint.report import compare, request_stats
 from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
 from engine.engines import registry
@@ -102,10 +103,11 @@ __all__ = [
     "baseline_tps", "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text",
     "check_endpoint", "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",
     "cost_per_token_multiplier", "crossover_from_curve", "crossover_gamma", "decided", "decision_for",
-    "default_budget", "default_engine", "describe_hardware", "display_name", "draft_acceptance_rate",
+    "default_budget", "default_engine", "describe_hardware", "display_name", "draft_acceptance_rate", "draft_kinds",
     "engine_comparison", "ensure_worker", "estimate_for", "estimate_with_probe", "expected_tokens_per_call",
     "export_best", "export_format", "export_formats", "first_prompt", "floor_note", "format_label", "gamma_curve",
-    "loop_note", "measured_temperatures", "minutes", "open_app_store", "operations_multiplier", "overhead_note",
+    "kind_of_method", "loop_note", "measured_temperatures", "minutes", "open_app_store", "operations_multiplier",
+    "overhead_note",
     "parameter_count", "parse_budget", "parse_levels", "parse_policy", "parse_prompt_bytes", "policy_kinds",
     "policy_verdict", "prove", "queue_confirmation", "recommend_and_export", "regime_of", "registry", "report_filename",
     "report_or_error", "request_stats", "run_concurrency", "run_label", "run_policy", "run_speedups", "run_spread",

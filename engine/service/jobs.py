@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.drafts.refs import is_ngram, is_suffix, parse_suffix_spec
+from engine.drafts.kinds import draft_kind
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import validate
 from engine.errors import ModelError, SettingsError
@@ -44,22 +44,8 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
         except ModelError as exc:
             return str(exc)
         return None
-    if role == "draft" and ref == "none":
-        return None
-    if role == "draft" and is_ngram(ref):
-        from engine.drafts.refs import parse_ngram_spec
-
-        try:
-            parse_ngram_spec(ref)
-        except SettingsError as exc:
-            return str(exc)
-        return None
-    if role == "draft" and is_suffix(ref):
-        try:
-            parse_suffix_spec(ref)
-        except SettingsError as exc:
-            return str(exc)
-        return None
+    if role == "draft" and not (kind := draft_kind(ref)).needs_model:
+        return kind.check(ref)
     path = Path(ref).expanduser()
     if ref.endswith(".gguf"):
         if not path.is_file():

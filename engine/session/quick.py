@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.policy import SpeculationPolicy
-from engine.drafts.refs import draft_method
+from engine.drafts.kinds import draft_method
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies

@@ -12,7 +12,7 @@ from engine.analysis.step_overhead import LoopPoint, StepOverhead
 from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost, measured_verify_points
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
-from engine.drafts.refs import draft_method
+from engine.drafts.kinds import draft_method
 from engine.measure import noise
 from engine.measure.stats import StepStats
 from engine.session.runner import Decoded, RunKey

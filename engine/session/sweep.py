@@ -25,7 +25,7 @@ from typing import Any
 from engine.analysis.step_overhead import LoopPoint, StepOverhead, fit_step_overhead
 from engine.analysis.theory import fit_verify_cost
 from engine.core.records import Cancelled
-from engine.drafts.refs import draft_method
+from engine.drafts.kinds import draft_method
 from engine.measure import noise
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.measure.telemetry import LoadMeter

@@ -18,7 +18,8 @@ from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Rec
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.step_overhead import StepOverhead
 from engine.analysis.theory import REGIMES
-from engine.drafts.refs import draft_method, parse_ngram_spec
+from engine.drafts.kinds import draft_method, kind_of_method
+from engine.drafts.refs import parse_ngram_spec
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
@@ -270,12 +271,13 @@ def _measurement(
     if method == "ngram":
         lo, hi = parse_ngram_spec(draft)
         window = {"ngram_max": hi, "ngram_min": lo}
-    c = median(cs) if cs and method == "draft_model" else 0.0
-    c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if method == "draft_model" else (0.0, "")
+    forwards = kind_of_method(method).costs_forwards
+    c = median(cs) if cs and forwards else 0.0
+    c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if forwards else (0.0, "")
     return DraftMeasurement(
         name=draft,
         method=method,
-        model_ref=draft if method == "draft_model" else None,
+        model_ref=draft if kind_of_method(method).needs_model else None,
         alpha=sum(alphas) / len(alphas) if alphas else 0.0,
         per_position_acceptance=list(widest.get("per_position_acceptance") or []),
         c=c,

@@ -12,6 +12,7 @@ import math
 from engine.analysis.bounds import check_predicted_speedup
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation, crossover_from_curve, gamma_curve
 from engine.analysis.theory import REGIMES
+from engine.drafts.kinds import kind_of_method
 from engine.service.decide.policies import PolicyReport
 from engine.service.decide.recommendations import Recommended, format_label
 from engine.service.report.html import Html, bullets, facts, note, number, table, tag
@@ -98,7 +99,7 @@ def regime(result: Recommended) -> list[Html]:
 
 def candidates(result: Recommended) -> list[DraftMeasurement]:
     """The measurements the recommender compared, index-aligned with its comparison rows."""
-    return [m for m in result.evidence.measurements if m.method != "none"]
+    return [m for m in result.evidence.measurements if kind_of_method(m.method).speculates]
 
 
 def drafts(result: Recommended) -> list[Html]:

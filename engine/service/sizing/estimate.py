@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.analysis.export.refs import prepared_gguf
-from engine.drafts.refs import draft_method
+from engine.drafts.kinds import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count

@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from engine.core.records import Cancelled
-from engine.drafts.refs import draft_method
+from engine.drafts.kinds import draft_method
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.pool import ModelPool

@@ -1,0 +1,135 @@
+"""The kinds of draft source, registered once: how a reference names each, and what each is to the rest of spectune.
+
+A draft reference names one kind: "none" (the target alone), "ngram[:MIN-MAX]" (prompt lookup), "suffix[:…]"
+(suffix decoding) or, the kind that takes every reference no other kind claims, a draft model. Each kind
+declares what callers need of it, so they read a capability instead of asking which kind it is:
+
+- `needs_model`: it loads a model of its own;
+- `costs_forwards`: each drafted token costs a forward of that model (the draft cost c applies);
+- `reports_confidence`: its proposals carry the draft's confidence (a confidence stop can fire);
+- `speculates`: False only for the target alone.
+
+Torch-free: the builders import their draft source when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
+from engine.errors import SettingsError
+
+if TYPE_CHECKING:
+    from engine.core.model import LoadedModel
+    from engine.core.proposal import DraftSource
+
+Builder = Callable[[str, "LoadedModel", Callable[[str], Any], bool], "DraftSource"]
+
+
+@dataclass(frozen=True)
+class DraftKind:
+    """One kind of draft source: its method name (as measurements keep it), its label, which references it claims,
+    why one of them is malformed, how to build its source, and its capabilities (see the module docstring)."""
+
+    method: str
+    label: str
+    claims: Callable[[str], bool]
+    check: Callable[[str], str | None]  # why the reference is malformed, or None (a model is checked elsewhere)
+    build: Builder  # (reference, target, model loader, may re-tokenize) -> the draft source
+    needs_model: bool = False
+    costs_forwards: bool = False
+    reports_confidence: bool = False
+    speculates: bool = True
+    note: str = ""  # what a recommendation of it should add, in a sentence
+
+
+def _settings_check(parse: Callable[[str], Any]) -> Callable[[str], str | None]:
+    def check(ref: str) -> str | None:
+        try:
+            parse(ref)
+        except SettingsError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
+def _no_draft(ref: str, target: LoadedModel, loader: Callable[[str], Any], retokenize: bool) -> DraftSource:
+    from engine.core.proposal import NoDraft
+
+    return NoDraft()
+
+
+def _ngram(ref: str, target: LoadedModel, loader: Callable[[str], Any], retokenize: bool) -> DraftSource:
+    from engine.drafts.ngram import NgramDraft
+
+    lo, hi = parse_ngram_spec(ref)
+    return NgramDraft(max_ngram=hi, min_ngram=lo)
+
+
+def _suffix(ref: str, target: LoadedModel, loader: Callable[[str], Any], retokenize: bool) -> DraftSource:
+    from engine.drafts.suffix import SuffixDraft
+
+    return SuffixDraft(parse_suffix_spec(ref), name=ref)
+
+
+def _model(ref: str, target: LoadedModel, loader: Callable[[str], Any], retokenize: bool) -> DraftSource:
+    from engine.drafts.model import ModelDraft
+    from engine.drafts.retokenize import RetokenizingDraft, same_tokenizer
+    from engine.errors import ModelError
+
+    draft_model = loader(ref)
+    if same_tokenizer(draft_model.tokenizer, target.tokenizer):
+        return ModelDraft(draft_model, target.vocab_size, name=ref)
+    if not retokenize:
+        raise ModelError(f"draft '{ref}' uses a different tokenizer from the target '{target.ref}'")
+    return RetokenizingDraft(draft_model, target.tokenizer, name=ref)
+
+
+NONE = DraftKind("none", "the target alone", lambda ref: ref == "none", lambda ref: None, _no_draft, speculates=False)
+NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, _settings_check(parse_ngram_spec), _ngram)
+SUFFIX_NOTE = (
+    "suffix decoding needs no second model and adds no draft load at peak (c = 0); its global tree learns from "
+    "earlier responses, so its acceptance depends on the traffic it has seen: the session recorded the prompts' "
+    "order and how warm the cache was for each (suffix_cache)"
+)
+SUFFIX = DraftKind(
+    "suffix", "suffix decoding", is_suffix, _settings_check(parse_suffix_spec), _suffix, note=SUFFIX_NOTE
+)
+MODEL = DraftKind("draft_model", "a draft model", lambda ref: True, lambda ref: None, _model,
+                  needs_model=True, costs_forwards=True, reports_confidence=True)  # fmt: skip
+
+_KINDS: list[DraftKind] = [NONE, NGRAM, SUFFIX]  # a draft model takes every reference none of these claims
+
+
+def register_draft_kind(kind: DraftKind) -> DraftKind:
+    """Add a kind of draft source (once: the same record again is a no-op, another with a taken method a
+    ValueError); returns it. It is asked before the draft model, which takes every other reference."""
+    known = next((k for k in [*_KINDS, MODEL] if k.method == kind.method), None)
+    if known is not None and known != kind:
+        raise ValueError(f"a draft kind with method {kind.method!r} is already registered")
+    if known is None:
+        _KINDS.append(kind)
+    return kind
+
+
+def draft_kinds() -> list[DraftKind]:
+    """Every registered kind, the draft model last."""
+    return [*_KINDS, MODEL]
+
+
+def draft_kind(ref: str) -> DraftKind:
+    """The kind a draft reference names."""
+    return next((kind for kind in _KINDS if kind.claims(ref)), MODEL)
+
+
+def draft_method(ref: str) -> str:
+    """The method a draft reference names: "none", "ngram", "suffix", "draft_model", or a registered kind's."""
+    return draft_kind(ref).method
+
+
+def kind_of_method(method: str | None) -> DraftKind:
+    """The kind a measurement's method names ("ngram", "draft_model", ...); a draft model when unknown."""
+    return next((kind for kind in _KINDS if kind.method == method), MODEL)
