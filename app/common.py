@@ -36,7 +36,7 @@ PAGES = {
 }
 ACTIVE_STATUSES = ("queued", "running")
 # Plain-text marks for option labels (no markdown there), in fonts every browser has: no emoji font is needed.
-STATUS_ICONS = {"queued": "◷", "running": "▶", "done": "✓", "failed": "✗", "cancelled": "■", "interrupted": "⏸",
+STATUS_ICONS = {"queued": "◷", "running": "▶", "done": "✓", "failed": "✗", "cancelled": "■", "interrupted": "‖",
                 "stalled": "⚠"}  # fmt: skip
 # Streamlit's Material Symbols (its own font) for icons and alerts, one per thing shown.
 ICONS = {

@@ -676,6 +676,15 @@ def test_failed_session_shows_its_error(env):
     assert "the models do not fit on this machine" in unescape_md(texts(at.error))
 
 
+def test_an_interrupted_session_says_why_and_how_to_go_on(env):
+    why = ("database /tmp/x/spectune.db was deleted or moved while in use; what it had measured was replayed here "
+           "from session-1.spill.json (session 1 there); requeue: python -m engine requeue --session 1")  # fmt: skip
+    sid = make_session(env.store, "interrupted", error=why)
+    at = page("pages/3_Sessions.py", {"session": str(sid)})
+    assert_clean(at)
+    assert [unescape_md(w.value) for w in at.warning if "interrupted" in w.value] == [f"Session interrupted: {why}"]
+
+
 def test_compare_sessions_side_by_side(env):
     a = make_session(env.store, "done", name="A", speedup=1.4)
     b = make_session(env.store, "done", name="B", speedup=2.2, prompts=(("q1", "x"), ("q2", "y")))

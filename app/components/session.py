@@ -45,6 +45,8 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
         st.error(f"Session failed: {md_escape(error or 'no error message was recorded')}")
     elif status == "cancelled":
         st.info(md_escape(data.cancelled_text(error)))
+    elif status == "interrupted":  # its worker stopped or died, or its database was replaced: the way on is in it
+        st.warning(f"Session interrupted: {md_escape(error or 'its worker stopped before it ended')}")
     elif status == "queued":
         _queued(session)
     elif status == "running" and here != "Run":
