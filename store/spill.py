@@ -44,6 +44,7 @@ from store.models import (
     TuningSession,
     UtilisationSample,
 )
+from store.workers import pid_alive
 
 log = logging.getLogger("spectune.store")
 
@@ -190,19 +191,9 @@ def _waiting_spills(folder: Path) -> list[Path]:
     """The spills in ``folder`` not claimed by a live process (a dead one's claim is taken back first)."""
     for claimed in folder.glob(f"session-*.spill.json{CLAIMED}*"):
         pid = claimed.name.rsplit(CLAIMED, 1)[1]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not pid_alive(int(pid)):
             _unclaim(claimed, claimed.with_name(claimed.name.split(CLAIMED, 1)[0]))
     return sorted(folder.glob("session-*.spill.json"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _claim(spill: Path) -> Path | None:
