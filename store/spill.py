@@ -234,12 +234,9 @@ def _session_id(conn: Connection, old: dict[str, Any], set_id: int | None) -> in
     created = _typed(table, old)["created_at"]
     same = conn.execute(select(table.c.id, table.c.created_at).where(table.c.id == old["id"])).first()
     if same is not None and same.created_at is not None and same.created_at == created:
-        runs = select(Run.id).where(Run.session_id == old["id"])
-        for child in (Step, Output):
-            conn.execute(delete(child).where(child.run_id.in_(runs)))
+        conn.execute(delete(Run).where(Run.session_id == old["id"]))  # its steps and outputs go with it (ON DELETE)
         conn.execute(delete(UtilisationSample).where(UtilisationSample.session_id == old["id"]))
         conn.execute(delete(EndpointRequest).where(EndpointRequest.session_id == old["id"]))
-        conn.execute(delete(Run).where(Run.session_id == old["id"]))
         values = _typed(table, old, id=None, prompt_set_id=set_id)
         conn.execute(update(table).where(table.c.id == old["id"]).values(**values))
         return int(old["id"])
