@@ -24,9 +24,9 @@ from watch_parts import (
     KNEE_AT_16,
     REPETITIVE,
     SHIFTED,
+    PacedLoad,
     complete,
     draft_config,
-    load_steps,
     ngram_config,
     ngram_session,
     scrambled_draft,
@@ -178,22 +178,26 @@ def test_concurrency_climbing_from_1_to_8_turns_paying_into_costing_you(store: S
     """One request in flight on repeated text, then eight on fresh text: the session's batch sweep has its knee at 16
     token rows, so a γ-4 verify (5 rows a request) is memory-bound alone and compute-bound from 4 requests on, where
     every rejected draft token is billed. The first window pays; once the load climbs, the verdict is "costing you"
-    within four windows (the windows between may say the traffic drifted), at the batch the server reported. The
-    load generator stops by itself."""
+    within four windows (the windows between may say the traffic drifted), at the batch the server reported.
+
+    The windows follow the load, not the clock (PacedLoad): each of the first window's reads waits for 2 more
+    requests of one in flight, each later read for 8 more of eight in flight, so what each window holds is the
+    same however busy the machine is. The server runs one thread: llama.cpp's threads spin at a barrier after every
+    step, and two of them on two busy cores wait there for whichever one the scheduler took away."""
     sid = ngram_session(store)
     store.set_regime(sid, KNEE_AT_16)
     dep = deployment_for(store, sid, gamma=4)
-    server = ManagedServer(replace(ngram_config(), parallel=8, ctx_size=4096))
+    server = ManagedServer(replace(ngram_config(), parallel=8, ctx_size=4096, threads=1))
+    polls = 3
     try:
         server.start()
-        window_s = 6.0
-        steps = [(1, window_s + 1.5, REPETITIVE), (8, 5 * window_s, SHIFTED)]  # repeated text, then fresh text
-        with load_steps(server.url, steps) as finished:
-            judged = list(watch(store, MetricsSource(server.url), dep, "climb", window_s, 5, polls=6))
+        with PacedLoad(server.url, [(1, REPETITIVE, 2), (8, SHIFTED, 8)], polls) as load:
+            judged = list(watch(store, MetricsSource(server.url), dep, "climb", 6.0, 5, polls=polls,
+                                sleep=load.sleep))  # fmt: skip
     finally:
         server.stop()
     verdicts = [j.verdict.verdict for j in judged]
-    assert finished[0] >= 1 and finished[1] >= 8, finished
+    assert load.finished[0] >= 2 * polls and load.finished[1] >= 8 * polls * 4, load.finished
     assert verdicts[0] == PAYING and judged[0].verdict.regime == MEMORY_BOUND, judged[0]
     costing = verdicts.index(COSTING) if COSTING in verdicts else None
     assert costing is not None and costing <= 4, [(j.verdict.verdict, j.verdict.batch, j.verdict.why) for j in judged]

@@ -68,36 +68,65 @@ def complete(url: str, prompt: str = REPETITIVE, tokens: int = 32) -> str:
         return str(json.loads(reply.read())["content"])
 
 
-@contextmanager
-def load_steps(url: str, steps: list[tuple[int, float, str]]) -> Iterator[list[int]]:
-    """Requests kept in flight against `url`, step after step: (concurrency, seconds, prompt) each, from now. Each of a
-    step's threads sends one request after another until its step ends, and stops by itself after its request in
-    flight; leaving the context stops every step (the longest wait: one request). Yields the finished requests'
-    count per step, filled as they finish."""
-    stop = threading.Event()
-    done = [0] * len(steps)
-    threads: list[threading.Thread] = []
-    begin = time.monotonic()
+class PacedLoad:
+    """Requests kept in flight in phases, and a `sleep` for the watch that waits for the load, not the clock.
 
-    def send(step: int, start: float, end: float, prompt: str) -> None:
-        while time.monotonic() < start and not stop.is_set():
-            time.sleep(0.05)
-        while time.monotonic() < end and not stop.is_set():
-            complete(url, prompt, tokens=32)
-            done[step] += 1
+    `phases` are (concurrency, prompt, requests per poll). A window of the watch makes `polls` reads, each after a
+    call to `sleep`: window k runs phase k (the last phase from then on), and each of its reads waits until that
+    phase has finished `requests per poll` more requests. A window therefore holds the same traffic on a slow or a
+    busy machine as on a quiet one. A phase's threads stop after their request in flight once it ends; leaving the
+    context stops them all. `finished` counts each phase's finished requests."""
 
-    for step, (concurrency, seconds, prompt) in enumerate(steps):
+    def __init__(self, url: str, phases: list[tuple[int, str, int]], polls: int, timeout_s: float = 300.0) -> None:
+        self.url, self.phases, self.polls, self.timeout_s = url, phases, polls, timeout_s
+        self.finished = [0] * len(phases)
+        self._changed = threading.Condition()
+        self._stops = [threading.Event() for _ in phases]
+        self._threads: list[threading.Thread] = []
+        self._calls = 0
+        self._phase = -1
+        self._target = 0
+
+    def __enter__(self) -> PacedLoad:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stop in self._stops:
+            stop.set()
+        for thread in self._threads:
+            thread.join(timeout=180)
+
+    def sleep(self, _seconds: float) -> None:
+        """Wait for the next read's share of the load (the seconds the watch asks for are ignored)."""
+        phase = min(self._calls // self.polls, len(self.phases) - 1)
+        self._calls += 1
+        if phase != self._phase:
+            self._start(phase)
+        self._target += self.phases[phase][2]
+        deadline = time.monotonic() + self.timeout_s
+        with self._changed:
+            while self.finished[phase] < self._target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"phase {phase}: {self.finished[phase]} of {self._target} requests finished")
+                self._changed.wait(min(left, 1.0))
+
+    def _start(self, phase: int) -> None:
+        if self._phase >= 0:
+            self._stops[self._phase].set()
+        self._phase, self._target = phase, self.finished[phase]
+        concurrency, prompt, _ = self.phases[phase]
         for _ in range(concurrency):
-            threads.append(threading.Thread(target=send, args=(step, begin, begin + seconds, prompt), daemon=True))
-        begin += seconds
-    for t in threads:
-        t.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=180)
+            thread = threading.Thread(target=self._send, args=(phase, prompt), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _send(self, phase: int, prompt: str) -> None:
+        while not self._stops[phase].is_set():
+            complete(self.url, prompt, tokens=32)
+            with self._changed:
+                self.finished[phase] += 1
+                self._changed.notify_all()
 
 
 def ngram_session(store: Store, alphas: tuple[float, float] = (0.3, 0.99), verify: dict[str, float] = VERIFY,
