@@ -63,7 +63,7 @@ with st.container(border=True):
         col_d, col_g = st.columns(2)
         draft_options = rv.draft_options(target, engine)
         col_d.multiselect("Draft candidates", draft_options, default=rv.default_drafts(draft_options),
-                          key="drafts_choice", help=rv.DRAFTS_HELP)  # fmt: skip
+                          key="drafts_choice", help=rv.drafts_help())  # fmt: skip
         col_d.text_input("…and other drafts (comma-separated)", key="drafts_text", placeholder=rv.DRAFTS_PLACEHOLDER)
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")

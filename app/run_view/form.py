@@ -18,6 +18,7 @@ from engine.service.api import (
     LoopOptions,
     SessionSpec,
     StoredSession,
+    draft_kinds,
     parameter_count,
     policy_kinds,
     registry,
@@ -29,16 +30,19 @@ DTYPES = ["float32", "bfloat16", "float16"]
 
 DEFAULT_PROMPTS = 8
 
-NGRAM = "ngram"
-
-SUFFIX = "suffix"  # suffix decoding with vLLM's defaults; suffix:DEPTH:SPEC_FACTOR:MIN_PROB:CACHED typed
-
 _QUANT = re.compile(r"\b(I?Q\d\w*|BF16|F16|F32)\b")
 
-DRAFTS_HELP = (
-    "'ngram' drafts by prompt lookup, 'suffix' by suffix decoding (a suffix tree of the prompt and of earlier "
-    "responses, warm after the first prompt): no second model. The target itself is not offered."
-)
+
+def offered_kinds() -> list[str]:
+    """The references the form offers for the draft kinds that need no model of their own (their `offered`)."""
+    return [kind.offered for kind in draft_kinds() if kind.offered and not kind.needs_model]
+
+
+def drafts_help() -> str:
+    """The Run form's help on draft candidates: what each kind offered besides the models does."""
+    kinds = ", ".join(kind.help for kind in draft_kinds() if kind.offered and kind.help and not kind.needs_model)
+    return f"{kinds}: no second model. The target itself is not offered."
+
 
 CONCURRENCY_INPUT = {
     "placeholder": "1,2,4,8 (vLLM's default; other engines decode one request at a time)",
@@ -78,12 +82,12 @@ def effective_target(choice: str | None, text: str | None) -> str:
 
 def draft_options(target: str, engine: str | None = None) -> list[str]:
     """The drafts the form offers for this target in this engine: the bundled models no larger than the target
-    (a draft is the smaller model) and not the target itself, 'ngram' and 'suffix', without those the engine
-    refuses (llama.cpp has no suffix decoding)."""
+    (a draft is the smaller model) and not the target itself, and each kind without a model ('ngram', 'suffix'),
+    without those the engine refuses (llama.cpp has no suffix decoding)."""
     size = parameter_count(target)
     models = [name for name in bundled_names() if name != target
               and (size is None or (parameter_count(name) or 0) <= size)]  # fmt: skip
-    return [name for name in [*models, NGRAM, SUFFIX]
+    return [name for name in [*models, *offered_kinds()]
             if name != target and (engine is None or not draft_refused(engine, name))]  # fmt: skip
 
 
@@ -95,7 +99,7 @@ def draft_refused(engine: str, draft: str) -> bool:
 
     def refused(drafts: list[str]) -> bool:
         try:
-            entry.validate(SessionSpec(target=DEFAULT_TARGET, drafts=drafts, gammas=[1]), None)
+            entry.validate(SessionSpec(target=DEFAULT_TARGET, drafts=drafts, gammas=[1], engine=entry.name), None)
         except SettingsError:
             return True
         return False

@@ -31,6 +31,7 @@ from engine.analysis.feasibility import Judge
 from engine.analysis.prediction import CostModel, Prediction, Tally, finish
 from engine.core.policy import DROP, KEEP, ConfidenceStop, FixedGamma, GridAsk, SpeculationPolicy
 from engine.core.policy import policy_grid as registered_grid
+from engine.drafts.kinds import draft_kinds, kind_of_method
 
 SIMULATIONS = 16  # seeded simulations per adaptive policy at temperature > 0
 TRANSFORMERS_DEFAULT = ConfidenceStop(0.4, 20, 0, keep_last=True)  # num_assistant_tokens 20, threshold 0.4
@@ -45,7 +46,14 @@ def _confidence_keys(which: str) -> tuple[str, str]:
 
 
 def trace_usable(trace: Mapping[str, Any]) -> bool:
-    return trace.get("method") in ("draft_model", "ngram", "suffix") and bool(trace.get("runs"))
+    """Whether the trace has runs of a registered kind that speculates (not "unsupported")."""
+    speculating = {kind.method for kind in draft_kinds() if kind.speculates}
+    return trace.get("method") in speculating and bool(trace.get("runs"))
+
+
+def has_confidence(trace: Mapping[str, Any]) -> bool:
+    """Whether the trace's draft kind reports its confidence (a confidence stop can fire)."""
+    return kind_of_method(trace.get("method")).reports_confidence
 
 
 def _draft_length(
@@ -113,7 +121,7 @@ def _greedy(
         n_out = len(runs)
         max_new = int(trace.get("max_new_tokens") or n_out)
         proposable = trace.get("proposable")
-        model = trace.get("method") == "draft_model"
+        model = has_confidence(trace)
         conf, cont = (trace.get(conf_key), trace.get(cont_key)) if model else (None, None)
         t = 0
         if prefill and n_out:  # llama-server samples the first token from the prompt's own forward (a call)
@@ -249,8 +257,10 @@ def replay(
         exact, calls_exact = True, not tally.truncated
         if tally.truncated:
             notes.append("some drafts ran past the recorded continuation: draft calls assume the draft stayed sure")
-    if policy.uses_confidence and all(t.get("method") != "draft_model" for t in usable):
-        notes.append("n-gram lookup has no confidence: the confidence stop never fires")
+    if policy.uses_confidence and not any(has_confidence(t) for t in usable):
+        notes.append(
+            "no draft here reports its confidence (n-gram lookup, suffix decoding): the confidence stop never fires"
+        )
     return finish(tally, policy, cost, temperature, exact, calls_exact, confidence, notes)
 
 
@@ -328,8 +338,8 @@ def compare_policies(
     usable = [t for t in traces if trace_usable(t)]
     if not usable:
         raise ValueError("no usable trace: record one with a draft model or n-gram lookup")
-    has_confidence = any(t.get("method") == "draft_model" for t in usable)
-    grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=has_confidence)
+    confident = any(has_confidence(t) for t in usable)
+    grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=confident)
     if not any(p.fixed_gamma() is not None for p in grid):
         grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
     results = judged((replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid), judge)

@@ -43,7 +43,6 @@ from engine.analysis.feasibility import TIE
 from engine.analysis.feasibility import TOLERANCE as GAMMA_TOLERANCE
 from engine.analysis.recommend_types import (
     DEFAULT_GAMMAS,
-    METHODS,
     OBJECTIVES,
     SCHEDULE_BATCHES,
     UNKNOWN,
@@ -53,12 +52,11 @@ from engine.analysis.recommend_types import (
     Recommendation,
 )
 from engine.analysis.schedule import gamma_schedule, schedule_batches_for
-from engine.drafts.kinds import kind_of_method
+from engine.drafts.kinds import draft_kinds, kind_of_method
 
 __all__ = [
     "DEFAULT_GAMMAS",
     "GAMMA_TOLERANCE",
-    "METHODS",
     "OBJECTIVES",
     "SCHEDULE_BATCHES",
     "UNKNOWN",
@@ -112,8 +110,9 @@ def _validated_gammas(measurements: Sequence[DraftMeasurement], ask: _Ask, gamma
     if ask.knee_batch is not None and ask.knee_batch < 1:
         raise ValueError(f"knee_batch must be >= 1, got {ask.knee_batch}")
     for m in measurements:
-        if m.method not in METHODS:
-            raise ValueError(f"{m.name}: method must be one of {METHODS}, got {m.method!r}")
+        methods = tuple(kind.method for kind in draft_kinds())
+        if m.method not in methods:
+            raise ValueError(f"{m.name}: method must be one of {methods}, got {m.method!r}")
     gamma_list = list(gammas)
     if not gamma_list:
         raise ValueError("gammas must not be empty")

@@ -11,7 +11,6 @@ from engine.analysis.prediction import Prediction
 from engine.analysis.step_overhead import StepOverhead
 from engine.drafts.refs import NGRAM_DEFAULT
 
-METHODS = ("draft_model", "ngram", "suffix", "none")
 DEFAULT_GAMMAS = range(1, 33)
 SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 UNKNOWN = "unknown"  # a regime nothing decided: treated as memory-bound, and said so in the notes
@@ -22,7 +21,7 @@ class DraftMeasurement:
     """What the sessions measured for one draft (or n-gram proposer) against one target on one workload."""
 
     name: str
-    method: str  # "draft_model" | "ngram" | "none"
+    method: str  # a draft kind's method (engine.drafts.kinds): "draft_model", "ngram", "suffix", "none", …
     model_ref: str | None
     alpha: float
     per_position_acceptance: list[float] = field(default_factory=list)  # conditional a_i at draft position i+1
@@ -194,7 +193,7 @@ class Recommendation:
     budget: float | None
     batch_size: int
     draft_name: str | None
-    method: str  # "draft_model" | "ngram" | "none" (off)
+    method: str  # a draft kind's method (engine.drafts.kinds); "none" when off
     model_ref: str | None
     gamma: int  # 0 = speculation off
     predicted_speedup: float

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.core.model import LoadedModel
 from engine.core.proposal import DraftSource
-from engine.drafts.kinds import draft_kind
+from engine.drafts.kinds import draft_kind, kind_of_method
 
 
 def make_draft(
@@ -19,7 +19,9 @@ def make_draft(
 
 
 def for_one_run(source: DraftSource) -> DraftSource:
-    """The source a run decodes with: a stateful draft (suffix decoding's cache) starts empty for each run, so a
-    run's drafts depend only on the run's own prompts in their order (its `fresh()`); stateless drafts are shared."""
-    fresh = getattr(source, "fresh", None)
-    return fresh() if callable(fresh) else source
+    """The source a run decodes with: a kind that learns across prompts (`fresh_per_run`: suffix decoding's cache)
+    starts empty for each run, so a run's drafts depend only on the run's own prompts in their order (its source's
+    `fresh()`); every other source is shared."""
+    if kind_of_method(source.method).fresh_per_run:
+        return source.fresh()  # type: ignore[attr-defined]
+    return source

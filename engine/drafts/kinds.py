@@ -7,7 +7,15 @@ declares what callers need of it, so they read a capability instead of asking wh
 - `needs_model`: it loads a model of its own;
 - `costs_forwards`: each drafted token costs a forward of that model (the draft cost c applies);
 - `reports_confidence`: its proposals carry the draft's confidence (a confidence stop can fire);
-- `speculates`: False only for the target alone.
+- `speculates`: False only for the target alone;
+- `replays`: its proposals are a function of the context alone, so the policy replay traces it by asking it at
+  every position of the target's output (engine.measure.agreement); a draft model and suffix decoding have traces
+  of their own;
+- `engines`: the engines that sweep it (their registry names); another engine refuses it in one line;
+- `fresh_per_run`: its source learns across prompts (suffix decoding's cache), so each run starts from an empty
+  one (its source's `fresh()`), and a run's drafts depend only on that run's own prompts in their order;
+- `offered`: the reference a form offers for it (None: typed only, or a model chosen by name), and `help`, the
+  sentence that says what it does.
 
 Torch-free: the builders import their draft source when called.
 """
@@ -42,7 +50,17 @@ class DraftKind:
     costs_forwards: bool = False
     reports_confidence: bool = False
     speculates: bool = True
+    replays: bool = False
+    fresh_per_run: bool = False
+    measured_as: Callable[[str], dict[str, Any]] = lambda ref: {}  # the fields a measurement of it keeps (its window)
+    engines: frozenset[str] = frozenset({"spectune"})
+    offered: str | None = None
+    help: str = ""
     note: str = ""  # what a recommendation of it should add, in a sentence
+
+    def runs_in(self, engine: str) -> bool:
+        """Whether the engine registered as `engine` runs this kind."""
+        return engine in self.engines
 
 
 def _settings_check(parse: Callable[[str], Any]) -> Callable[[str], str | None]:
@@ -88,18 +106,38 @@ def _model(ref: str, target: LoadedModel, loader: Callable[[str], Any], retokeni
     return RetokenizingDraft(draft_model, target.tokenizer, name=ref)
 
 
-NONE = DraftKind("none", "the target alone", lambda ref: ref == "none", lambda ref: None, _no_draft, speculates=False)
-NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, _settings_check(parse_ngram_spec), _ngram)
+EVERY_ENGINE = frozenset({"spectune", "llama.cpp", "vllm"})  # the engines that sweep drafts themselves
+NONE = DraftKind("none", "the target alone", lambda ref: ref == "none", lambda ref: None, _no_draft,
+                 speculates=False, engines=EVERY_ENGINE)  # fmt: skip
+
+
+def _ngram_window(ref: str) -> dict[str, Any]:
+    lo, hi = parse_ngram_spec(ref)
+    return {"ngram_min": lo, "ngram_max": hi}
+
+
+NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, _settings_check(parse_ngram_spec), _ngram, replays=True,
+                  measured_as=_ngram_window, engines=EVERY_ENGINE, offered="ngram",
+                  help="'ngram' drafts by prompt lookup")  # fmt: skip
 SUFFIX_NOTE = (
     "suffix decoding needs no second model and adds no draft load at peak (c = 0); its global tree learns from "
     "earlier responses, so its acceptance depends on the traffic it has seen: the session recorded the prompts' "
     "order and how warm the cache was for each (suffix_cache)"
 )
 SUFFIX = DraftKind(
-    "suffix", "suffix decoding", is_suffix, _settings_check(parse_suffix_spec), _suffix, note=SUFFIX_NOTE
+    "suffix",
+    "suffix decoding",
+    is_suffix,
+    _settings_check(parse_suffix_spec),
+    _suffix,
+    note=SUFFIX_NOTE,
+    engines=frozenset({"spectune", "vllm"}),
+    offered="suffix",
+    help="'suffix' by suffix decoding (a suffix tree of the prompt and of earlier responses, warm after the first "
+    "prompt)",
 )
 MODEL = DraftKind("draft_model", "a draft model", lambda ref: True, lambda ref: None, _model,
-                  needs_model=True, costs_forwards=True, reports_confidence=True)  # fmt: skip
+                  needs_model=True, costs_forwards=True, reports_confidence=True, engines=EVERY_ENGINE)  # fmt: skip
 
 _KINDS: list[DraftKind] = [NONE, NGRAM, SUFFIX]  # a draft model takes every reference none of these claims
 

@@ -26,7 +26,7 @@ from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.drafts.model import ModelDraft
-from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec
+from engine.drafts.refs import is_ngram, parse_ngram_spec
 from engine.errors import ModelError, SettingsError, SpectuneError
 from engine.llamacpp import client
 from engine.llamacpp.bench import batch_times
@@ -70,8 +70,6 @@ STOP_TIMEOUT_S = 2.0  # a server's grace between SIGTERM and SIGKILL when the se
 def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     """The common checks, then what llama-server can run: fixed γ and the confidence stop, with a draft model."""
     validate(spec, n_prompts)
-    if any(is_suffix(d) for d in spec.drafts):
-        raise SettingsError("llama.cpp has no suffix decoding: measure suffix drafts with the spectune engine")
     gammas, varying = gammas_and_policies(spec)
     for policy in varying:
         if llamacpp_fields(policy) is None:

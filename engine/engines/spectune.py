@@ -27,6 +27,7 @@ from engine.core.proposal import DraftSource, NoDraft
 from engine.core.records import PromptOutput, StepRecord
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
+from engine.drafts.kinds import kind_of_method
 from engine.drafts.suffix import suffix_state
 from engine.engines.spectune_loop import LoopChoice, choose_loop, widths_to_compile
 from engine.measure.agreement import draft_trace
@@ -149,8 +150,8 @@ class SpectuneRunner:
         assert self.target is not None and self.spec is not None
         gamma = min(self.spec.gammas) if self.spec.gammas else 1
         for source in [NoDraft(), *self.drafts.values()]:
-            cfg = DecodeConfig(0 if source.method == "none" else gamma, SamplingConfig(0.0), WARM_UP_TOKENS,
-                               self.spec.seed)  # fmt: skip
+            drafted = gamma if kind_of_method(source.method).speculates else 0
+            cfg = DecodeConfig(drafted, SamplingConfig(0.0), WARM_UP_TOKENS, self.spec.seed)
             decode_prompt(self.target, source, self.encoded[0][1], cfg, on_step=lambda rec: None)
 
     def prime(self, index: int, ctx: DecodeContext) -> None:

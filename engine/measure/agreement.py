@@ -10,7 +10,9 @@ the draft's confidence at every position (its largest probability, and llama.cpp
 the top 10 candidates), and past each first mismatch the draft's own continuation (its confidence in the
 tokens it would draft after its wrong token), so the replay knows how many draft calls a confidence stop
 spends. Optionally β per position at temperatures > 0 (the target's teacher-forced distribution against
-the draft's). engine.analysis.policy_replay reads the trace; its layout is TRACE_VERSION below.
+the draft's). A draft kind that `replays` (engine.drafts.kinds: its proposals are a function of the context, as
+n-gram lookup's are) is traced by asking it at every position. engine.analysis.policy_replay reads the trace; its
+layout is TRACE_VERSION below.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ from engine.core.model import LoadedModel
 from engine.core.policy import MAX_DRAFT
 from engine.core.proposal import DraftSource, matching_run
 from engine.core.sampling import SamplingConfig, probabilities
+from engine.drafts.kinds import kind_of_method
 from engine.drafts.model import ModelDraft
-from engine.drafts.ngram import NgramDraft
 from engine.drafts.suffix import SuffixDraft, gamma_exceptions, suffix_runs
 
 TRACE_VERSION = 1
 LLAMACPP_TOP_K = 10  # llama.cpp's draft sampler keeps the top 10 candidates; its p-min compares their softmax
 CONTINUATION_CAP = 8  # draft tokens kept past a mismatch: draft calls exact for n-max ≤ 9, and n-min ≤ 9
 CONFIDENCE_FLOOR = 0.1  # a continuation ends at a token this unsure (every p-min ≥ 0.1 stops there)
+GREEDY = SamplingConfig(0.0)
 _DIGITS = 6
 
 
@@ -46,15 +49,18 @@ def runs_from_matches(matches: list[bool], cap: int) -> list[int]:
     return runs
 
 
-def _ngram_proposals(draft: NgramDraft, prompt_ids: list[int], output_ids: list[int], cap: int) -> list[list[int]]:
+def _lookups(draft: DraftSource, prompt_ids: list[int], output_ids: list[int], cap: int) -> list[list[int]]:
+    """What a draft whose proposals are a function of the context proposes (up to `cap` tokens, greedy) at each
+    position of the target's output."""
     proposals, context = [], list(prompt_ids)
+    draft.start(list(prompt_ids))
     for token in output_ids:
-        proposals.append(draft.lookup(context, cap))
+        proposals.append(draft.propose(list(context), cap, GREEDY, None).tokens[:cap])
         context.append(token)
     return proposals
 
 
-def _ngram_runs(proposals: list[list[int]], output_ids: list[int]) -> list[int]:
+def _lookup_runs(proposals: list[list[int]], output_ids: list[int]) -> list[int]:
     return [matching_run(proposal, output_ids[t:]) for t, proposal in enumerate(proposals)]
 
 
@@ -68,8 +74,8 @@ def agreement_runs(draft: DraftSource, prompt_ids: list[int], output_ids: list[i
         logits = forward_step(draft.draft, context[:-1], new_cache(draft.draft.model.config), len(output_ids))
         predicted = logits.argmax(-1).tolist()
         return runs_from_matches([p == o for p, o in zip(predicted, output_ids, strict=True)], cap)
-    if isinstance(draft, NgramDraft):
-        return _ngram_runs(_ngram_proposals(draft, prompt_ids, output_ids, cap), output_ids)
+    if kind_of_method(draft.method).replays:
+        return _lookup_runs(_lookups(draft, prompt_ids, output_ids, cap), output_ids)
     return []
 
 
@@ -129,13 +135,13 @@ def draft_trace(
     trace: dict[str, Any] = {"version": TRACE_VERSION, "tokens": n_out, "max_new_tokens": max_new, "runs": []}
     if not output_ids:
         return trace
-    if isinstance(draft, NgramDraft):
-        proposals = _ngram_proposals(draft, list(prompt_ids), output_ids, cap)
-        trace |= {"method": "ngram", "runs": _ngram_runs(proposals, output_ids),
-                  "proposable": [len(p) for p in proposals]}  # fmt: skip
-        return trace
     if isinstance(draft, SuffixDraft):
         return trace | _suffix_trace(draft, prompt_ids, output_ids, cap)
+    if kind_of_method(draft.method).replays:
+        proposals = _lookups(draft, list(prompt_ids), output_ids, cap)
+        trace |= {"method": draft.method, "runs": _lookup_runs(proposals, output_ids),
+                  "proposable": [len(p) for p in proposals]}  # fmt: skip
+        return trace
     if not isinstance(draft, ModelDraft):
         trace["method"] = "unsupported"
         return trace

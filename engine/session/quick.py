@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.policy import SpeculationPolicy
-from engine.drafts.kinds import draft_method
+from engine.drafts.kinds import draft_kind
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec, gammas_and_policies
@@ -36,7 +36,7 @@ def probe_widths(spec: SessionSpec, draft: str, two_widths: bool) -> list[int]:
     more than its forwards (`two_widths`) the grid's narrowest γ too, so that cost is fitted at two widths
     (engine.analysis.step_overhead) instead of assumed the same at every γ."""
     gamma = probe_gamma(spec)
-    if not two_widths or draft_method(draft) != "draft_model":
+    if not two_widths or not draft_kind(draft).costs_forwards:
         return [gamma]
     gammas, _ = gammas_and_policies(spec)
     narrow = min(gammas) if gammas else 1

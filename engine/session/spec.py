@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.core.policy import SpeculationPolicy, parse_policy
+from engine.drafts.kinds import draft_kind
 from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
 
@@ -186,6 +187,7 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError("no target model given")
     if not s.drafts:
         raise SettingsError("no draft given: name a draft model, 'ngram', or 'none' for the target alone")
+    check_drafts(s.engine, s.drafts)
     parse_policies(s.policies)
     if not s.gammas and not s.policies:
         raise SettingsError("no γ given")
@@ -228,6 +230,18 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
     LoopOptions.from_dict(s.loop).validate()
     VllmOptions.from_dict(s.vllm).validate()  # its threads too, whichever engine: a bad value is refused, not ignored
     return s
+
+
+def check_drafts(engine: str, drafts: list[str]) -> None:
+    """Each draft well formed and of a kind `engine` runs (engine.drafts.kinds): SettingsError naming the first
+    that is not."""
+    for ref in drafts:
+        kind = draft_kind(ref)
+        if (why := kind.check(ref)) is not None:
+            raise SettingsError(why)
+        if not kind.runs_in(engine):
+            where = " or ".join(sorted(kind.engines))
+            raise SettingsError(f"{engine} has no {kind.label}: measure '{ref}' with the {where} engine")
 
 
 def check_time_budget(seconds: Any) -> None:

@@ -12,7 +12,7 @@ from engine.analysis.step_overhead import LoopPoint, StepOverhead
 from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost, measured_verify_points
 from engine.core.counters import SpecCounters
 from engine.core.records import PromptOutput, StepRecord
-from engine.drafts.kinds import draft_method
+from engine.drafts.kinds import draft_kind
 from engine.measure import noise
 from engine.measure.stats import StepStats
 from engine.session.runner import Decoded, RunKey
@@ -134,7 +134,7 @@ def summarise(
     overhead = overhead or StepOverhead()
     cost = CostModel(c, verify_cost or None, overhead=overhead)
     predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, cost,
-                           draft_method(tally.key.draft) == "draft_model") if gamma else None  # fmt: skip
+                           draft_kind(tally.key.draft).costs_forwards) if gamma else None  # fmt: skip
     return RunSummary(
         **common,
         alpha=tally.stats.alpha(),

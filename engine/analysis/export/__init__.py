@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.analysis.export import vllm
-from engine.analysis.export.deployment import Deployment, for_policy, recommended
+from engine.analysis.export.deployment import Deployment, for_policy, not_run_by, recommended
 from engine.analysis.export.files import FlagsFile, JsonFile, PolicyExport
 from engine.analysis.export.formats import ExportFormat
 from engine.analysis.export.payload import payload_inputs, recommendation_payload
@@ -46,8 +46,12 @@ __all__ = [
 
 
 def engine_file(dep: Deployment, fmt: str) -> JsonFile | FlagsFile:
-    """The file `fmt`'s engine runs `dep` from; .render() is its text, .fit how closely it runs the policy."""
-    return export_format(fmt).config(dep)
+    """The file `fmt`'s engine runs `dep` from; .render() is its text, .fit how closely it runs the policy. An
+    engine with no draft of the deployment's kind gets speculation off, saying why."""
+    record = export_format(fmt)
+    if not dep.off and not record.runs_draft(dep.rec.method):
+        dep = not_run_by(dep, record.label)
+    return record.config(dep)
 
 
 def export(

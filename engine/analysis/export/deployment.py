@@ -16,7 +16,7 @@ resolved in refs.py, the store's payload is payload.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.analysis.export.files import Fit
@@ -24,6 +24,7 @@ from engine.analysis.export.versions import LLAMACPP_BUILD, VLLM_VERSION
 from engine.analysis.recommend import DraftMeasurement, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import FixedGamma, SpeculationPolicy, describe, parse_policy
+from engine.drafts.kinds import kind_of_method
 from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, is_suffix, parse_suffix_spec
 from engine.llamacpp.launch import ngram_simple_size
 
@@ -196,6 +197,17 @@ def recommended(
         LLAMACPP_BUILD if llamacpp_build is None else int(llamacpp_build),
         vllm_version=VLLM_VERSION if vllm_version is None else str(vllm_version),
     )
+
+
+def not_run_by(dep: Deployment, engine: str) -> Deployment:
+    """`dep` for an engine that has no draft of its kind: speculation off, and the file says why (and nothing of
+    the configuration it cannot run)."""
+    label = kind_of_method(dep.rec.method).label
+    why = (f"{engine} has no {label} ({dep.rec.draft_name}): this file turns speculation off; the spectune record "
+           "keeps the recommendation")  # fmt: skip
+    off = replace(dep.rec, gamma=0, explanation=why, notes=[], schedule=None)
+    return replace(dep, rec=off, policy=FixedGamma(0), gamma=0, headline=why, per_batch=None, schedule=None,
+                   as_policy=False)  # fmt: skip
 
 
 def for_policy(

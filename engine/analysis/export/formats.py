@@ -22,3 +22,10 @@ class ExportFormat:
     mime: str
     policy_support: str  # which speculation policies its engine can express
     config: Callable[[Deployment], JsonFile | FlagsFile]  # the file its engine runs a deployment from
+    # the draft kinds (engine.drafts.kinds methods) its engine runs, as themselves or as its closest method (None:
+    # every kind); a deployment of another kind is exported as speculation off, saying why
+    draft_methods: frozenset[str] | None = None
+
+    def runs_draft(self, method: str) -> bool:
+        """Whether its engine runs drafts of kind `method`."""
+        return self.draft_methods is None or method in self.draft_methods

@@ -144,4 +144,5 @@ FORMAT = ExportFormat(
     mime="text/plain",
     policy_support=("fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min"),
     config=config,
+    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
 )

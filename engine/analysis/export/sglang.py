@@ -104,4 +104,5 @@ FORMAT = ExportFormat(
     mime="text/plain",
     policy_support="fixed γ (adaptive steps exist for EAGLE/EAGLE3 drafts only)",
     config=config,
+    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
 )

@@ -162,4 +162,5 @@ FORMAT = ExportFormat(
         "fixed γ; the confidence stop (assistant_confidence_threshold, the unsure token kept); the heuristic schedule"
     ),
     config=config,
+    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
 )

@@ -252,4 +252,5 @@ FORMAT = ExportFormat(
     mime="application/json",
     policy_support="fixed γ; γ by batch size (num_speculative_tokens_per_batch_size)",
     config=config,
+    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
 )

@@ -18,8 +18,7 @@ from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Rec
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.step_overhead import StepOverhead
 from engine.analysis.theory import REGIMES
-from engine.drafts.kinds import draft_method, kind_of_method
-from engine.drafts.refs import parse_ngram_spec
+from engine.drafts.kinds import draft_kind
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
@@ -266,18 +265,15 @@ def _measurement(
     verify: dict[int, float] = {}
     for r in runs:
         verify |= usable_verify_points(r.get("verify_cost") or r.get("session_verify_cost"))[0]
-    method = draft_method(draft)  # "ngram" and "suffix" need no second model: c = 0
-    window = {}
-    if method == "ngram":
-        lo, hi = parse_ngram_spec(draft)
-        window = {"ngram_max": hi, "ngram_min": lo}
-    forwards = kind_of_method(method).costs_forwards
+    kind = draft_kind(draft)  # "ngram" and "suffix" need no second model: c = 0
+    method, window = kind.method, kind.measured_as(draft)
+    forwards = kind.costs_forwards
     c = median(cs) if cs and forwards else 0.0
     c_hat, c_hat_source = draft_arithmetic(draft, widest.get("target"), c) if forwards else (0.0, "")
     return DraftMeasurement(
         name=draft,
         method=method,
-        model_ref=draft if kind_of_method(method).needs_model else None,
+        model_ref=draft if kind.needs_model else None,
         alpha=sum(alphas) / len(alphas) if alphas else 0.0,
         per_position_acceptance=list(widest.get("per_position_acceptance") or []),
         c=c,

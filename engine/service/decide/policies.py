@@ -21,6 +21,7 @@ from engine.analysis.predictor import traces_of
 from engine.analysis.recommend import DraftMeasurement, Recommendation, judge_for
 from engine.analysis.theory import MEMORY_BOUND, REGIMES
 from engine.core.policy import FixedGamma, parse_policy
+from engine.drafts.kinds import kind_of_method
 from engine.engines.registry import get as get_engine
 from engine.engines.registry import replays_like_llamacpp
 from engine.errors import SpectuneError
@@ -294,8 +295,9 @@ def session_policies(
 
 
 def _why_no_trace(m: DraftMeasurement, llamacpp: bool) -> str:
-    if llamacpp and m.method == "ngram":
-        return "no policy to replay (llama.cpp's n-gram lookup drafts up to a fixed n-max, without a confidence)"
+    kind = kind_of_method(m.method)
+    if llamacpp and not kind.reports_confidence:
+        return f"no policy to replay (llama.cpp's {kind.label} drafts up to a fixed n-max, without a confidence)"
     if llamacpp:
         return "no trace recorded (a session from before policies, or the draft did not load in PyTorch: see its notes)"
     return "no trace recorded (a session from before policies, or another tokenizer)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.analysis.export.refs import prepared_gguf
-from engine.drafts.kinds import draft_method
+from engine.drafts.kinds import draft_kind
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
@@ -120,7 +120,7 @@ def memory(spec: SessionSpec) -> tuple[int | None, str]:
 
 def weights(spec: SessionSpec) -> tuple[int | None, str]:
     """The bytes the session's models hold as weights, and of what."""
-    models = [spec.target] + [d for d in spec.drafts if d != "none" and draft_method(d) == "draft_model"]
+    models = [spec.target] + [d for d in spec.drafts if draft_kind(d).needs_model]
     if registry.get(spec.engine).fixed_weights:
         sizes = []
         for ref in models:

@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from engine.core.records import Cancelled
-from engine.drafts.kinds import draft_method
+from engine.drafts.kinds import draft_kind
 from engine.engines import registry
 from engine.errors import SpectuneError
 from engine.models.pool import ModelPool
@@ -195,7 +195,7 @@ def _regime_evidence(
     base_tps = (report.get("baseline") or {}).get("tokens_per_s")
     compiled = report.get("loop") == "compiled"
     widths = widest_draft(*gammas_and_policies(settings)) + 1
-    models = 1 + sum(1 for d in settings.drafts if draft_method(d) == "draft_model")
+    models = 1 + sum(1 for d in settings.drafts if draft_kind(d).needs_model)
     each = compile_each_s(report.get("compile_s"), widths, models) if compiled else 0.0
     eta = batch_sweep_eta_s(1.0 / base_tps if base_tps else None, settings.serving_batch, each)
     hooks.phase(f"batch sweep up to batch {settings.serving_batch * 2}", 0, 1, eta)
