@@ -30,6 +30,7 @@ from store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
+SMALL = "smollm2-135m"  # serve's life cycle, where the model does not matter: its own draft, on one thread
 PROMPTS = ["Write a Python function is_even(n).", "Complete: def add(a, b):", "Say hello in French."]
 KEY = "spectune-test-key"
 
@@ -121,8 +122,8 @@ def test_serve_in_the_foreground_then_probe_it_then_sigterm(tmp_path: Path) -> N
     out = tmp_path / "probe.json"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "engine", "serve", "--engine", "llamacpp", "--target", TARGET, "--draft", DRAFT,
-         "--gamma", "3", "--parallel", "2", "--threads", "2"],
+        [sys.executable, "-m", "engine", "serve", "--engine", "llamacpp", "--target", SMALL, "--draft", SMALL,
+         "--gamma", "3", "--parallel", "2", "--threads", "1"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -91,7 +91,16 @@ def test_a_llamacpp_session_measures_the_draft_and_the_verify_inside_the_loop() 
     overhead = StepOverhead.from_dict(runs[0]["step_overhead"])
     for run in runs:
         point = run["verify_in_loop"]
-        assert 1.0 < point["k"] <= run["gamma"] + 1 and point["v"] >= 1.0 and point["steps"] > 0
-        assert 0.0 < run["c"] < 2.0
-        # what the run was predicted with is what the one model charges: its in-loop verify less the fit is small
-        assert abs(point["v"] - fitted_v(fit, point["k"]) - overhead.at(point["k"] - 1)) < 1.0
+        # v and c are timed, in target steps timed apart from them: a busy machine moves both (v below 1, c near
+        # 10 beside a CPU hog), so only their sign is asserted here
+        assert 1.0 < point["k"] <= run["gamma"] + 1 and point["v"] > 0.0 and point["steps"] > 0
+        assert run["c"] > 0.0
+    # what every run was predicted with is what the one model charges: the fit of the runs' own in-loop points. How
+    # busy the machine was moves the points, never this relation; where the fit is a line through both widths (no
+    # term held at 0), it gives each run's in-loop verify back.
+    points = [LoopPoint(**run["verify_in_loop"]) for run in runs]
+    refit = fit_step_overhead(points, fit)
+    assert (overhead.per_step, overhead.per_token) == pytest.approx((refit.per_step, refit.per_token), abs=1e-3)
+    if overhead.per_step > 0 and overhead.per_token > 0:
+        for p in points:
+            assert p.v - fitted_v(fit, p.k) == pytest.approx(overhead.at(p.k - 1), abs=1e-2), (p, overhead)

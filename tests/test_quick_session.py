@@ -4,6 +4,7 @@ show, and what they chose confirmed live beside the target alone."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -193,7 +194,10 @@ def test_a_quick_llamacpp_session_confirms_the_headline_recommendation(store: St
     assert widths == [1, 3]  # llama.cpp's loop overhead is fitted at two widths
     runs = [r for r in store.list_runs(sid) if r["draft"] == "qwen2.5-coder-0.5b" and r["kind"] == "speculative"]
     probed = runs[: len(widths)]  # the probe's runs, stored first: the two widths its loop overhead is fitted on
-    assert all(r["summary"]["step_overhead"] is not None and r["summary"]["verify_in_loop"] for r in probed)
+    # each probed run measured its verify inside the loop, and both carry the one overhead fitted over them (None
+    # where the fit is zero: a busy machine can time the loop's verify below the fit)
+    assert all(r["summary"]["verify_in_loop"] for r in probed)
+    assert len({json.dumps(r["summary"]["step_overhead"]) for r in probed}) == 1
     probe_only = open_probe_copy(store, sid, probe_runs=4)
     headline = session_policies(store, [probe_only], engine="llama.cpp", temperature=0.0).recommendation
     fixed = next(c for c in quick["confirmed"] if c["role"] == "best fixed γ")
