@@ -360,6 +360,18 @@ def fill_run_form(at: AppTest, gammas: str = "1,2") -> None:
     at.text_input(key="session_name").input("from the test")
 
 
+def queue_drafts(at: AppTest, chosen: list[str], typed: str = "") -> None:
+    """Fill the Run form with `chosen` drafts picked (and `typed` ones typed), press Start session, and check the page
+    took it cleanly."""
+    fill_run_form(at)
+    at.multiselect(key="drafts_choice").set_value(chosen)
+    at.text_input(key="drafts_text").input(typed)
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+
+
 def test_start_session_queues_it_and_starts_the_worker(env):
     set_id = add_prompts(env.store, [("p1", None), ("p2", None), ("p3", None)])
     at = page("pages/2_Run.py")

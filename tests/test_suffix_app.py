@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from test_app_pages import add_prompts, assert_clean, env, fill_run_form, page, texts  # noqa: F401 - env: fixture
+from test_app_pages import (  # noqa: F401 - env: fixture
+    add_prompts,
+    assert_clean,
+    env,
+    fill_run_form,
+    page,
+    queue_drafts,
+    texts,
+)
 
 
 def test_run_page_offers_suffix_beside_ngram_and_queues_it(env):  # noqa: F811
@@ -11,13 +19,7 @@ def test_run_page_offers_suffix_beside_ngram_and_queues_it(env):  # noqa: F811
     at.radio(key="engine").set_value("spectune").run()  # without a GPU, llama.cpp (no suffix decoding) may be default
     options = at.multiselect(key="drafts_choice").options
     assert "ngram" in options and "suffix" in options
-    fill_run_form(at)
-    at.multiselect(key="drafts_choice").set_value(["suffix"])
-    at.text_input(key="drafts_text").input("suffix:24:1:0.1:0")
-    at.button(key="start_session").click()
-    at.run()
-    assert_clean(at)
-    assert not at.error, texts(at.error)
+    queue_drafts(at, ["suffix"], "suffix:24:1:0.1:0")
     (session,) = env.store.list_sessions()
     assert session["drafts"] == ["suffix", "suffix:24:1:0.1:0"]
 

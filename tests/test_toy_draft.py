@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from test_app_pages import assert_clean, env, fill_run_form, page, texts  # noqa: F401  (env is a fixture)
+from test_app_pages import env, page, queue_drafts  # noqa: F401  (env is a fixture)
 
 import engine.drafts.kinds as kinds
 from engine.analysis.export import export, format_names
@@ -25,7 +25,7 @@ from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.proposal import Proposal
 from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import make_draft
-from engine.drafts.kinds import DraftKind, draft_kind, register_draft_kind
+from engine.drafts.kinds import DraftKind, check_by_parsing, draft_kind, register_draft_kind
 from engine.engines import registry
 from engine.errors import SettingsError
 from engine.measure.agreement import draft_trace
@@ -60,18 +60,10 @@ def _most(ref: str) -> int:
     return int(rest or 16)
 
 
-def _check(ref: str) -> str | None:
-    try:
-        _most(ref)
-    except SettingsError as exc:
-        return str(exc)
-    return None
-
-
 KIND = DraftKind(
-    "repeat", "last-token repetition", lambda ref: ref == "repeat" or ref.startswith("repeat:"), _check,
-    lambda ref, target, loader, retokenize: RepeatDraft(_most(ref), name=ref), replays=True, offered="repeat",
-    help="'repeat' proposes the last token again",
+    "repeat", "last-token repetition", lambda ref: ref == "repeat" or ref.startswith("repeat:"),
+    check_by_parsing(_most), lambda ref, target, loader, retokenize: RepeatDraft(_most(ref), name=ref),
+    replays=True, offered="repeat", help="'repeat' proposes the last token again",
 )  # fmt: skip
 
 
@@ -92,7 +84,7 @@ def test_it_is_claimed_checked_and_refused_where_it_does_not_run() -> None:
         registry.validate(SessionSpec(target="smollm2-135m", drafts=["repeat"], gammas=[2], engine="llama.cpp"))
     assert str(refused.value) == "llama.cpp has no last-token repetition: measure 'repeat' with the spectune engine"
     with pytest.raises(ValueError, match="already registered"):
-        register_draft_kind(DraftKind("repeat", "another", lambda ref: False, _check, KIND.build))
+        register_draft_kind(DraftKind("repeat", "another", lambda ref: False, KIND.check, KIND.build))
 
 
 def test_the_cli_decodes_it_exactly_and_its_replay_matches(tmp_path, capsys) -> None:
@@ -133,13 +125,7 @@ def test_the_run_page_offers_and_queues_it_where_its_engine_runs_it(env) -> None
     at.run()
     choice = at.multiselect(key="drafts_choice")
     assert "repeat" in choice.options and "'repeat' proposes the last token again" in choice.help
-    fill_run_form(at)
-    at.multiselect(key="drafts_choice").set_value(["repeat"])
-    at.text_input(key="drafts_text").input("")
-    at.button(key="start_session").click()
-    at.run()
-    assert_clean(at)
-    assert not at.error, texts(at.error)
+    queue_drafts(at, ["repeat"])
     assert env.store.list_sessions()[0]["drafts"] == ["repeat"]
     from app.run_view import draft_options
 

@@ -63,7 +63,9 @@ class DraftKind:
         return engine in self.engines
 
 
-def _settings_check(parse: Callable[[str], Any]) -> Callable[[str], str | None]:
+def check_by_parsing(parse: Callable[[str], Any]) -> Callable[[str], str | None]:
+    """A kind's `check` from its parser: the parser's SettingsError as the reason, None when it parses."""
+
     def check(ref: str) -> str | None:
         try:
             parse(ref)
@@ -116,7 +118,7 @@ def _ngram_window(ref: str) -> dict[str, Any]:
     return {"ngram_min": lo, "ngram_max": hi}
 
 
-NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, _settings_check(parse_ngram_spec), _ngram, replays=True,
+NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, check_by_parsing(parse_ngram_spec), _ngram, replays=True,
                   measured_as=_ngram_window, engines=EVERY_ENGINE, offered="ngram",
                   help="'ngram' drafts by prompt lookup")  # fmt: skip
 SUFFIX_NOTE = (
@@ -128,11 +130,12 @@ SUFFIX = DraftKind(
     "suffix",
     "suffix decoding",
     is_suffix,
-    _settings_check(parse_suffix_spec),
+    check_by_parsing(parse_suffix_spec),
     _suffix,
     note=SUFFIX_NOTE,
     engines=frozenset({"spectune", "vllm"}),
     offered="suffix",
+    fresh_per_run=True,
     help="'suffix' by suffix decoding (a suffix tree of the prompt and of earlier responses, warm after the first "
     "prompt)",
 )
