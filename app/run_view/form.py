@@ -33,14 +33,14 @@ DEFAULT_PROMPTS = 8
 _QUANT = re.compile(r"\b(I?Q\d\w*|BF16|F16|F32)\b")
 
 
-def offered_kinds() -> list[str]:
-    """The references the form offers for the draft kinds that need no model of their own (their `offered`)."""
-    return [kind.offered for kind in draft_kinds() if kind.offered and not kind.needs_model]
+def offered_kinds() -> list[Any]:
+    """The draft kinds the form offers by a reference of their own (`offered`): those that need no model."""
+    return [kind for kind in draft_kinds() if kind.offered and not kind.needs_model]
 
 
 def drafts_help() -> str:
     """The Run form's help on draft candidates: what each kind offered besides the models does."""
-    kinds = ", ".join(kind.help for kind in draft_kinds() if kind.offered and kind.help and not kind.needs_model)
+    kinds = ", ".join(kind.help for kind in offered_kinds() if kind.help)
     return f"{kinds}: no second model. The target itself is not offered."
 
 
@@ -87,7 +87,7 @@ def draft_options(target: str, engine: str | None = None) -> list[str]:
     size = parameter_count(target)
     models = [name for name in bundled_names() if name != target
               and (size is None or (parameter_count(name) or 0) <= size)]  # fmt: skip
-    return [name for name in [*models, *offered_kinds()]
+    return [name for name in [*models, *(kind.offered for kind in offered_kinds())]
             if name != target and (engine is None or not draft_refused(engine, name))]  # fmt: skip
 
 

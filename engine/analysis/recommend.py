@@ -109,8 +109,8 @@ def _validated_gammas(measurements: Sequence[DraftMeasurement], ask: _Ask, gamma
         raise ValueError(f"batch_size must be >= 1, got {ask.batch_size}")
     if ask.knee_batch is not None and ask.knee_batch < 1:
         raise ValueError(f"knee_batch must be >= 1, got {ask.knee_batch}")
+    methods = tuple(kind.method for kind in draft_kinds())
     for m in measurements:
-        methods = tuple(kind.method for kind in draft_kinds())
         if m.method not in methods:
             raise ValueError(f"{m.name}: method must be one of {methods}, got {m.method!r}")
     gamma_list = list(gammas)

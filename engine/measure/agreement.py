@@ -55,7 +55,7 @@ def _lookups(draft: DraftSource, prompt_ids: list[int], output_ids: list[int], c
     proposals, context = [], list(prompt_ids)
     draft.start(list(prompt_ids))
     for token in output_ids:
-        proposals.append(draft.propose(list(context), cap, GREEDY, None).tokens[:cap])
+        proposals.append(draft.propose(context, cap, GREEDY, None).tokens[:cap])
         context.append(token)
     return proposals
 

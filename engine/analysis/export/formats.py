@@ -6,9 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.drafts.kinds import MODEL, NGRAM, NONE, SUFFIX
+
 if TYPE_CHECKING:
     from engine.analysis.export.deployment import Deployment
     from engine.analysis.export.files import FlagsFile, JsonFile
+
+
+BUILT_IN_DRAFTS = frozenset(kind.method for kind in (NONE, NGRAM, SUFFIX, MODEL))  # what every engine's file runs
 
 
 @dataclass(frozen=True)

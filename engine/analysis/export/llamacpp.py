@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.analysis.export.deployment import Deployment, NgramLookup, head_lines
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import ExportFormat
+from engine.analysis.export.formats import BUILT_IN_DRAFTS, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import LLAMACPP_BUILD, LLAMACPP_SPEC_PARAMS_BUILD
 from engine.core.policy import (
@@ -144,5 +144,5 @@ FORMAT = ExportFormat(
     mime="text/plain",
     policy_support=("fixed γ; the confidence stop (--spec-draft-p-min, the unsure token dropped) with n-max and n-min"),
     config=config,
-    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
+    draft_methods=BUILT_IN_DRAFTS,
 )

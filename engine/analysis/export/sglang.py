@@ -13,7 +13,7 @@ import shlex
 
 from engine.analysis.export.deployment import Deployment, head_lines, varies
 from engine.analysis.export.files import Fit, FlagsFile, note_comments
-from engine.analysis.export.formats import ExportFormat
+from engine.analysis.export.formats import BUILT_IN_DRAFTS, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import SGLANG_VERSION
 
@@ -104,5 +104,5 @@ FORMAT = ExportFormat(
     mime="text/plain",
     policy_support="fixed γ (adaptive steps exist for EAGLE/EAGLE3 drafts only)",
     config=config,
-    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
+    draft_methods=BUILT_IN_DRAFTS,
 )

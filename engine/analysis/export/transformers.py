@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import ExportFormat
+from engine.analysis.export.formats import BUILT_IN_DRAFTS, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import TRANSFORMERS_VERSION
 
@@ -162,5 +162,5 @@ FORMAT = ExportFormat(
         "fixed γ; the confidence stop (assistant_confidence_threshold, the unsure token kept); the heuristic schedule"
     ),
     config=config,
-    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
+    draft_methods=BUILT_IN_DRAFTS,
 )

@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.analysis.export.deployment import Deployment
 from engine.analysis.export.files import Fit, JsonFile, with_notes
-from engine.analysis.export.formats import ExportFormat
+from engine.analysis.export.formats import BUILT_IN_DRAFTS, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
 from engine.drafts.refs import SuffixParams
@@ -252,5 +252,5 @@ FORMAT = ExportFormat(
     mime="application/json",
     policy_support="fixed γ; γ by batch size (num_speculative_tokens_per_batch_size)",
     config=config,
-    draft_methods=frozenset({"none", "ngram", "suffix", "draft_model"}),
+    draft_methods=BUILT_IN_DRAFTS,
 )
