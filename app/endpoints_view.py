@@ -1,7 +1,7 @@
 """The Endpoints page's logic: the endpoint-session form, the one-shot endpoint check, and the results as frames.
 
 A session's levels come from its summary once it has finished (with the server's counters); while it runs
-they are computed from the stored requests (engine.endpoint.report, the same figures without counters).
+they are computed from the stored requests (engine.engines.endpoint.report, the same figures without counters).
 Measured and predicted points are kept apart by a `kind` column the charts draw differently.
 The API key is never read or shown here: only the *name* of its environment variable travels.
 """
@@ -126,7 +126,7 @@ def endpoint_sessions(sessions: Sequence[Mapping[str, Any]]) -> list[Mapping[str
 
 
 def endpoint_options(session: Mapping[str, Any]) -> dict[str, Any]:
-    return StoredSession.of(session).endpoint_settings
+    return StoredSession.of(session).engine_options
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The endpoint client's own overhead per request, against a stand-in server that answers at once.
 
-A stand-in OpenAI-compatible server (engine.endpoint.standin: stdlib, HTTP/1.1 keep-alive, chunked SSE) runs
+A stand-in OpenAI-compatible server (engine.engines.endpoint.standin: stdlib, HTTP/1.1 keep-alive, chunked SSE) runs
 in a separate process on 127.0.0.1 and streams `--tokens` chunks per request with no delay, so nearly all the
 time is the client's (and the stand-in's own Python). The client (engine.service.endpoint_sessions.probe_endpoint:
 the one sweep driver and the endpoint engine a real session uses: rounds of threads, keep-alive connections, SSE
@@ -32,7 +32,7 @@ from engine.service.endpoint_sessions import probe_endpoint  # noqa: E402
 
 SERVER = (
     "import sys\n"
-    "from engine.endpoint.standin import StandIn\n"
+    "from engine.engines.endpoint.standin import StandIn\n"
     "s = StandIn(flavor='vllm', tokens=int(sys.argv[1])).start()\n"
     "print(s.url, flush=True)\n"
     "sys.stdin.read()\n"

@@ -48,8 +48,8 @@ def baseline_ratio(prompts: list[tuple[str, str]], new_tokens: int) -> dict:
     """llama.cpp vs the PyTorch loop, target alone, greedy, interleaved per prompt."""
     from engine.core.decoder import DecodeConfig, decode_prompt
     from engine.core.sampling import SamplingConfig
-    from engine.llamacpp import client
-    from engine.llamacpp.server import ManagedServer, ServerConfig
+    from engine.engines.llamacpp import client
+    from engine.engines.llamacpp.server import ManagedServer, ServerConfig
     from engine.measure.noise import ratios, spread_of
     from engine.models.bundled import gguf_for
     from engine.models.chat import encode_prompt
@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--categories", type=int, default=13, help="the first N Spec-Bench categories (of 13)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "llamacpp.json"))
     args = ap.parse_args()
-    from engine.llamacpp.binaries import find_llama
+    from engine.engines.llamacpp.binaries import find_llama
 
     prompts = spec_bench(args.prompts_per_category, args.categories)
     started = time.time()

@@ -56,10 +56,11 @@ def loops_row(ref: str, dtype: str, tokens: int, prompt: str) -> dict[str, Any]:
 def floor_sessions(ref: str, dtype: str, sessions: int, tokens: int) -> list[dict[str, Any]]:
     """`sessions` n-gram sessions: each one's measurement floor (the A/A check) and its n-gram speedup."""
     from engine.engines import registry
+    from engine.engines.spectune.options import LoopOptions
     from engine.models.pool import ModelPool
     from engine.prompts import load_prompt_file
     from engine.session.runner import PromptText
-    from engine.session.spec import LoopOptions, SessionSpec
+    from engine.session.spec import SessionSpec
 
     root = Path(__file__).resolve().parent.parent
     parsed = load_prompt_file(root / "samples" / "prose.txt").prompts[:4]
@@ -68,7 +69,7 @@ def floor_sessions(ref: str, dtype: str, sessions: int, tokens: int) -> list[dic
     out = []
     for index in range(sessions):
         spec = SessionSpec(target=ref, drafts=["ngram"], gammas=[3], max_new_tokens=tokens, dtype=dtype,
-                           device="cpu", loop=LoopOptions("eager"))  # fmt: skip
+                           device="cpu", engine_options=LoopOptions("eager"))  # fmt: skip
         report = registry.sweep(spec, prompts, pool=pool).to_dict()
         run = report["runs"][0]
         out.append({"session": index + 1, "floor": report["measurement_floor"]["spread"],

@@ -166,7 +166,7 @@ def main() -> int:
 
     llama = None
     if args.llamacpp:
-        from engine.llamacpp.policy_flags import llamacpp_fields
+        from engine.engines.llamacpp.policy_flags import llamacpp_fields
         from engine.service.decide.llamacpp_live import llamacpp_live
 
         texts = [prompts[cat][0] for cat in enc]

@@ -34,7 +34,7 @@ for path in (ROOT, ROOT / "tests"):
 
 from watch_parts import complete, ngram_config, ngram_session, running_prometheus  # noqa: E402
 
-from engine.llamacpp.server import ManagedServer  # noqa: E402
+from engine.engines.llamacpp.server import ManagedServer  # noqa: E402
 from store import open_store  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "watch.json"

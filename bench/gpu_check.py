@@ -163,9 +163,9 @@ def vllm_step(report: dict[str, Any]) -> None:
     import os
     import urllib.request
 
-    from engine.endpoint.metrics import parse_metrics
-    from engine.vllm.binaries import VllmMissing, find_vllm
-    from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
+    from engine.engines.vllm.binaries import VllmMissing, find_vllm
+    from engine.engines.vllm.server import VllmConfig, VllmServer, VllmServerError
+    from engine.serving.metrics import parse_metrics
 
     try:
         install = find_vllm()

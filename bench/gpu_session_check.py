@@ -330,8 +330,9 @@ def _bound(run: dict[str, Any]) -> float | None:
 def part_floor(ctx: dict[str, Any], out: dict[str, Any]) -> None:
     """A sweep on the target in each loop: its measurement floor and every speedup against its bound."""
     from engine.engines import registry
+    from engine.engines.spectune.options import LoopOptions
     from engine.models.pool import ModelPool
-    from engine.session.spec import LoopOptions, SessionSpec
+    from engine.session.spec import SessionSpec
 
     pool = ModelPool()
     pool.adopt(ctx["target"])
@@ -340,7 +341,7 @@ def part_floor(ctx: dict[str, Any], out: dict[str, Any]) -> None:
         ctx["check"](f"the sweep in the {loop} loop")
         spec = SessionSpec(target=ctx["target"].ref, drafts=["ngram", ctx["draft"].ref], gammas=[2, 4],
                            max_new_tokens=ctx["floor_tokens"], dtype=ctx["dtype"], device=ctx["device"],
-                           chat_template=ctx["chat_template"], loop=LoopOptions(loop))  # fmt: skip
+                           chat_template=ctx["chat_template"], engine_options=LoopOptions(loop))  # fmt: skip
         started = time.perf_counter()
         report = registry.sweep(spec, ctx["prompts"][: ctx["floor_prompts"]], pool=pool).to_dict()
         runs = []

@@ -19,7 +19,7 @@ from test_app_pages import HOME, add_prompts, assert_clean, env, make_session, p
 
 from app import common, data, prompt_upload
 from engine.analysis.export import export_formats
-from engine.endpoint.standin import StandIn
+from engine.engines.endpoint.standin import StandIn
 from engine.errors import PromptFileError
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import submit_endpoint_session

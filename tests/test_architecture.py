@@ -238,11 +238,38 @@ def test_foundation_imports_nothing_of_ours() -> None:
 # engine.prompts modules). This covers: core imports none of analysis, service, session; measure none of
 # analysis, service, session; analysis neither service nor session; session not service.
 ENGINE_RANK = {
-    "core": 0, "drafts": 1, "models": 1, "llamacpp": 1, "measure": 2, "endpoint": 2, "analysis": 3, "vllm": 3,
+    "core": 0, "drafts": 1, "models": 1, "serving": 1, "measure": 2, "analysis": 3,
     "session": 4, "watch": 4,
     "engines": 5, "service": 6,
 }  # fmt: skip
 ENGINE_SHARED = ("engine.errors", "engine.prompts")  # modules or packages any engine package may use, not layers
+# An engine's own package (engine/engines/<name>/) holds the engine and its parts. Its runner is the engine, ranked
+# with `engines`; every other module of it (server, client, binaries, options, flags) is a part, ranked
+# ENGINE_PART_RANK, so the exports speak an engine's vocabulary (its flags, its config) without importing its runner.
+ENGINE_PART_RANK = 2
+ENGINE_ENTRY = "runner"
+
+
+def engine_package(module: str) -> str | None:
+    """The engine package (engine.engines.<name>) dotted `module` belongs to, if any."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == ["engine", "engines"] and (ROOT / "engine/engines" / parts[2]).is_dir():
+        return ".".join(parts[:3])
+    return None
+
+
+def engine_rank(module: str) -> tuple[str, int] | None:
+    """(layer, rank) of a dotted engine module: an engine package's parts rank ENGINE_PART_RANK, its runner and
+    everything else of a layer that layer's rank; None for shared modules and what is not ours."""
+    if within(module, *ENGINE_SHARED) or not module.startswith("engine."):
+        return None
+    layer = module.split(".")[1]
+    if layer not in ENGINE_RANK:
+        return None
+    package = engine_package(module)
+    if package is not None and module.split(".")[3:4] != [ENGINE_ENTRY]:
+        return layer, ENGINE_PART_RANK
+    return layer, ENGINE_RANK[layer]
 
 
 def shared_files(module: str) -> list[Path]:
@@ -263,9 +290,37 @@ def test_engine_packages_are_the_documented_layers() -> None:
 
 @pytest.mark.parametrize("layer", sorted(ENGINE_RANK, key=lambda name: (ENGINE_RANK[name], name)))
 def test_engine_layer_order(layer: str) -> None:
-    above = sorted(name for name, rank in ENGINE_RANK.items() if rank >= ENGINE_RANK[layer] and name != layer)
-    bad = [imp for imp in all_imports(f"engine/{layer}") if within(imp.target, *(f"engine.{n}" for n in above))]
-    assert bad == [], report(bad, f"engine/{layer} must not import {', '.join(above)} (same rank or higher)")
+    bad = []
+    for imp in all_imports(f"engine/{layer}"):
+        source, target = engine_rank(imp.module), engine_rank(imp.target)
+        if source is None or target is None:
+            continue
+        same_layer = source[0] == target[0] and target[1] <= source[1]
+        if target[1] >= source[1] and not same_layer:
+            bad.append(imp)
+    assert bad == [], report(bad, f"engine/{layer} imports only lower ranks ({ENGINE_RANK}; engine parts rank "
+                                  f"{ENGINE_PART_RANK})")  # fmt: skip
+
+
+def test_an_engine_package_imports_no_other_engine_and_its_parts_no_runner() -> None:
+    bad = []
+    for imp in all_imports("engine/engines"):
+        source, target = engine_package(imp.module), engine_package(imp.target)
+        if source is not None and target is not None and source != target:
+            bad.append(imp)  # llama.cpp's code reaching into vLLM's: shared helpers belong in foundation/processes
+        elif (
+            source is not None
+            and engine_rank(imp.module) == ("engines", ENGINE_PART_RANK)
+            and (engine_rank(imp.target) == ("engines", ENGINE_RANK["engines"]))
+        ):
+            bad.append(imp)  # a part importing a runner or the registry
+    assert bad == [], report(bad, "an engine package imports no other engine package, and its parts no runner")
+
+
+def test_the_exports_reach_engine_parts_not_runners() -> None:
+    found = [imp for imp in all_imports("engine/analysis") if engine_package(imp.target)]
+    assert found, "the llama.cpp export builds its flags with the engine's own launch module"
+    assert all(engine_rank(imp.target) == ("engines", ENGINE_PART_RANK) for imp in found), report(found, "parts only")
 
 
 def test_engine_shared_modules_import_no_engine_package() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from engine.engines import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-# where an engine-like word names something else: a running deployment's server software (engine/endpoint, whose
-# request bodies and version routes differ by server); and the registry itself
-NOT_SESSION_ENGINES = ("engine/endpoint/", "engine/engines/registry.py")
+# where an engine-like word names something else: a running deployment's server software (engine/serving, and the
+# endpoint engine's requests and stand-in, whose bodies and routes differ by server); and the registry itself
+NOT_SESSION_ENGINES = ("engine/serving/", "engine/engines/endpoint/", "engine/engines/registry.py")
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 LONG_ALLOWED = {"engine/core/decoder.py:decode_prompt"}  # the decode loop, readable in one sitting (gpt-fast style)

@@ -701,7 +701,7 @@ def make_sessions(home: Path, prompts: Path) -> dict[str, int]:
 
 def _llama_missing() -> str | None:
     try:
-        from engine.llamacpp.binaries import find_llama
+        from engine.engines.llamacpp.binaries import find_llama
 
         find_llama()
     except Exception as exc:  # noqa: BLE001 - any reason it cannot run is a reason to skip

@@ -155,7 +155,7 @@ def test_the_pace_is_a_finished_sessions_before_a_probe():
 
 
 def test_spectunes_loop_on_a_gpu_or_without_a_gguf_and_llamacpp_otherwise(monkeypatch):
-    import engine.llamacpp.binaries as binaries
+    import engine.engines.llamacpp.binaries as binaries
 
     assert de.default_engine("qwen2.5-coder-1.5b", {"kind": "cuda"}) == de.EngineDefault("spectune")
     assert de.default_engine(TARGET, {"kind": "cpu"}).engine == "spectune"  # a tiny model has no GGUF

@@ -15,11 +15,12 @@ from engine.core.sampling import SamplingConfig
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
 from engine.engines import registry
-from engine.engines.spectune_loop import choose_loop, kept
+from engine.engines.spectune.loop import choose_loop, kept
+from engine.engines.spectune.options import LoopOptions
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.session.runner import PromptText
-from engine.session.spec import LoopOptions, SessionSpec
+from engine.session.spec import SessionSpec
 
 TARGET, DRAFT = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"
 PROMPTS = ["the quick brown fox jumps over the lazy dog, again and again", "hello world, hello again"]
@@ -94,7 +95,8 @@ def test_a_session_measures_in_the_loop_it_names(tiny_models, tmp_path, monkeypa
     pool.adopt(target)
     pool.adopt(draft)
     spec = SessionSpec(target=TARGET, drafts=[DRAFT, "ngram"], gammas=[2, 4], max_new_tokens=16, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("compiled", threads=1))  # fmt: skip
+                       device="cpu", chat_template=False,
+                       engine_options=LoopOptions("compiled", threads=1))  # fmt: skip
     report = registry.sweep(spec, [PromptText(str(i), p) for i, p in enumerate(PROMPTS)], pool=pool).to_dict()
     assert report["loop"] == "compiled" and report["threads"] == 1
     assert report["loop_basis"] == "as set"
@@ -124,7 +126,7 @@ def test_auto_compiles_only_where_the_saving_pays_for_the_widths_left(tiny_model
     """A probe that found the compiled loop 75 ms a token faster after a 55 s compile (a 1.5B target on 2 cores):
     nine widths still to compile (495 s) pay back only over more than 6600 tokens; with nothing left to compile the
     compiled loop is kept whatever the sweep's length."""
-    from engine.engines.spectune_loop import LoopProbe, keep, widths_to_compile
+    from engine.engines.spectune.loop import LoopProbe, keep, widths_to_compile
 
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_LOOP", raising=False)

@@ -23,15 +23,15 @@ from typing import Any
 import pytest
 
 from engine.core.records import Cancelled
-from engine.endpoint.metrics import ServerCounters, parse_metrics
-from engine.endpoint.report import compare, percentile, request_stats
-from engine.endpoint.requests import build_request
-from engine.endpoint.settings import Endpoint, EndpointSessionSettings, SweepLimits, api_key, parse_levels
-from engine.endpoint.standin import MODEL, StandIn, spec_figures
-from engine.endpoint.transport import EndpointError
 from engine.engines import registry
+from engine.engines.endpoint.report import compare, percentile, request_stats
+from engine.engines.endpoint.requests import build_request
+from engine.engines.endpoint.settings import Endpoint, EndpointSessionSettings, SweepLimits, api_key, parse_levels
+from engine.engines.endpoint.standin import MODEL, StandIn, spec_figures
 from engine.errors import SettingsError
 from engine.service.endpoint_sessions import endpoint_spec
+from engine.serving.metrics import ServerCounters, parse_metrics
+from engine.serving.transport import EndpointError
 from engine.session.hooks import Hooks
 from engine.session.runner import PromptText
 

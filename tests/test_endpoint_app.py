@@ -14,7 +14,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from engine.endpoint.standin import StandIn
+from engine.engines.endpoint.standin import StandIn
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import submit_endpoint_session
 from engine.service.worker.loop import run_session
@@ -95,7 +95,7 @@ def test_queue_an_endpoint_session_from_the_form(env) -> None:
     at = clean(at.button(key="ep_queue").click().run())
     assert "Queued as session" in texts(at.success) and env.worker_calls == [1]
     (session,) = env.store.list_sessions()
-    options = session["options"]["endpoint"]
+    options = session["options"]["engine_options"]
     assert session["options"]["engine"] == "endpoint" and session["target"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
     assert options["url"] == "http://127.0.0.1:8000" and options["baseline_url"] == "http://127.0.0.1:8001"
     assert options["concurrency"] == [1, 2, 8] and options["api_key_env"] == "VLLM_API_KEY"

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from processes import live_llama_servers
 
-from engine.llamacpp.server import ManagedServer, ServerConfig
+from engine.engines.llamacpp.server import ManagedServer, ServerConfig
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_session

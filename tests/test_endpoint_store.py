@@ -1,6 +1,6 @@
 """Endpoint sessions through the store and the worker, on SQLite and PostgreSQL (tests/conftest.py's `store`).
 
-Requests go only to stand-in servers started here on 127.0.0.1 (engine.endpoint.standin).
+Requests go only to stand-in servers started here on 127.0.0.1 (engine.engines.endpoint.standin).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from engine.endpoint.standin import StandIn
+from engine.engines.endpoint.standin import StandIn
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.service.endpoint_sessions import endpoint_spec, submit_endpoint_session
@@ -67,7 +67,7 @@ def test_an_endpoint_session_runs_in_the_worker_and_every_request_is_stored(stor
                                       prompt_set(store), max_new_tokens=8)  # fmt: skip
         session = store.get_session(sid)
         assert session["options"]["engine"] == "endpoint" and session["drafts"] == [spec.url, base.url]
-        assert SessionSpec.from_row(session).endpoint.url == spec.url
+        assert SessionSpec.from_row(session).engine_options.url == spec.url
         assert run_claimed(store) == "done"
     done = store.get_session(sid)
     report = done["summary"]["endpoint"]

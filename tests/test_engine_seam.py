@@ -16,10 +16,10 @@ from processes import live_llama_servers
 from engine.core.counters import SpecCounters, mean_acceptance_length, per_position_rates
 from engine.core.policy import FixedGamma
 from engine.core.records import PromptOutput, StepRecord
-from engine.endpoint.metrics import ServerCounters
 from engine.engines import registry
-from engine.engines.spectune import LOOP_FIELDS
+from engine.engines.spectune.runner import LOOP_FIELDS
 from engine.errors import SettingsError
+from engine.serving.metrics import ServerCounters
 from engine.session.hooks import Hooks
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunFailed, RunKey, plan_runs
 from engine.session.spec import SessionSpec
@@ -231,7 +231,7 @@ def test_parity_the_same_plan_through_spectune_and_llamacpp_gives_the_same_repor
 def test_parity_a_running_deployment_reports_what_every_engine_reports() -> None:
     """The endpoint engine (a stand-in vLLM under test and a stand-in baseline on 127.0.0.1) and spectune's loop
     (tiny models): the same report fields and the same run fields, a noise verdict on every run."""
-    from engine.endpoint.standin import StandIn
+    from engine.engines.endpoint.standin import StandIn
     from engine.service.endpoint_sessions import endpoint_spec
 
     prompts = [PromptText(str(i), f"prompt {i}: count one two three") for i in range(3)]

@@ -240,7 +240,7 @@ def test_llama_server_options_reject_the_old_flags(llama_options: LlamaOptions) 
 
 def test_the_help_fixture_is_the_installed_build() -> None:
     """The fixture is what `llama-server --help` of the build the project installs prints."""
-    from engine.llamacpp.binaries import PROJECT_BUILD, find_llama
+    from engine.engines.llamacpp.binaries import PROJECT_BUILD, find_llama
 
     assert PROJECT_BUILD == LLAMACPP_BUILD
     build = find_llama()  # LlamaCppMissing (run `make setup`) fails the test: the build is part of the project
@@ -441,11 +441,12 @@ def _http(url: str, body: dict | None = None, timeout: float = 600) -> str:
 @contextlib.contextmanager
 def exported_llama_server(args: list[str], tmp_path: Path) -> Iterator[str]:
     """llama-server build 11434 on the bundled target with exactly the exported flags (plus host, port, threads,
-    context and metrics, and --no-repack on a CPU whose repacked kernels crash: engine.llamacpp.kernels, a fact of
-    this machine, not of the export); yields its base URL once healthy and stops its process group afterwards."""
+    context and metrics, and --no-repack on a CPU whose repacked kernels crash: engine.engines.llamacpp.kernels,
+    a fact of this machine, not of the export); yields its base URL once healthy and stops its process group
+    afterwards."""
     from engine.analysis.export import bundled_gguf_path
-    from engine.llamacpp.binaries import find_llama
-    from engine.llamacpp.server import ManagedServer, ServerConfig
+    from engine.engines.llamacpp.binaries import find_llama
+    from engine.engines.llamacpp.server import ManagedServer, ServerConfig
 
     build = find_llama()  # fails with "run `make setup`" when llama-server is missing
     assert build.build == LLAMACPP_BUILD

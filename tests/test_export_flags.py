@@ -1,4 +1,4 @@
-"""llama-server's speculation flags come from one place (engine.llamacpp.launch.speculative_server and
+"""llama-server's speculation flags come from one place (engine.engines.llamacpp.launch.speculative_server and
 ServerConfig.speculation_flags), for the servers spectune starts and for the exports alike; a policy export and a
 fixed-γ export are made from the same Deployment, so a fixed γ exported as a policy configures the same thing."""
 
@@ -14,8 +14,8 @@ from test_export import draft_rec, ngram_rec
 
 from engine.analysis.export import LLAMACPP_SPEC_PARAMS_BUILD, bundled_gguf_path, export, export_policy
 from engine.core.policy import ConfidenceStop, FixedGamma
-from engine.llamacpp.launch import speculative_server
-from engine.llamacpp.server import ServerConfig, ServerError
+from engine.engines.llamacpp.launch import speculative_server
+from engine.engines.llamacpp.server import ServerConfig, ServerError
 from engine.service.cli.endpoint import server_config
 
 TARGET = "qwen2.5-coder-1.5b"

@@ -19,9 +19,9 @@ import pytest
 from engine.analysis.export import export, format_names
 from engine.drafts.factory import make_draft
 from engine.drafts.ngram import NgramDraft
-from engine.engines.llamacpp import server_configs
-from engine.engines.vllm import speculative_config
-from engine.llamacpp.server import ServerConfig
+from engine.engines.llamacpp.runner import server_configs
+from engine.engines.llamacpp.server import ServerConfig
+from engine.engines.vllm.runner import speculative_config
 from engine.service.decide.recommendations import recommend_and_export
 from engine.session.runner import RunKey
 from engine.session.spec import SessionSpec
@@ -143,8 +143,8 @@ def test_a_llamacpp_ngram_exports_the_one_length_its_server_looked_up(store: Sto
 
 def test_the_runners_and_the_exports_share_one_window_to_size_rule() -> None:
     """A window llama.cpp cannot look up is refused where the rule lives, not silently clipped."""
+    from engine.engines.llamacpp.launch import ngram_simple_size
     from engine.errors import SettingsError
-    from engine.llamacpp.launch import ngram_simple_size
 
     assert ngram_simple_size((1, 3)) == 3
     with pytest.raises(SettingsError):

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from engine.engines import registry
+from engine.engines.spectune.options import LoopOptions
 from engine.measure.first_pass import FIRST_PASS_PROMPTS, FIRST_PASS_TOLERANCE, FirstPass
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.session.aa_check import aa_prompts
-from engine.session.spec import LoopOptions, SessionSpec
+from engine.session.spec import SessionSpec
 from tests.test_measurement_floor import TARGET, ModelClock, _assert_caught, prompts, timed_forwards
 
 
@@ -56,7 +57,7 @@ def _session(model, n_prompts: int, clock: ModelClock) -> dict:
     pool = ModelPool()
     pool.adopt(model)
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     with clock.installed():
         return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
 
@@ -78,7 +79,7 @@ def test_a_first_pass_cost_after_the_prime_stopped_lands_on_the_floor(monkeypatc
     """The prime stops after three prompts (on model time their first pass costs what a later one does); then every
     new length starts to cost a first pass. The unprimed prompts the A/A check covers carry that cost onto
     the baseline or its twin, and the floor does not hold."""
-    from engine.engines.spectune import SpectuneRunner
+    from engine.engines.spectune.runner import SpectuneRunner
 
     state = {"primes": 0}
     prime = SpectuneRunner.prime

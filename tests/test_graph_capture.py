@@ -22,7 +22,7 @@ from engine.core.model import LoadedModel
 from engine.core.sampling import SamplingConfig
 from engine.drafts.model import ModelDraft
 from engine.drafts.ngram import NgramDraft
-from engine.engines.spectune_loop import choose_loop
+from engine.engines.spectune.loop import choose_loop
 from engine.models.tiny import load_tiny
 
 TARGET, DRAFT = "tiny:1:48:2:64", "tiny:1:48:2:64~0.15"

@@ -22,12 +22,12 @@ from processes import no_server_left_behind as no_server_left_behind  # noqa: F4
 from engine.analysis.policy_replay import replay
 from engine.core.policy import parse_policy
 from engine.core.records import StepRecord
+from engine.engines.llamacpp import client
+from engine.engines.llamacpp.binaries import find_llama, parse_version
+from engine.engines.llamacpp.policy_flags import llamacpp_fields
+from engine.engines.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.engines.registry import sweep
 from engine.errors import ModelError
-from engine.llamacpp import client
-from engine.llamacpp.binaries import find_llama, parse_version
-from engine.llamacpp.policy_flags import llamacpp_fields
-from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.models.bundled import gguf_for
 from engine.models.pool import ModelPool
 from engine.service.decide.policies import prove, session_policies
@@ -89,7 +89,7 @@ def test_version_line_is_parsed_and_recorded() -> None:
 
 
 def test_llama_bench_times_every_k_in_alternating_rounds() -> None:
-    from engine.llamacpp.bench import batch_times
+    from engine.engines.llamacpp.bench import batch_times
     from engine.measure.verify_cost import from_rounds
 
     times = batch_times(find_llama(), gguf_for(DRAFT, "draft"), [1, 2, 4], rounds=2, threads=2, depth=16)
@@ -165,7 +165,7 @@ def test_the_target_top_after_a_prefix_is_the_token_the_target_decoded_there() -
     """reference_at sends the prompt's text and then token ids, which llama-server tokenizes as the text alone and
     appends: after k tokens of the target's own greedy output, the target's token k is its best, or within the
     fidelity tolerance of it (one batched forward sums in another order than k single steps)."""
-    from engine.engines.llamacpp import LlamaCppRunner
+    from engine.engines.llamacpp.runner import LlamaCppRunner
     from engine.measure.fidelity import TOLERANCE
     from engine.session.runner import DecodeContext, RunKey
 
@@ -329,7 +329,7 @@ def test_the_worker_stops_on_sigterm_marks_the_session_interrupted_and_stops_its
 def test_an_owner_killed_with_sigkill_takes_its_llama_servers_with_it() -> None:
     """No finally, atexit or signal handler runs on SIGKILL: the server is started to die with its owner."""
     code = (
-        "from engine.llamacpp.server import ManagedServer, ServerConfig\n"
+        "from engine.engines.llamacpp.server import ManagedServer, ServerConfig\n"
         "from engine.models.bundled import gguf_for\n"
         f"server = ManagedServer(ServerConfig(gguf_for({OTHER_VOCAB!r}, 'target'))).start()\n"
         "print(server.proc.pid, flush=True)\n"

@@ -1,4 +1,4 @@
-"""A llama.cpp whose repacked kernels this CPU cannot run (engine.llamacpp.kernels), against real llama-server
+"""A llama.cpp whose repacked kernels this CPU cannot run (engine.engines.llamacpp.kernels), against real llama-server
 processes: the fault is injected by a wrapper that dies by SIGILL, as the AMX build did on a Xeon whose virtual
 machine reports AMX, unless it is started with --no-repack, and then runs the real llama-server."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.llamacpp import client, kernels
-from engine.llamacpp.bench import batch_times
-from engine.llamacpp.binaries import LlamaBuild, find_llama
-from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.engines.llamacpp import client, kernels
+from engine.engines.llamacpp.bench import batch_times
+from engine.engines.llamacpp.binaries import LlamaBuild, find_llama
+from engine.engines.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.models.bundled import gguf_for
 from tests.test_llamacpp import no_server_left_behind as no_server_left_behind  # autouse: every server stops
 

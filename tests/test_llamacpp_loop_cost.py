@@ -11,9 +11,9 @@ import pytest
 from engine.analysis.prediction import CostModel, bound_flags, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead, fit_step_overhead, fitted_v
 from engine.analysis.theory import fit_verify_cost
+from engine.engines.llamacpp.draft_stats import DraftStats, last_stats
+from engine.engines.llamacpp.server import ServerConfig
 from engine.engines.registry import sweep
-from engine.llamacpp.draft_stats import DraftStats, last_stats
-from engine.llamacpp.server import ServerConfig
 from engine.session.spec import SessionSpec
 from tests.test_llamacpp import DRAFT, PROMPTS, TARGET, Recorder
 from tests.test_llamacpp import no_server_left_behind as no_server_left_behind  # autouse: every server stops

@@ -18,11 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-import engine.engines.llamacpp as llamacpp_engine
-from engine.engines.llamacpp import LlamaCppRunner
-from engine.engines.registry import sweep
-from engine.llamacpp import client
-from engine.llamacpp.memory import (
+import engine.engines.llamacpp.runner as llamacpp_engine
+from engine.engines.llamacpp import client
+from engine.engines.llamacpp.memory import (
     GIB,
     RESERVE_BYTES,
     ServerMemory,
@@ -33,7 +31,9 @@ from engine.llamacpp.memory import (
     private_bytes,
     together,
 )
-from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.engines.llamacpp.runner import LlamaCppRunner
+from engine.engines.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.engines.registry import sweep
 from engine.models.bundled import gguf_for
 from engine.session.runner import DecodeContext, PromptText, plan_runs
 from engine.session.spec import SessionSpec

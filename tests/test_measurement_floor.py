@@ -22,13 +22,14 @@ from types import SimpleNamespace
 import pytest
 
 from engine.engines import registry
+from engine.engines.spectune.options import LoopOptions
 from engine.measure.noise import MeasurementFloor, MeasurementOverhead, floor_off, spread_of
 from engine.models.pool import ModelPool
 from engine.models.tiny import load_tiny
 from engine.prompts import load_prompt_file
 from engine.session.aa_check import aa_count
 from engine.session.runner import PromptText
-from engine.session.spec import LoopOptions, SessionSpec
+from engine.session.spec import SessionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_PASS_S = 0.02
@@ -106,7 +107,7 @@ def slow_sweep():
     pool = ModelPool()
     pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), clock))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=48, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     with clock.installed():
         return registry.sweep(spec, prompts(6), pool=pool).to_dict()
 
@@ -157,7 +158,7 @@ def test_no_decode_records_top_logits_and_the_target_top_is_asked_only_at_a_dive
 
     monkeypatch.setattr(spectune.SpectuneRunner, "decode", one_token_off)
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=12, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     report = registry.sweep(spec, prompts(3), pool=ModelPool()).to_dict()
     assert set(asked) == {0}
     assert tops == [(1, 5)]
@@ -175,7 +176,7 @@ def test_the_target_top_after_a_prefix_is_what_the_target_decodes_next():
 
     runner = spectune.SpectuneRunner(ModelPool())
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=10, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     plan = registry.get(spec.engine).plan(spec, registry.levels_of(spec))
     ctx = spectune.DecodeContext(on_step=lambda r: None, should_stop=lambda: False, phase=lambda *a: None)
     runner.start(spec, prompts(1), plan, ctx)
@@ -193,7 +194,7 @@ def test_the_target_top_after_a_prefix_is_what_the_target_decodes_next():
 def test_a_floor_outside_its_noise_band_marks_every_speedup_too_noisy(monkeypatch, n_prompts):
     """Without the prime the baseline pays the first pass alone: target ÷ target reads far above 1, and the
     session says so instead of offering a speedup, whether the A/A check covers every prompt or a subset."""
-    from engine.engines.spectune import SpectuneRunner
+    from engine.engines.spectune.runner import SpectuneRunner
 
     monkeypatch.setattr(SpectuneRunner, "prime", lambda self, index, ctx: None)
     report = _slow_session(n_prompts)
@@ -227,7 +228,7 @@ def _slow_session(n_prompts: int) -> dict:
     pool = ModelPool()
     pool.adopt(slow_first_pass(load_tiny(TARGET, logit_scale=4.0), clock, first_s=0.05))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=24, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     with clock.installed():
         return registry.sweep(spec, prompts(n_prompts), pool=pool).to_dict()
 
@@ -291,7 +292,7 @@ def test_a_slow_first_decode_after_the_prime_cancels(monkeypatch):
     """Whatever the first timed decode after a prompt's prime still pays lands on each configuration in turn, the
     baseline and the A/A decode included: the floor stays at 1.00 and no speedup is inflated by it. While the
     baseline always decoded first it paid this alone: the A/A read about 0.5× and n-gram about twice its speed."""
-    from engine.engines.spectune import SpectuneRunner
+    from engine.engines.spectune.runner import SpectuneRunner
 
     state = {"armed": False, "priming": False, "forwards": 0}
     prime = SpectuneRunner.prime
@@ -317,7 +318,7 @@ def test_a_slow_first_decode_after_the_prime_cancels(monkeypatch):
     pool = ModelPool()
     pool.adopt(timed_forwards(load_tiny(TARGET, logit_scale=4.0), clock, first_timed_step))
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=32, dtype="float32",
-                       device="cpu", chat_template=False, loop=LoopOptions("eager"))  # fmt: skip
+                       device="cpu", chat_template=False, engine_options=LoopOptions("eager"))  # fmt: skip
     with clock.installed():
         report = registry.sweep(spec, prompts(9), pool=pool).to_dict()
     floor = report["measurement_floor"]

@@ -257,7 +257,7 @@ def test_llama_server_runs_the_exported_policy_as_spectune_measured_it(tmp_path)
     that policy did (the run its replay was checked against): the same output, drafts, draft and accepted tokens."""
     from test_export_engines import exported_llama_server
 
-    from engine.llamacpp import client
+    from engine.engines.llamacpp import client
     from engine.service.decide.llamacpp_live import llamacpp_live
 
     policy = ConfidenceStop(0.6, 8, 0)

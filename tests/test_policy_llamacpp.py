@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from engine.core.counters import SpecCounters
+from engine.engines.llamacpp.policy_flags import draft_forwards, llamacpp_fields
+from engine.engines.llamacpp.server import ServerConfig
 from engine.engines.registry import validate
 from engine.errors import SettingsError
-from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields
-from engine.llamacpp.server import ServerConfig
 from engine.service.cli import main as cli
 from engine.service.cli.policy import run_policy
 from engine.session.spec import SessionSpec

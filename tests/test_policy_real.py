@@ -119,8 +119,8 @@ def check_against_replay(
 
 def _llamacpp_baselines(prompts: Sequence[str], n_predict: int, threads: int) -> tuple[list[str], list[PromptOutput]]:
     """The target alone in llama-server (as llamacpp_live(None, ...) runs it), with its top log-probs per token."""
-    from engine.llamacpp import client
-    from engine.llamacpp.server import ManagedServer, ServerConfig
+    from engine.engines.llamacpp import client
+    from engine.engines.llamacpp.server import ManagedServer, ServerConfig
     from engine.models.bundled import gguf_for
 
     with ManagedServer(ServerConfig(gguf_for("qwen2.5-coder-1.5b", "target"), threads=threads)) as server:
@@ -145,7 +145,7 @@ def test_llamacpp_against_the_replay():
     replays llama.cpp's counters within 3%; the confidence stop within 10%: llama.cpp's draft computes p with its
     quantized kernels, spectune's trace with the dequantized weights, so a p near the threshold can fall either
     side. Every prompt is compared: see check_against_replay."""
-    from engine.llamacpp.binaries import llama_status
+    from engine.engines.llamacpp.binaries import llama_status
     from engine.service.decide.llamacpp_live import llamacpp_live
 
     build, why = llama_status()

@@ -53,18 +53,18 @@ def a_step(i: int) -> StepRecord:
 
 
 def test_out_of_memory_loading_fails_that_session_only(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    import engine.engines.spectune
+    import engine.engines.spectune.runner
     from engine.service.worker.loop import serve
 
     too_big = "tiny:2:48:2:64"
-    real_get = engine.engines.spectune.ModelPool.get
+    real_get = engine.engines.spectune.runner.ModelPool.get
 
     def get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         if ref == too_big:
             raise MemoryError()
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.engines.spectune.ModelPool, "get", get)
+    monkeypatch.setattr(engine.engines.spectune.runner.ModelPool, "get", get)
     doomed = queue(store, target=too_big)
     fine = queue(store, prompts=3)
     assert serve(store, once=True) == 2
@@ -78,11 +78,11 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
     """A CUDA OOM (a RuntimeError subclass) in the second speculative run: every step delivered is stored."""
     import torch
 
-    import engine.engines.spectune
+    import engine.engines.spectune.runner
     from engine.service.worker.loop import serve
 
-    real_decode = engine.engines.spectune.decode_prompt
-    real_run = engine.engines.spectune.SpectuneRunner.decode
+    real_decode = engine.engines.spectune.runner.decode_prompt
+    real_run = engine.engines.spectune.runner.SpectuneRunner.decode
     delivered: dict[str, int] = {"steps": 0}
     boom = {"armed": True}
     logged = {"now": False}
@@ -107,8 +107,8 @@ def test_out_of_memory_mid_decode_keeps_the_steps_so_far(store: Store, monkeypat
 
         return real_decode(target, draft, ids, cfg, *args, **(kwargs | {"on_step": counting}))
 
-    monkeypatch.setattr(engine.engines.spectune, "decode_prompt", decode)
-    monkeypatch.setattr(engine.engines.spectune.SpectuneRunner, "decode", run)
+    monkeypatch.setattr(engine.engines.spectune.runner, "decode_prompt", decode)
+    monkeypatch.setattr(engine.engines.spectune.runner.SpectuneRunner, "decode", run)
     doomed = queue(store, prompts=3, drafts=("ngram",), gammas=(1, 2), max_new_tokens=32)
     fine = queue(store, prompts=2)
     assert serve(store, once=True) == 2
@@ -273,18 +273,18 @@ def test_two_workers_at_once_is_covered_in_test_worker() -> None:
 def test_a_slow_model_load_is_not_mistaken_for_a_dead_worker(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No decode steps run while a model loads (a GGUF conversion takes a minute); the heartbeat must go on,
     or a second worker's orphan check fails the healthy session."""
-    import engine.engines.spectune
+    import engine.engines.spectune.runner
     import engine.service.worker.store_hooks
     from tests.test_worker import serve_in_thread, wait_for
 
     monkeypatch.setattr(engine.service.worker.store_hooks, "HEARTBEAT_S", 0.1)
-    real_get = engine.engines.spectune.ModelPool.get
+    real_get = engine.engines.spectune.runner.ModelPool.get
 
     def slow_get(self: Any, ref: str, *args: Any, **kwargs: Any) -> Any:
         time.sleep(1.5)
         return real_get(self, ref, *args, **kwargs)
 
-    monkeypatch.setattr(engine.engines.spectune.ModelPool, "get", slow_get)
+    monkeypatch.setattr(engine.engines.spectune.runner.ModelPool, "get", slow_get)
     watcher = open_db(home)
     try:
         sid = queue(watcher, prompts=1, max_new_tokens=8)

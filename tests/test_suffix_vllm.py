@@ -11,8 +11,8 @@ from test_suffix_export import suffix_rec
 from test_vllm_server import smollm
 
 from engine.analysis.export import export
-from engine.endpoint.metrics import parse_metrics
-from engine.vllm.server import VllmConfig, VllmServer
+from engine.engines.vllm.server import VllmConfig, VllmServer
+from engine.serving.metrics import parse_metrics
 
 PROMPT = "Count: one two three four five six seven eight nine ten. Again: one two three"
 

@@ -16,13 +16,14 @@ from test_suffix_export import suffix_rec
 from engine.analysis.export import export
 from engine.core.policy import parse_policy
 from engine.engines import registry
-from engine.engines.vllm import choose_dtype, speculative_config
+from engine.engines.vllm.binaries import find_vllm
+from engine.engines.vllm.options import VllmOptions
+from engine.engines.vllm.runner import choose_dtype, speculative_config
+from engine.engines.vllm.server import VllmConfig
 from engine.errors import SettingsError
 from engine.measure.hardware import cpu_has_bf16
 from engine.session.runner import RunKey, plan_runs
-from engine.session.spec import SessionSpec, VllmOptions
-from engine.vllm.binaries import find_vllm
-from engine.vllm.server import VllmConfig
+from engine.session.spec import SessionSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 AVX512_ONLY = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n"
@@ -99,15 +100,19 @@ def test_what_vllm_sessions_refuse() -> None:
 
 
 def test_the_levels_and_vllm_options_are_stored_and_an_older_row_reads_back_with_defaults() -> None:
-    row = spec(concurrency=[1, 2, 8], vllm=VllmOptions(threads=2, kv_cache_mib=256)).to_row()
-    assert row["options"]["vllm"] == {"threads": 2, "kv_cache_mib": 256, "max_model_len": 4096, "enforce_eager": True}
+    row = spec(concurrency=[1, 2, 8], engine_options=VllmOptions(threads=2, kv_cache_mib=256)).to_row()
+    stored = {"threads": 2, "kv_cache_mib": 256, "max_model_len": 4096, "enforce_eager": True}
+    assert row["options"]["engine_options"] == stored
     back = SessionSpec.from_row(json.loads(json.dumps(row)))
-    assert back.concurrency == [1, 2, 8] and back.vllm == VllmOptions(threads=2, kv_cache_mib=256)
+    assert back.concurrency == [1, 2, 8] and back.engine_options == VllmOptions(threads=2, kv_cache_mib=256)
+    del row["options"]["engine_options"]
+    row["options"]["vllm"] = stored  # where a row from before engine options kept them
+    assert SessionSpec.from_row(row).engine_options == VllmOptions(threads=2, kv_cache_mib=256)
     del row["options"]["concurrency"], row["options"]["vllm"]
     old = SessionSpec.from_row(row)
-    assert old.concurrency == [1] and old.vllm == VllmOptions()
+    assert old.concurrency == [1] and old.engine_options == VllmOptions()
     with pytest.raises(SettingsError, match="vLLM threads = 0"):
-        registry.validate(spec(vllm=VllmOptions(threads=0)))
+        registry.validate(spec(engine_options=VllmOptions(threads=0)))
 
 
 def test_the_registry_entry_says_vllm_batches_and_names_its_version() -> None:
@@ -163,7 +168,7 @@ def test_the_run_page_names_the_vllm_version_or_why_it_cannot_run(
 ) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from engine.vllm import binaries
+    from engine.engines.vllm import binaries
 
     monkeypatch.setenv("SPECTUNE_HOME", str(tmp_path))
     monkeypatch.delenv("SPECTUNE_DB_URL", raising=False)
@@ -188,7 +193,7 @@ def test_a_request_alone_in_flight_gives_the_runs_drafting_step_and_batches_give
     prompt's target-alone step with one request in flight, is its LoopPoint (the step overhead is fitted to it)."""
     from engine.analysis.step_overhead import LoopPoint
     from engine.core.counters import SpecCounters
-    from engine.engines.vllm import VllmRunner
+    from engine.engines.vllm.runner import VllmRunner
     from engine.session.runner import DecodeContext
 
     runner = VllmRunner()

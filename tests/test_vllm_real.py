@@ -30,8 +30,8 @@ import pytest
 from engine.analysis.export import export
 from engine.analysis.export.vllm_read import read_vllm_export
 from engine.analysis.recommend import DraftMeasurement, recommend
-from engine.endpoint.metrics import parse_metrics
-from engine.engines.vllm import VllmRunner
+from engine.engines.vllm.runner import VllmRunner
+from engine.engines.vllm.server import VllmConfig, VllmServer
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.loading import prepare_bundled
 from engine.models.pool import ModelPool
@@ -40,9 +40,10 @@ from engine.service.endpoint_sessions import probe_endpoint, submit_endpoint_ses
 from engine.service.export_check import export_check_rows, submit_export_check
 from engine.service.jobs import submit_session
 from engine.service.worker.loop import run_session
+from engine.serving.metrics import parse_metrics
 from engine.session.runner import DecodeContext, PromptText, RunFailed, RunKey
 from engine.session.spec import SessionSpec
-from engine.vllm.server import VllmConfig, VllmServer, process_group
+from foundation.processes import process_group
 from store import open_store
 from tests.test_recommend_surface import store_vllm_session
 
@@ -65,7 +66,7 @@ def vllm_processes() -> set[int]:
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-            if ("vllm.entrypoints" in cmd or "VLLM::" in cmd or "engine/vllm/guard.py" in cmd) and (
+            if ("vllm.entrypoints" in cmd or "VLLM::" in cmd or "engine/engines/vllm/guard.py" in cmd) and (
                 proc.status() != psutil.STATUS_ZOMBIE
             ):
                 found.add(proc.pid)
@@ -139,8 +140,8 @@ class TestTheNgramExportsServer:
         """VllmRunner.reference_at: the prompt's token ids (vLLM's /tokenize) and a prefix of the target's own greedy
         output, one token generated with its top log-probs; the token the target decoded there is its best, or
         within the fidelity tolerance of it."""
+        from engine.engines.vllm import client
         from engine.measure.fidelity import TOLERANCE
-        from engine.vllm import client
 
         runner, baseline = VllmRunner(), RunKey("none", 0, 0.0)
         runner.spec = SessionSpec(target="smollm2-135m", drafts=["ngram"], gammas=[GAMMA], max_new_tokens=12,

@@ -1,4 +1,4 @@
-"""A managed vLLM server (engine.vllm.server), real processes: it serves, says what it is, and no API server,
+"""A managed vLLM server (engine.engines.vllm.server), real processes: it serves, says what it is, and no API server,
 EngineCore or Worker survives its stop, a crash, or a SIGTERM or SIGKILL of the process that started it.
 
 vLLM CPU 0.32.0 from .venv-vllm (make setup) on the bundled SmolLM2-135M in float32, --enforce-eager: each start
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.endpoint.metrics import parse_metrics
+from engine.engines.vllm.binaries import find_vllm
+from engine.engines.vllm.server import VllmConfig, VllmServer, VllmServerError
 from engine.models.loading import prepare_bundled
-from engine.vllm.binaries import find_vllm
-from engine.vllm.server import VllmConfig, VllmServer, VllmServerError, process_group
+from engine.serving.metrics import parse_metrics
+from foundation.processes import process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
@@ -100,7 +101,7 @@ def test_a_crash_of_its_engine_leaves_no_process_and_the_log_says_why() -> None:
 
 OWNER = textwrap.dedent("""
     import json, sys, time
-    from engine.vllm.server import VllmConfig, VllmServer
+    from engine.engines.vllm.server import VllmConfig, VllmServer
     server = VllmServer(VllmConfig.from_json(sys.argv[1])).start()
     print(json.dumps({"pgid": server.proc.pid, "pids": server.processes(), "log": str(server.log_path)}), flush=True)
     time.sleep(3600)

@@ -36,7 +36,7 @@ from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: 
 from watch_parts import store as store  # noqa: F401 - a fixture
 
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
-from engine.llamacpp.server import ManagedServer
+from engine.engines.llamacpp.server import ManagedServer
 from engine.service.watch import deployed_gamma, deployment_for, watch
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource

@@ -16,10 +16,10 @@ from watch_parts import complete, ngram_config, ngram_session, running_prometheu
 from watch_parts import no_server_left_behind as no_server_left_behind  # noqa: F401 - a fixture
 from watch_parts import store as store  # noqa: F401 - a fixture
 
-from engine.endpoint.metrics import scrape
-from engine.endpoint.transport import Connection
-from engine.llamacpp.server import ManagedServer
+from engine.engines.llamacpp.server import ManagedServer
 from engine.service.watch import deployment_for, watch
+from engine.serving.metrics import scrape
+from engine.serving.transport import Connection
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.verdict import PAYING
 from engine.watch.window import DOWN, OK, RESET

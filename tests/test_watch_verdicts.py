@@ -6,8 +6,8 @@ import pytest
 
 from engine.analysis.recommend_types import DraftMeasurement
 from engine.analysis.theory import COMPUTE_BOUND, MEMORY_BOUND
-from engine.endpoint.load import Load, parse_load
-from engine.endpoint.metrics import ServerCounters, parse_metrics
+from engine.serving.load import Load, parse_load
+from engine.serving.metrics import ServerCounters, parse_metrics
 from engine.watch.verdict import (
     BELOW,
     COLLAPSED,

@@ -55,8 +55,8 @@ def test_a_stopping_worker_leaves_another_workers_pid_file(home: Path, monkeypat
 
 
 def test_llama_bench_is_killed_as_soon_as_the_session_stops() -> None:
+    from engine.engines.llamacpp.bench import _run
     from engine.errors import SpectuneError
-    from engine.llamacpp.bench import _run
 
     started = time.monotonic()
     try:
@@ -72,7 +72,7 @@ def test_a_request_in_flight_is_cut_short_by_a_stop() -> None:
     import pytest
 
     from engine.core.records import Cancelled
-    from engine.engines.llamacpp import LlamaCppRunner
+    from engine.engines.llamacpp.runner import LlamaCppRunner
 
     stopped = threading.Event()  # a stopped server drops its connection: the request ends with an error
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from processes import no_server_left_behind as no_server_left_behind  # noqa: F401 - autouse where imported
 
-from engine.llamacpp.server import ServerConfig, die_with_parent, free_port
+from engine.engines.llamacpp.server import ServerConfig
 from engine.models.bundled import gguf_for
+from foundation.processes import die_with_parent, free_port
 from store import Store, open_store
 
 DRAFT = "ngram:3-4"

@@ -15,7 +15,6 @@ from engine.service.api import (
     DEFAULT_DRAFT,
     DEFAULT_TARGET,
     LOOPS,
-    LoopOptions,
     SessionSpec,
     StoredSession,
     draft_kinds,
@@ -234,7 +233,9 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         policies=policy_specs(form.policies_text),
         mode=form.mode,
         confirm=form.mode == "full" and bool(form.confirm),
-        loop=LoopOptions(form.loop, int(form.threads) or None),
+        engine_options=registry.options_from_values(
+            form.engine, {"loop": form.loop, "threads": int(form.threads) or None}
+        ),
     )
     levels = (form.concurrency_text or "").strip()
     spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels

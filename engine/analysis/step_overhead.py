@@ -8,7 +8,7 @@ models (2-core Xeon, Q4_K_M, 6 Spec-Bench prompts × 32 tokens, the draft's own 
 statistics): one verify of k = 2, 3, 5 positions cost 2.15, 2.58 and 3.36 single-token target steps against
 llama-bench's 1.34, 1.64 and 1.96, while the draft's time per token in the loop was its time alone (0.89–1.02×).
 
-spectune's own loop is timed the same way (engine.engines.spectune): there a drafting step also pays the verify's
+spectune's own loop is timed the same way (engine.engines.spectune.runner): there a drafting step also pays the verify's
 bookkeeping, the KV-cache crop and an n-gram lookup beside the target's forward.
 
 So a step that verifies d ≥ 1 draft tokens is charged `per_step + per_token · d` more, in target-step units, both

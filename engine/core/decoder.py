@@ -74,7 +74,7 @@ def decode_prompt(
     eos = _eos_ids(target) if cfg.stop_on_eos else set()
     device = target.device
     run = policy_run if policy_run is not None else PolicyRun(cfg.speculation_policy())
-    speculating = draft.method != "none"
+    speculating = getattr(draft, "speculates", True)
     # the confidence stop needs a draft that reports its confidence (a draft model); others draft the full length
     stopper = run.stopper if getattr(draft, "reports_confidence", False) else None
 

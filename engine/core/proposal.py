@@ -44,6 +44,7 @@ class NoDraft:
 
     name = "none"
     method = "none"
+    speculates = False  # the target alone: no draft, no verification
 
     def start(self, prompt_ids: list[int]) -> None:
         pass

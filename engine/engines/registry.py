@@ -5,15 +5,20 @@ Adding an engine: a Runner module beside this one and one `register(EngineEntry(
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import argparse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.core.engine_options import EngineOptions
+from engine.engines.endpoint.settings import EndpointSessionSettings
+from engine.engines.spectune.options import LoopOptions
+from engine.engines.vllm.options import VllmOptions
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
 from engine.session.runner import PromptText, RunKey, Runner, plan_runs
-from engine.session.spec import SessionSpec
+from engine.session.spec import SessionSpec, register_engine_options
 from engine.session.spec import validate as validate_common
 from engine.session.sweep import SweepReport, run_sweep
 
@@ -47,6 +52,7 @@ class EngineEntry:
     # stops every process of this engine the worker started and says how many (servers): None where it starts none
     stop_processes: Callable[[], int] | None = None
     processes: str = "server(s)"  # what those processes are called, for the worker's log
+    options: type[EngineOptions] | None = None  # the type of its own options a spec holds (None: it has none)
 
 
 _ENTRIES: dict[str, EngineEntry] = {}
@@ -54,6 +60,8 @@ _ENTRIES: dict[str, EngineEntry] = {}
 
 def register(entry: EngineEntry) -> None:
     _ENTRIES[entry.name] = entry
+    if entry.options is not None:
+        register_engine_options(entry.name, entry.options)
 
 
 def stop_all_processes() -> dict[str, int]:
@@ -94,9 +102,40 @@ def engine_from_cli(choice: str) -> str:
 
 
 def validate(spec: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
-    """The spec checked by its engine (the engine named first)."""
-    get(spec.engine).validate(spec, n_prompts)
+    """The spec checked by its engine (the engine named first), its own options typed and checked last."""
+    entry = get(spec.engine)
+    entry.validate(spec, n_prompts)
+    spec.engine_options = options_of(entry, spec)
     return spec
+
+
+def options_of(entry: EngineEntry, spec: SessionSpec) -> EngineOptions | None:
+    """The spec's options as `entry`'s type, checked; SettingsError for another engine's options."""
+    given = spec.engine_options
+    if entry.options is None:
+        if given:
+            raise SettingsError(f"{entry.label} takes no options of its own, not {type(given).__name__}")
+        return None
+    if given is not None and not isinstance(given, entry.options | Mapping):
+        raise SettingsError(f"{entry.label} takes {entry.options.__name__}, not {type(given).__name__}")
+    return entry.options.of(spec).checked(spec)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every sweeping engine's own flags, on `run` and `submit`."""
+    for options in dict.fromkeys(e.options for e in _ENTRIES.values() if e.options and not e.deployment):
+        options.add_arguments(parser)
+
+
+def options_from_values(name: str, values: Mapping[str, Any]) -> EngineOptions | None:
+    """The options of a session in engine `name`, from the CLI's arguments or the Run form's values by name. Every
+    sweeping engine's own values are checked, so a bad one is refused even where another engine runs."""
+    chosen = None
+    for entry in _ENTRIES.values():
+        if entry.options is not None and not entry.deployment:
+            options = entry.options.from_values(values).checked(None)
+            chosen = options if entry is get(name) else chosen
+    return chosen
 
 
 def runner_for(spec: SessionSpec, pool: ModelPool | None = None) -> Runner:
@@ -147,49 +186,49 @@ def sweep(
 
 
 def _spectune() -> Any:
-    from engine.engines.spectune import SpectuneRunner
+    from engine.engines.spectune.runner import SpectuneRunner
 
     return SpectuneRunner
 
 
 def _llamacpp() -> Any:
-    from engine.engines.llamacpp import LlamaCppRunner
+    from engine.engines.llamacpp.runner import LlamaCppRunner
 
     return LlamaCppRunner
 
 
 def _llamacpp_runs(policy: str) -> bool:
-    from engine.llamacpp.policy_flags import llamacpp_fields
+    from engine.engines.llamacpp.policy_flags import llamacpp_fields
 
     return llamacpp_fields(policy) is not None
 
 
 def _llamacpp_memory(spec: SessionSpec, plan: list[RunKey]) -> tuple[int, str]:
-    from engine.engines.llamacpp import memory_before
+    from engine.engines.llamacpp.runner import memory_before
 
     return memory_before(spec, plan)
 
 
 def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.llamacpp import validate_llamacpp
+    from engine.engines.llamacpp.runner import validate_llamacpp
 
     validate_llamacpp(spec, n_prompts)
 
 
 def _vllm() -> Any:
-    from engine.engines.vllm import VllmRunner
+    from engine.engines.vllm.runner import VllmRunner
 
     return VllmRunner
 
 
 def _validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.vllm import validate_vllm
+    from engine.engines.vllm.runner import validate_vllm
 
     validate_vllm(spec, n_prompts)
 
 
 def _vllm_availability() -> tuple[bool, str]:
-    from engine.vllm.binaries import vllm_status
+    from engine.engines.vllm.binaries import vllm_status
 
     found, line = vllm_status()
     if found is None:
@@ -198,19 +237,19 @@ def _vllm_availability() -> tuple[bool, str]:
 
 
 def _endpoint() -> Any:
-    from engine.engines.endpoint import EndpointRunner
+    from engine.engines.endpoint.runner import EndpointRunner
 
     return EndpointRunner
 
 
 def _validate_endpoint(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.endpoint import validate_endpoint
+    from engine.engines.endpoint.runner import validate_endpoint
 
     validate_endpoint(spec, n_prompts)
 
 
 def _plan_endpoint(spec: SessionSpec, levels: Sequence[int]) -> list[RunKey]:
-    from engine.engines.endpoint import plan_endpoint
+    from engine.engines.endpoint.runner import plan_endpoint
 
     return plan_endpoint(spec, levels)
 
@@ -219,25 +258,25 @@ SPECTUNE_NOTE = "Exact β per position, top logits and fp32 fidelity verdicts; s
 
 
 def _spectune_setup(spec: SessionSpec, hardware: str) -> str | None:
-    from engine.engines.spectune_loop import setup_note
+    from engine.engines.spectune.loop import setup_note
 
     return setup_note(spec, hardware)
 
 
 def _llamacpp_stop_all() -> int:
-    from engine.llamacpp.server import stop_all
+    from engine.engines.llamacpp.server import stop_all
 
     return stop_all()
 
 
 def _vllm_stop_all() -> int:
-    from engine.vllm.server import stop_all
+    from engine.engines.vllm.server import stop_all
 
     return stop_all()
 
 
 def _llamacpp_availability() -> tuple[bool, str]:
-    from engine.llamacpp.binaries import llama_status
+    from engine.engines.llamacpp.binaries import llama_status
 
     build, line = llama_status()
     if build is None:
@@ -247,7 +286,7 @@ def _llamacpp_availability() -> tuple[bool, str]:
 
 register(EngineEntry(
     "spectune", "spectune", "spectune (PyTorch loop)", validate_common, _spectune, in_process=True,
-    runs_policies=True,
+    runs_policies=True, options=LoopOptions,
     availability=lambda: (True, SPECTUNE_NOTE), setup_note=_spectune_setup,
 ))  # fmt: skip
 register(EngineEntry(
@@ -258,9 +297,9 @@ register(EngineEntry(
 ))  # fmt: skip
 register(EngineEntry(
     "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,
-    export_format="vllm", batches=True, stop_processes=_vllm_stop_all, processes="vLLM server(s)",
+    export_format="vllm", batches=True, stop_processes=_vllm_stop_all, processes="vLLM server(s)", options=VllmOptions,
 ))  # fmt: skip
 register(EngineEntry(
     "endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint, _endpoint,
-    plan=_plan_endpoint, deployment=True,
+    plan=_plan_endpoint, deployment=True, options=EndpointSessionSettings,
 ))  # fmt: skip

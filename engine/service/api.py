@@ -31,9 +31,10 @@ from engine.analysis.theory import (
 from engine.core.counters import draft_acceptance_rate, tokens_per_call
 from engine.core.policy import parse_policy, policy_kinds
 from engine.drafts.kinds import draft_kinds, kind_of_method
-from engine.endpoint.report import compare, request_stats
-from engine.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
 from engine.engines import registry
+from engine.engines.endpoint.report import compare, request_stats
+from engine.engines.endpoint.settings import APIS, ENGINE_KINDS, MAX_CONCURRENCY, parse_levels
+from engine.engines.spectune.options import LOOPS
 from engine.measure.hardware import describe_hardware
 from engine.measure.noise import BUSY_OTHER_CPU_PCT, stored_noisy
 from engine.models.bundled import BUNDLED, DEFAULT_DRAFT, DEFAULT_TARGET, parameter_count
@@ -88,7 +89,7 @@ from engine.service.watch_actions import action_file as watch_action_file
 from engine.service.worker.control import ensure_worker, worker_alive
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
-from engine.session.spec import LOOPS, LoopOptions, SessionSpec
+from engine.session.spec import SessionSpec
 from engine.session.summarise import BestSpeedup, best_speedup, speedup_flag, stored_speedup_flag
 from engine.watch.verdict import VERDICTS as WATCH_VERDICTS
 from engine.watch.window import STATES as WATCH_STATES
@@ -98,7 +99,7 @@ __all__ = [
     "ENGINE_KINDS", "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "PROBE_TOKENS",
     "RECOMMEND_ENGINES", "UNFINISHED_RUNS", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "WATCH_STATES", "WATCH_VERDICTS",
     "ActionFile", "BestSpeedup", "Cut", "Decision", "DecisionQuery", "DraftMeasurement", "DraftPolicies",
-    "DraftSummary", "EngineDefault", "GammaPoint", "LoopOptions", "Pace", "ParseResult", "PolicyReport",
+    "DraftSummary", "EngineDefault", "GammaPoint", "Pace", "ParseResult", "PolicyReport",
     "Recommendation", "Recommended", "SessionSpec", "SizedPlan", "StoredSession", "Surface", "SurfaceCell",
     "baseline_tps", "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text",
     "check_endpoint", "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",

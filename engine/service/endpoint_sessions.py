@@ -1,5 +1,5 @@
 """Endpoint sessions: queued from the dashboard (or the CLI), run by the worker through the one sweep driver
-against a running OpenAI-compatible endpoint (engine.engines.endpoint), every request stored as it finishes."""
+against a running OpenAI-compatible endpoint (engine.engines.endpoint.runner), every request stored as it finishes."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from engine.service.jobs import prompt_count
 
 def endpoint_spec(endpoint: dict[str, Any], max_new_tokens: int = 64, temperature: float = 0.0) -> Any:
     """The SessionSpec of an endpoint session: target = the model (or URL), drafts = the endpoint URLs."""
-    from engine.endpoint.settings import EndpointSessionSettings
     from engine.engines import registry
+    from engine.engines.endpoint.settings import EndpointSessionSettings
     from engine.session.spec import SessionSpec
 
     settings = EndpointSessionSettings.from_dict(endpoint).validate(max_new_tokens, temperature)
     urls = [e.url for e in settings.endpoints()]
     spec = SessionSpec(
         target=settings.model or urls[0], drafts=urls, gammas=[], temperatures=[float(temperature)],
-        max_new_tokens=int(max_new_tokens), engine="endpoint", endpoint=settings, chat_template=False,
+        max_new_tokens=int(max_new_tokens), engine="endpoint", engine_options=settings, chat_template=False,
         measure_verify_cost=False, detect_regime=False,
     )  # fmt: skip
     return registry.validate(spec)
@@ -72,10 +72,10 @@ def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
 
     ``speculation counters`` is True (exposed), False (/metrics answered without them) or None (/metrics could
     not be read; ``metrics`` says why)."""
-    from engine.endpoint.detect import detect
-    from engine.endpoint.metrics import scrape
-    from engine.endpoint.settings import Endpoint, api_key
-    from engine.endpoint.transport import Connection, EndpointError
+    from engine.engines.endpoint.settings import Endpoint, api_key
+    from engine.serving.detect import detect
+    from engine.serving.metrics import scrape
+    from engine.serving.transport import Connection, EndpointError
 
     endpoint = Endpoint(url, "", api_key_env, kind)
     conn = Connection(endpoint.url, api_key(endpoint.api_key_env), 5.0)

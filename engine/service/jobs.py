@@ -44,8 +44,6 @@ def check_model_ref(ref: str, role: str = "model") -> str | None:
         except ModelError as exc:
             return str(exc)
         return None
-    if role == "draft" and not (kind := draft_kind(ref)).needs_model:
-        return kind.check(ref)
     path = Path(ref).expanduser()
     if ref.endswith(".gguf"):
         if not path.is_file():
@@ -83,8 +81,8 @@ def validate_submission(settings: SessionSpec, n_prompts: int) -> None:
     problem = check_model_ref(settings.target, "target")
     if problem:
         raise ModelError(problem)
-    for draft in settings.drafts:
-        problem = check_model_ref(draft, "draft")
+    for draft in settings.drafts:  # a kind without a model had its reference checked by its kind (validate)
+        problem = check_model_ref(draft, "draft") if draft_kind(draft).needs_model else None
         if problem:
             raise ModelError(problem)
 

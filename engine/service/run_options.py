@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.engines import registry
 from engine.measure.hardware import machine_dtype
-from engine.session.spec import LoopOptions, SessionSpec
+from engine.session.spec import SessionSpec
 
 
 def spec_from_args(args: argparse.Namespace, **settings: Any) -> SessionSpec:
@@ -31,7 +31,6 @@ def spec_from_args(args: argparse.Namespace, **settings: Any) -> SessionSpec:
 
 
 def apply_engine_options(settings: SessionSpec, args: argparse.Namespace) -> None:
-    """Concurrency levels (an engine that batches), vLLM's threads, and spectune's loop and threads."""
+    """Concurrency levels (an engine that batches) and the engine's own options, from their flags."""
     settings.concurrency = registry.concurrency_for(settings.engine, args.concurrency)
-    settings.vllm.threads = args.vllm_threads
-    settings.loop = LoopOptions(args.loop, args.threads)
+    settings.engine_options = registry.options_from_values(settings.engine, vars(args))

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.session.spec import session_engine
+from engine.session.spec import session_engine, stored_engine_options
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -53,9 +53,9 @@ class StoredSession:
         return int(self.options.get("serving_batch") or 1)
 
     @property
-    def endpoint_settings(self) -> dict[str, Any]:
-        """An endpoint session's settings as submitted ({} for another engine)."""
-        return dict(_mapping(self.options.get("endpoint")))
+    def engine_options(self) -> dict[str, Any]:
+        """Its engine's own options as submitted, plain ({} where it has none; an endpoint's URLs and caps)."""
+        return dict(stored_engine_options(self.engine, self.options))
 
     @property
     def endpoint_report(self) -> Mapping[str, Any]:

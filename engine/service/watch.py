@@ -15,9 +15,9 @@ from typing import Any
 
 from engine.analysis.regime import judge_regime
 from engine.analysis.theory import alpha_from_mean_accepted
-from engine.endpoint.transport import EndpointError
 from engine.errors import SettingsError, SpectuneError
 from engine.service.decide.evidence import gather, recommend_from_store
+from engine.serving.transport import EndpointError
 from engine.watch.exporter import Exporter
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource

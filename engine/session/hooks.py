@@ -47,7 +47,7 @@ class Hooks:
         progress (done of total) and an estimate of the seconds it has left (None when unknown)."""
 
     def requests(self, run: Any, rows: list[dict[str, Any]]) -> None:
-        """A deployment's requests, one row each (engine.endpoint.results.RequestResult), as they finish."""
+        """A deployment's requests, one row each (engine.engines.endpoint.results.RequestResult), as they finish."""
 
     def run_failed(self, run: Any, message: str) -> None:
         """One configuration could not be measured (e.g. its server crashed); the sweep goes on."""

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine.core.engine_options import EngineOptions
 from engine.core.policy import SpeculationPolicy, parse_policy
 from engine.drafts.kinds import draft_kind
-from engine.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError
 
 MAX_GAMMA = 64
@@ -25,70 +25,10 @@ DEVICE_HELP = "auto, cpu or cuda[:N]"
 _COLUMNS = ("target", "drafts", "gammas", "temperatures", "max_new_tokens", "top_k", "top_p", "seed", "dtype", "device")
 _OPTIONS = (
     "engine", "chat_template", "measure_verify_cost", "trust_remote_code", "detect_regime", "serving_batch",
-    "prompt_sample", "endpoint", "policies", "concurrency", "vllm", "mode", "confirm", "loop", "time_budget_s",
+    "prompt_sample", "policies", "concurrency", "mode", "confirm", "time_budget_s", "engine_options",
 )  # fmt: skip
 MODES = ("quick", "full")  # engine.session.quick: probe, predict, confirm; or every configuration of the grid
 MAX_CONCURRENCY = 64
-
-
-@dataclass
-class VllmOptions:
-    """A vLLM session's own settings (engine.vllm.server.VllmConfig): its compute cores (None: every core), the
-    KV cache it may hold, the longest sequence, and whether to skip torch.compile (start-up ≈2 min faster)."""
-
-    threads: int | None = None
-    kv_cache_mib: int = 512
-    max_model_len: int = 4096
-    enforce_eager: bool = True
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | VllmOptions | None) -> VllmOptions:
-        """From the stored options (unknown keys ignored; an older row without them: the defaults)."""
-        if isinstance(data, VllmOptions):
-            return data
-        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-    def validate(self) -> VllmOptions:
-        if self.threads is not None and not 1 <= self.threads <= 1024:
-            raise SettingsError(f"vLLM threads = {self.threads}: 1 to 1024, or none for every core")
-        if not 64 <= self.kv_cache_mib <= 1 << 20:
-            raise SettingsError(f"vLLM KV cache = {self.kv_cache_mib} MiB: at least 64")
-        if not 128 <= self.max_model_len <= 1 << 20:
-            raise SettingsError(f"vLLM max model length = {self.max_model_len}: at least 128")
-        return self
-
-
-LOOPS = ("auto", "eager", "compiled")  # engine.core.compiled
-
-
-@dataclass
-class LoopOptions:
-    """spectune's own loop: `kind` eager, compiled (a static KV cache, compiled forwards; CUDA graphs on a GPU) or
-    auto (a measured probe per machine, target and dtype decides, engine.engines.spectune_loop); `threads` the CPU
-    intra-op threads (None: the cores free when the session starts, engine.measure.threads)."""
-
-    kind: str = "auto"
-    threads: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | LoopOptions | None) -> LoopOptions:
-        """From the stored options (unknown keys ignored; an older row without them: the defaults)."""
-        if isinstance(data, LoopOptions):
-            return data
-        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-    def validate(self) -> LoopOptions:
-        if self.kind not in LOOPS:
-            raise SettingsError(f"loop '{self.kind}': choose {', '.join(LOOPS)}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not 1 <= int(self.threads) <= 1024):
-            raise SettingsError(f"threads = {self.threads}: 1 to 1024, or none for the cores free at the start")
-        return self
-
-
-def _endpoint_options(data: Mapping[str, Any] | EndpointSessionSettings | None) -> EndpointSessionSettings | None:
-    return EndpointSessionSettings.from_dict(data) if data else None
 
 
 def _seconds(value: Any) -> float | None:
@@ -96,9 +36,28 @@ def _seconds(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-# options stored as dicts (or as none), read back typed
-_TYPED_OPTIONS: dict[str, Any] = {"vllm": VllmOptions.from_dict, "endpoint": _endpoint_options,
-                                   "loop": LoopOptions.from_dict, "time_budget_s": _seconds}  # fmt: skip
+_OPTIONS_TYPES: dict[str, type[EngineOptions]] = {}  # engine -> the type of its own options (its registry entry)
+
+
+def register_engine_options(engine: str, options: type[EngineOptions]) -> None:
+    """Sessions in `engine` hold options of type `options` (the engine registry registers each engine's once)."""
+    _OPTIONS_TYPES[engine] = options
+
+
+def stored_engine_options(engine: str, stored: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored session's own engine options as plain values ({} where none): its `engine_options`, or the key an
+    older row of that engine kept them under."""
+    older = _OPTIONS_TYPES[engine].stored_as if engine in _OPTIONS_TYPES else ""
+    found = stored.get("engine_options") or (stored.get(older) if older else None)
+    return found if isinstance(found, Mapping) else {}
+
+
+def read_engine_options(engine: str, stored: Mapping[str, Any]) -> EngineOptions | Mapping[str, Any] | None:
+    """A stored session's own engine options, typed by its engine (an engine not registered here: as stored)."""
+    found = stored_engine_options(engine, stored)
+    if engine in _OPTIONS_TYPES:
+        return _OPTIONS_TYPES[engine].from_dict(found)
+    return dict(found) or None
 
 
 def session_engine(row: Mapping[str, Any]) -> str:
@@ -132,14 +91,12 @@ class SessionSpec:
     detect_regime: bool = True
     serving_batch: int = 1
     engine: str = "spectune"
+    engine_options: EngineOptions | None = None  # the engine's own options, of its entry's type (None: none)
     prompt_sample: str = "first"  # "first" n in file order, or "stratified" by category (engine.session.sampling)
-    endpoint: EndpointSessionSettings | None = None  # engine "endpoint" only (no secrets: a key's variable name)
     policies: list[str] = field(default_factory=list)  # speculation policies also run live (engine.core.policy)
-    concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch: vLLM)
-    vllm: VllmOptions = field(default_factory=VllmOptions)  # engine "vllm" only
+    concurrency: list[int] = field(default_factory=lambda: [1])  # requests in flight (engines that batch them)
     mode: str = "full"  # "quick": one probe run per draft, the grid predicted, the best confirmed live (MODES)
     confirm: bool = False  # full mode: the headline run live where the grid did not measure it (service.worker.sweeps)
-    loop: LoopOptions = field(default_factory=LoopOptions)  # engine "spectune" only
     time_budget_s: float | None = None  # the time budget it was sized to (engine.service.sizing.budget); None: none
 
     def to_dict(self) -> dict:
@@ -156,7 +113,7 @@ class SessionSpec:
     def from_row(cls, row: Mapping[str, Any]) -> SessionSpec:
         """The spec a stored session was queued with (defaults for options an older row lacks)."""
         options = row.get("options") or {}
-        defaults = cls(target="", drafts=[], gammas=[])
+        defaults = cls(target="", drafts=[], gammas=[], engine=str(options.get("engine") or "spectune"))
         return cls(
             target=row["target"],
             drafts=list(row["drafts"]),
@@ -175,8 +132,10 @@ class SessionSpec:
 def _option(key: str, options: Mapping[str, Any], defaults: SessionSpec) -> Any:
     """One stored option as the spec's field takes it (the default when an older row lacks it)."""
     default = getattr(defaults, key)
-    if key in _TYPED_OPTIONS:
-        return _TYPED_OPTIONS[key](options.get(key))
+    if key == "engine_options":
+        return read_engine_options(defaults.engine, options)
+    if key == "time_budget_s":
+        return _seconds(options.get(key))
     return type(default)(options.get(key, default))
 
 
@@ -227,8 +186,6 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
         raise SettingsError("the prompt set is empty: upload or choose prompts first")
     validate_concurrency(s.concurrency)
     check_time_budget(s.time_budget_s)
-    LoopOptions.from_dict(s.loop).validate()
-    VllmOptions.from_dict(s.vllm).validate()  # its threads too, whichever engine: a bad value is refused, not ignored
     return s
 
 

@@ -1,7 +1,7 @@
 """A Prometheus server's HTTP API as a watch source: PromQL increases of the engine's counters over a window.
 
 Queries go to /api/v1/query (instant queries at the window's end); the JSON answer is parsed by json. The counter
-names are engine.endpoint.metrics' (with Prometheus' `_total` suffix) and engine.endpoint.load's; only the names the
+names are engine.serving.metrics' (with Prometheus' `_total` suffix) and engine.serving.load's; only the names the
 server holds are asked for. A window with a counter reset (Prometheus' resets()) is in state "reset".
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-from engine.endpoint.load import EMITTED, RUNNING, TPOT, WAITING
-from engine.endpoint.metrics import COUNTERS, PER_POSITION, PREFIXES, ServerCounters
-from engine.endpoint.transport import Connection, EndpointError
+from engine.serving.load import EMITTED, RUNNING, TPOT, WAITING
+from engine.serving.metrics import COUNTERS, PER_POSITION, PREFIXES, ServerCounters
+from engine.serving.transport import Connection, EndpointError
 from engine.watch.window import Window, window_of
 
 _PREFIXES = "|".join(PREFIXES)

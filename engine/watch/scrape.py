@@ -1,4 +1,4 @@
-"""The engine's own /metrics, read directly: one Reading per GET (counters by engine.endpoint.metrics' parser)."""
+"""The engine's own /metrics, read directly: one Reading per GET (counters by engine.serving.metrics' parser)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import http.client
 import time
 from collections.abc import Callable
 
-from engine.endpoint.load import parse_load
-from engine.endpoint.metrics import parse_metrics
-from engine.endpoint.transport import Connection, EndpointError, status_error
+from engine.serving.load import parse_load
+from engine.serving.metrics import parse_metrics
+from engine.serving.transport import Connection, EndpointError, status_error
 from engine.watch.window import Reading
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from engine.endpoint.load import Load
-from engine.endpoint.transport import EndpointError
+from engine.serving.load import Load
+from engine.serving.transport import EndpointError
 from engine.watch.prometheus import PrometheusSource
 from engine.watch.scrape import MetricsSource
 from engine.watch.window import DOWN, MALFORMED, Reading, Window, failed_window, window_between

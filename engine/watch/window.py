@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.endpoint.load import Load
-from engine.endpoint.metrics import ServerCounters
+from engine.serving.load import Load
+from engine.serving.metrics import ServerCounters
 
 OK, RESET, IDLE, DOWN, MALFORMED = "ok", "reset", "idle", "source down", "malformed"
 STATES = (OK, RESET, IDLE, DOWN, MALFORMED)
@@ -49,7 +49,7 @@ class Window:
     requests_running: float | None = None
     requests_waiting: float | None = None
     time_per_output_token_s: float | None = None  # mean seconds per output token over the window (engine's own)
-    engine: str | None = None  # the engine whose counters these are (engine.endpoint.metrics.PREFIXES), when one
+    engine: str | None = None  # the engine whose counters these are (engine.serving.metrics.PREFIXES), when one
 
     @property
     def seconds(self) -> float:

@@ -26,7 +26,7 @@ from engine.analysis.regime import RegimeReport
 from engine.core.policy import FixedGamma, SpeculationPolicy, describe, parse_policy
 from engine.drafts.kinds import kind_of_method
 from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, is_suffix, parse_suffix_spec
-from engine.llamacpp.launch import ngram_simple_size
+from engine.engines.llamacpp.launch import ngram_simple_size
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 From build 8955 (PR #22397): --spec-type draft-simple --spec-draft-model ... --spec-draft-n-max γ
 --spec-draft-n-min 0 --spec-draft-p-min 0 (`-md` alone loads the draft but does not speculate), or --spec-type
 ngram-simple --spec-ngram-simple-size-n/-m for n-gram; older builds get -md --draft-max --draft-min
---draft-p-min. The flags themselves come from engine.llamacpp.launch.speculative_server, as for every
+--draft-p-min. The flags themselves come from engine.engines.llamacpp.launch.speculative_server, as for every
 llama-server spectune starts. Checked against build 11434's --help (tests/data/).
 """
 
@@ -22,7 +22,7 @@ from engine.core.policy import (
     FixedGamma,
     SpeculationPolicy,
 )
-from engine.llamacpp.launch import speculative_server
+from engine.engines.llamacpp.launch import speculative_server
 
 
 def config(dep: Deployment) -> FlagsFile:

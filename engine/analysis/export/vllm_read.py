@@ -2,7 +2,7 @@
 
 The inverse of engine.analysis.export.vllm for the methods it writes: n-gram lookup, a draft model and suffix
 decoding, each with a fixed K or K by batch size. The vLLM session runner turns the result back into the same
-speculative_config (engine.engines.vllm.speculative_config); the check session compares the two.
+speculative_config (engine.engines.vllm.runner.speculative_config); the check session compares the two.
 """
 
 from __future__ import annotations

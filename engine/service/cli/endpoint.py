@@ -71,8 +71,7 @@ class _Terminated(Exception):
 
 def server_config(args: argparse.Namespace) -> Any:
     from engine.core.policy import FixedGamma
-    from engine.drafts.refs import is_ngram, parse_ngram_spec
-    from engine.llamacpp.launch import speculative_server
+    from engine.engines.llamacpp.launch import server_for_draft
     from engine.models.bundled import gguf_for
 
     if not 1 <= args.parallel <= 64:
@@ -87,17 +86,11 @@ def server_config(args: argparse.Namespace) -> Any:
         raise SettingsError(f"--threads {args.threads}: 1 to 1024, or leave it out for llama-server's default")
     target = gguf_for(args.target, "target")
     common = {"ctx_size": args.ctx_size * args.parallel, "parallel": args.parallel, "threads": args.threads}
-    draft = (args.draft or "none").strip()
-    if draft == "none":
-        return speculative_server(target, **common)
-    if is_ngram(draft):
-        window = parse_ngram_spec(draft)
-        return speculative_server(target, ngram_window=window, policy=FixedGamma(args.gamma), **common)
-    return speculative_server(target, draft=gguf_for(draft, "draft"), policy=FixedGamma(args.gamma), **common)
+    return server_for_draft(target, (args.draft or "none").strip(), FixedGamma(args.gamma), gguf_for, **common)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from engine.llamacpp.server import ManagedServer
+    from engine.engines.llamacpp.server import ManagedServer
 
     config = server_config(args)
 

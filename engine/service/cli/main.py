@@ -25,7 +25,6 @@ from engine.service.cli import store as store_cli
 from engine.service.cli import watch as watch_cli
 from engine.service.outputs import os_error_reason, output_file
 from engine.service.run_options import spec_from_args
-from engine.session.spec import LOOPS
 
 EXIT_USAGE = 2
 
@@ -83,25 +82,7 @@ def _add_run_options(p: argparse.ArgumentParser, multi: bool) -> None:
         default=None,
         help="requests in flight, e.g. 1,2,4,8 (the default for vLLM, which batches; 1 elsewhere)",
     )
-    p.add_argument(
-        "--vllm-threads",
-        type=int,
-        default=None,
-        help="vLLM: compute cores (default every core, as llama-server's -t); see docs/engines.md",
-    )
-    p.add_argument(
-        "--loop",
-        choices=LOOPS,
-        default="auto",
-        help="spectune's loop: eager, compiled (a static KV cache, compiled forwards; CUDA graphs on a GPU) "
-        "or auto (a measured probe per machine, target and dtype decides; SPECTUNE_LOOP overrides it)",
-    )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="spectune's CPU threads (default: the cores other processes leave free at the start)",
-    )
+    registry.add_engine_arguments(p)
     p.add_argument(
         "--engine",
         choices=registry.sweep_cli_choices(),

@@ -132,7 +132,8 @@ def run_policy(args: argparse.Namespace) -> tuple[str | None, list[int]]:
         raise SpectuneError(f"--policy {text}: {exc}") from None
     if (gamma := policy.fixed_gamma()) is not None:
         return None, [gamma]
-    return policy.spec(), []  # validate() refuses what the engine cannot run (llama.cpp: engine.llamacpp.policy_flags)
+    # validate() refuses what the engine cannot run (llama.cpp: engine.engines.llamacpp.policy_flags)
+    return policy.spec(), []
 
 
 def flatten_policy(flat: dict[str, Any], report: dict[str, Any], spec: str | None) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine.core.policy import parse_policy
+from engine.engines.llamacpp.policy_flags import llamacpp_fields
 from engine.errors import SpectuneError
-from engine.llamacpp.policy_flags import llamacpp_fields
 
 
 def llamacpp_live(
@@ -19,9 +19,9 @@ def llamacpp_live(
 ) -> dict[str, Any]:
     """Run a policy for real in llama-server (None: the target alone), greedy, prompt by prompt: tokens per target
     call from the server's counters, decode tokens/s, and each prompt's chat text and output token ids."""
-    from engine.llamacpp import client
-    from engine.llamacpp.launch import speculative_server
-    from engine.llamacpp.server import ManagedServer
+    from engine.engines.llamacpp import client
+    from engine.engines.llamacpp.launch import speculative_server
+    from engine.engines.llamacpp.server import ManagedServer
     from engine.models.bundled import gguf_for
 
     parsed = parse_policy(policy) if isinstance(policy, str) else policy

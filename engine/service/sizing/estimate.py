@@ -4,7 +4,7 @@ Time: the newest finished session on this machine (the same hardware line) in th
 target and dtype, gave seconds per configuration × prompt × new token, its whole wall time included (model loads,
 the v(k) probe, the drafts' recorded passes); the new session's plan is charged at that rate. Memory: the PyTorch
 loop holds each model's parameters at the dtype's width; a llama-server maps its GGUF (its KV cache and buffers
-come on top: the session's own plan says them before the servers start, engine.llamacpp.memory).
+come on top: the session's own plan says them before the servers start, engine.engines.llamacpp.memory).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from engine.analysis.export.refs import prepared_gguf
 from engine.drafts.kinds import draft_kind
 from engine.engines import registry
+from engine.engines.registry import EngineEntry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
 from engine.service.sizing.pace_probe import PaceProbe, ProbeProgress, latest, probe_for
@@ -80,10 +81,11 @@ def _minutes(seconds: float) -> str:
 
 def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str) -> tuple[float, str] | None:
     """Seconds per configuration × prompt × token of the newest comparable finished session, and which it was."""
+    fixed_weights = registry.get(spec.engine).fixed_weights
     for s in sessions:
         same = (s.get("status") == "done" and s.get("hardware") == hardware and s.get("target") == spec.target
                 and session_engine(s) == spec.engine
-                and (s.get("dtype") == spec.dtype or registry.get(spec.engine).fixed_weights))  # fmt: skip
+                and (s.get("dtype") == spec.dtype or fixed_weights))  # fmt: skip
         summary = s.get("summary") or {}
         runs = len(summary.get("runs") or []) + len(summary.get("baselines") or [])
         work = runs * int(s.get("n_prompts") or 0) * int(s.get("max_new_tokens") or 0)
@@ -107,21 +109,21 @@ def probe_seconds(spec: SessionSpec, n_prompts: int, setup_s: float, token_s: fl
     return setup_s + token_s * decodes * spec.max_new_tokens
 
 
-def memory(spec: SessionSpec) -> tuple[int | None, str]:
+def memory(spec: SessionSpec, entry: EngineEntry) -> tuple[int | None, str]:
     """The bytes the session will hold at most, and what holds them: its engine's own account (llama.cpp: every
     llama-server with its KV cache, and how many fit at once), else its models' weights."""
-    if (account := registry.get(spec.engine).memory) is not None:
+    if (account := entry.memory) is not None:
         try:
             return account(spec, planned_runs(spec))
         except (SpectuneError, OSError):  # a model not prepared yet: its file sizes, below, if they are known
             pass
-    return weights(spec)
+    return weights(spec, entry)
 
 
-def weights(spec: SessionSpec) -> tuple[int | None, str]:
+def weights(spec: SessionSpec, entry: EngineEntry) -> tuple[int | None, str]:
     """The bytes the session's models hold as weights, and of what."""
     models = [spec.target] + [d for d in spec.drafts if draft_kind(d).needs_model]
-    if registry.get(spec.engine).fixed_weights:
+    if entry.fixed_weights:
         sizes = []
         for ref in models:
             if (path := prepared_gguf(ref)) is None:
@@ -150,6 +152,7 @@ def estimate_session(
     `sessions` come newest first. With no comparable session, `probe` (the target alone, timed) gives a rough time:
     its setup once, then every prompt decode's tokens at the target's own pace (probe_seconds; the session's other
     phases come on top; a faster draft, or requests batched at a concurrency above 1, decode in less)."""
+    entry = registry.get(spec.engine)
     configurations = planned_configurations(spec)
     tokens = configurations * n_prompts * spec.max_new_tokens
     rate = pace(sessions, spec, hardware)
@@ -157,13 +160,13 @@ def estimate_session(
     if rate is None and probe is not None:
         rate = (probe_seconds(spec, n_prompts, probe.setup_s, probe.token_s) / tokens, f"from {probe.describe()}")
     seconds = rate[0] * tokens if rate else None
-    held, what = memory(spec)
+    held, what = memory(spec, entry)
     cheaper = (["a quick session"] if spec.mode != "quick" else []) + ["fewer γs, drafts, prompts or new tokens"]
-    if not registry.get(spec.engine).fixed_weights:  # an engine running quantised weights is faster on a CPU
-        quantised = [registry.get(n) for n in registry.sweep_engines() if registry.get(n).fixed_weights]
+    if not entry.fixed_weights:  # an engine running quantised weights is faster on a CPU
+        quantised = [e for e in map(registry.get, registry.sweep_engines()) if e.fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
     return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
-                           optional_configurations(spec), probed, registry.get(spec.engine).setup_note(spec, hardware),
+                           optional_configurations(spec), probed, entry.setup_note(spec, hardware),
                            planned_decodes(spec, n_prompts))  # fmt: skip
 
 

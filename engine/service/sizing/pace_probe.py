@@ -31,11 +31,11 @@ from typing import Any
 
 from engine.core.records import Cancelled
 from engine.errors import SettingsError, SpectuneError
-from engine.llamacpp.server import die_with_parent
 from engine.session.hooks import Hooks
 from engine.session.runner import PromptText, RunKey
 from engine.session.spec import SessionSpec
 from foundation.paths import PROJECT_ROOT, spectune_home
+from foundation.processes import die_with_parent
 
 PROBE_TOKENS = 16
 DECODE_BOUND_S = 60.0  # the most seconds the probe times decoding; loading is not bounded by it

@@ -15,7 +15,7 @@ AMX), float32 otherwise; a CUDA build takes the session's."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,12 +23,17 @@ from engine.analysis.export.vllm import suffix_config, vllm_schedule
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
 from engine.core.records import Cancelled, PromptOutput, StepRecord
-from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
-from engine.endpoint.transport import EndpointError
+from engine.drafts.kinds import draft_kind
+from engine.drafts.refs import parse_ngram_spec, parse_suffix_spec
+from engine.engines.vllm import client
+from engine.engines.vllm.binaries import VllmInstall, find_vllm
+from engine.engines.vllm.options import VllmOptions
+from engine.engines.vllm.server import VllmConfig, VllmServer, VllmServerError
 from engine.errors import SettingsError
 from engine.measure.fidelity import TargetTop
 from engine.measure.hardware import cpu_has_bf16
 from engine.models.pool import ModelPool
+from engine.serving.transport import EndpointError
 from engine.session.runner import (
     DecodeContext,
     Decoded,
@@ -38,10 +43,7 @@ from engine.session.runner import (
     RunKey,
     baseline_of,
 )
-from engine.session.spec import SessionSpec, VllmOptions, gammas_and_policies, validate
-from engine.vllm import client
-from engine.vllm.binaries import VllmInstall, find_vllm
-from engine.vllm.server import VllmConfig, VllmServer, VllmServerError
+from engine.session.spec import SessionSpec, gammas_and_policies, validate
 
 TOP_LOGPROBS = 16  # the target's top log-probs where an output diverged, for the fidelity verdict (≤ max_logprobs)
 REQUEST_TIMEOUT_S = 600.0
@@ -51,16 +53,12 @@ WARM_UP_TEXT = "Warm-up request."
 def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     """The common checks, then what vLLM runs here: fixed γ with a draft model or n-gram lookup."""
     validate(spec, n_prompts)
-    spec.vllm = VllmOptions.from_dict(spec.vllm).validate()
     _, varying = gammas_and_policies(spec)
     per_step = [p for p in varying if p.varies_per_step]
     if per_step:
         specs = ", ".join(p.spec() for p in per_step)
         raise SettingsError(f"vLLM sessions run fixed γ and γ by batch size (batch:B=G,..) only ({specs} varies γ "
                             "per step): use spectune or llama.cpp")  # fmt: skip
-    for draft in spec.drafts:
-        if is_suffix(draft):
-            parse_suffix_spec(draft)  # a malformed spec is refused here, before any server starts
 
 
 def choose_dtype(requested: str, build: str, cpuinfo: str | None = None) -> tuple[str, str | None]:
@@ -72,20 +70,30 @@ def choose_dtype(requested: str, build: str, cpuinfo: str | None = None) -> tupl
     return "float32", f"{requested} requested; this CPU has no bf16 instructions (avx512_bf16, amx_bf16): float32"
 
 
+def _ngram(ref: str, draft_dir: str | None, gamma: int) -> dict[str, Any]:
+    lo, hi = parse_ngram_spec(ref)
+    return {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_max": hi, "prompt_lookup_min": lo}
+
+
+def _draft_model(ref: str, draft_dir: str | None, gamma: int) -> dict[str, Any]:
+    return {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": gamma}
+
+
+# vLLM's speculative_config for each draft kind it runs, by method: (reference, draft model dir, γ) -> its fields
+METHODS: dict[str, Callable[[str, str | None, int], dict[str, Any]]] = {
+    "ngram": _ngram,
+    "suffix": lambda ref, draft_dir, gamma: suffix_config(parse_suffix_spec(ref), gamma),
+    "draft_model": _draft_model,
+}
+
+
 def speculative_config(key: RunKey, draft_dir: str | None) -> dict[str, Any] | None:
     """vLLM's --speculative-config for one configuration (None for the target alone)."""
     if key.kind == "baseline":
         return None
     schedule = key.policy.batch_schedule() if key.policy is not None else None
     gamma = max(schedule.values()) if schedule else key.gamma
-    if is_suffix(key.draft):
-        config = suffix_config(parse_suffix_spec(key.draft), gamma)
-    elif is_ngram(key.draft):
-        lo, hi = parse_ngram_spec(key.draft)
-        config = {"method": "ngram", "num_speculative_tokens": gamma, "prompt_lookup_max": hi,
-                  "prompt_lookup_min": lo}  # fmt: skip
-    else:
-        config = {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": gamma}
+    config = METHODS[draft_kind(key.draft).method](key.draft, draft_dir, gamma)
     if schedule:  # γ by batch size as the vLLM export writes it (vLLM ≥ 0.24's dynamic speculative decoding)
         config["num_speculative_tokens_per_batch_size"] = vllm_schedule(schedule)
     return config
@@ -125,7 +133,7 @@ class VllmRunner:
     def _config(self, key: RunKey, target: str, drafts: dict[str, str]) -> VllmConfig:
         assert self.spec is not None
         spec = speculative_config(key, drafts.get(key.draft))
-        options = VllmOptions.from_dict(self.spec.vllm)
+        options = VllmOptions.of(self.spec)
         common = {"dtype": self.dtype, "threads": self.threads or options.threads, "seed": self.spec.seed,
                   "max_num_seqs": max(self.spec.concurrency), "max_model_len": options.max_model_len,
                   "kv_cache_mib": options.kv_cache_mib, "enforce_eager": options.enforce_eager}  # fmt: skip
@@ -141,7 +149,7 @@ class VllmRunner:
         self.notes += [note] if note else []
         target = _model_dir(spec.target)
         drafts = {k.draft: _model_dir(k.draft) for k in plan
-                  if k.kind != "baseline" and not is_ngram(k.draft) and not is_suffix(k.draft)}  # fmt: skip
+                  if k.kind != "baseline" and draft_kind(k.draft).needs_model}  # fmt: skip
         self.configs = {key: self._config(key, target, drafts) for key in plan}
         wanted = list(dict.fromkeys(self.configs.values()))
         why: dict[VllmConfig, str] = {}

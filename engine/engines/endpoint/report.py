@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.endpoint.results import LevelResult, SweepResult
+from engine.engines.endpoint.results import LevelResult, SweepResult
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

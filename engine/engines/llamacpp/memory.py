@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from engine.llamacpp.server import ServerConfig
+from engine.engines.llamacpp.server import ServerConfig
 
 GIB = 1024**3
 COMPUTE_BYTES = 256 * 1024**2  # compute buffers and the server's own heap, per server

@@ -4,13 +4,16 @@ ServerConfig here; ServerConfig.flags() turns it into command-line flags."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from engine.core.policy import FixedGamma, SpeculationPolicy
+from engine.drafts.kinds import draft_kind
+from engine.drafts.refs import parse_ngram_spec
+from engine.engines.llamacpp.policy_flags import llamacpp_fields, unmappable
+from engine.engines.llamacpp.server import ServerConfig
 from engine.errors import SettingsError
-from engine.llamacpp.policy_flags import llamacpp_fields, unmappable
-from engine.llamacpp.server import ServerConfig
 
 
 def ngram_simple_size(window: tuple[int, int]) -> int:
@@ -22,6 +25,27 @@ def ngram_simple_size(window: tuple[int, int]) -> int:
     if not 1 <= shortest <= longest:
         raise SettingsError(f"n-gram window {shortest}-{longest}: need 1 <= shortest <= longest")
     return longest
+
+
+# the draft kinds llama-server looks up in the context itself, by method: their speculative_server settings
+LOOKUPS: dict[str, Callable[[str], dict[str, Any]]] = {"ngram": lambda ref: {"ngram_window": parse_ngram_spec(ref)}}
+
+
+def server_for_draft(
+    model: Path, ref: str, policy: SpeculationPolicy, locate: Callable[[str, str], Path], **common: Any
+) -> ServerConfig:
+    """A llama-server for `model` speculating with draft reference `ref` under `policy` (a kind that does not
+    speculate: the target alone). A kind that needs a model loads its GGUF (`locate(ref, "draft")`); one llama-server
+    looks up itself takes its settings from LOOKUPS; any other kind is refused (SettingsError)."""
+    kind = draft_kind(ref)
+    if not kind.speculates:
+        return speculative_server(model, **common)
+    if kind.needs_model:
+        return speculative_server(model, draft=locate(ref, "draft"), policy=policy, **common)
+    if kind.method in LOOKUPS:
+        return speculative_server(model, policy=policy, **LOOKUPS[kind.method](ref), **common)
+    raise SettingsError(f"llama.cpp has no {kind.label}: measure '{ref}' with the {' or '.join(sorted(kind.engines))} "
+                        "engine")  # fmt: skip
 
 
 def speculative_server(

@@ -24,6 +24,7 @@ from engine.core.decoder import DecodeConfig, decode_prompt
 from engine.core.model import LoadedModel
 from engine.core.proposal import NoDraft
 from engine.core.sampling import SamplingConfig
+from engine.engines.spectune.options import LoopOptions
 from foundation.paths import spectune_home
 
 PROBE_TOKENS = 16
@@ -177,9 +178,8 @@ def pays_back(found: LoopProbe, tokens: int, widths: int) -> str | None:
 
 def setup_note(spec: Any, hardware: str) -> str | None:
     """What the estimate says of the loop before a session starts: a compile and its time, or the probe to come."""
-    from engine.session.spec import LoopOptions
 
-    asked = LoopOptions.from_dict(spec.loop).kind
+    asked = LoopOptions.of(spec).kind
     if asked == "eager" or (asked == "auto" and os.environ.get(OVERRIDE, "").strip() == "eager"):
         return None
     device = "cuda" if str(spec.device).startswith("cuda") else spec.device

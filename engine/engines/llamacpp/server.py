@@ -7,11 +7,9 @@ answering raises ServerError carrying the tail of its log.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from engine.engines.llamacpp import kernels
+from engine.engines.llamacpp.binaries import LlamaBuild, find_llama
+from engine.engines.llamacpp.draft_stats import LOG_VERBOSITY
 from engine.errors import SpectuneError
-from engine.llamacpp import kernels
-from engine.llamacpp.binaries import LlamaBuild, find_llama
-from engine.llamacpp.draft_stats import LOG_VERBOSITY
 from foundation.live import LiveSet
+from foundation.processes import HOST, die_with_parent, free_port
 
-HOST = "127.0.0.1"
 LOG_TAIL_CHARS = 1500
 FlagForm = Literal["launch", "user", "legacy"]  # ServerConfig.speculation_flags
 
@@ -64,7 +62,7 @@ class ServerConfig:
         flags += self.speculation_flags()
         if self.threads and self.spec_type == "draft-simple":
             flags += ["-td", str(self.threads)]
-        if self.spec_type == "draft-simple":  # the draft's time in the loop (engine.llamacpp.draft_stats)
+        if self.spec_type == "draft-simple":  # the draft's time in the loop (engine.engines.llamacpp.draft_stats)
             flags += list(LOG_VERBOSITY)
         return flags + list(self.extra)
 
@@ -111,31 +109,6 @@ class ServerConfig:
         return flags
 
 
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()  # loaded here, in the parent: the child between fork and exec only calls into it
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """In the child before exec (Linux): SIGKILL it when the thread that started it dies, however that dies (a
-    SIGKILL or a crash runs no atexit handler and no finally), so no server outlives its owner."""
-    prctl = getattr(_LIBC, "prctl", None)
-    if prctl is not None:  # elsewhere the atexit and signal paths still stop our servers
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 _LIVE = LiveSet()  # every server this process started and has not stopped yet
 stop_all = _LIVE.stop_all
 
@@ -151,7 +124,7 @@ class ManagedServer:
     should_stop: Callable[[], bool] | None = None  # asked while it starts: a stop does not wait for it to load
     proc: subprocess.Popen | None = field(default=None, init=False)
     log_path: Path | None = field(default=None, init=False)
-    no_repack: bool = field(default=False, init=False)  # engine.llamacpp.kernels: started without repacking
+    no_repack: bool = field(default=False, init=False)  # engine.engines.llamacpp.kernels: started without repacking
     _exit_code: int | None = field(default=None, init=False)  # how the last start attempt's process ended
 
     @property

@@ -1,16 +1,16 @@
 """What an endpoint sweep measured, as plain data: every request, each (endpoint, concurrency) level, each endpoint.
 
-The report (engine.endpoint.report) and the store read these; the endpoint engine (engine.engines.endpoint) fills
-them as the one sweep driver hands it rounds of requests."""
+The report (engine.engines.endpoint.report) and the store read these; the endpoint engine
+(engine.engines.endpoint.runner) fills them as the one sweep driver hands it rounds of requests."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.endpoint.detect import ServerInfo
-from engine.endpoint.metrics import ServerCounters
-from engine.endpoint.settings import Endpoint
+from engine.engines.endpoint.settings import Endpoint
+from engine.serving.detect import ServerInfo
+from engine.serving.metrics import ServerCounters
 
 
 @dataclass

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from engine.endpoint.metrics import scrape
-from engine.endpoint.transport import FATAL_KINDS, Connection, EndpointError, status_error
+from engine.serving.metrics import scrape
+from engine.serving.transport import FATAL_KINDS, Connection, EndpointError, status_error
 
 
 @dataclass

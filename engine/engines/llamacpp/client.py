@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.core.counters import SpecCounters
-from engine.llamacpp.server import ServerError
+from engine.engines.llamacpp.server import ServerError
 
 SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total) → our names
     "llamacpp:spec_decode_num_drafts": "drafts",

@@ -1,15 +1,15 @@
 """llama.cpp as a session engine: one llama-server on 127.0.0.1 per distinct configuration, managed by us.
 
 Configurations are the target alone, each draft × γ, n-gram lookup, and each draft model × a policy llama-server
-runs as is (engine.llamacpp.policy_flags); temperatures share a server. Per request the server reports its
+runs as is (engine.engines.llamacpp.policy_flags); temperatures share a server. Per request the server reports its
 timings and draft counts; its /metrics counters before and after give the target calls and the per-position
 acceptance exactly. What llama.cpp cannot give is named, not guessed: β per position (so α as mean β) and which
 output tokens came from the draft. c is the draft alone's time per token ÷ the target alone's, both measured by
 llama-server on the same prompts, interleaved with them, or where the server logged it, the draft's own time inside
-the speculative loop (engine.llamacpp.draft_stats) ÷ the target alone's time per call; v(k) comes from llama-bench,
-and what a drafting step's target call costs beyond it (llama-server's step overhead) from each run's own timings.
-Each draft model's trace for the policy replay is the draft in PyTorch (float32) teacher-forced along llama.cpp's
-own target-alone outputs."""
+the speculative loop (engine.engines.llamacpp.draft_stats) ÷ the target alone's time per call; v(k) comes from
+llama-bench, and what a drafting step's target call costs beyond it (llama-server's step overhead) from each run's
+own timings. Each draft model's trace for the policy replay is the draft in PyTorch (float32) teacher-forced along
+llama.cpp's own target-alone outputs."""
 
 from __future__ import annotations
 
@@ -25,15 +25,14 @@ from engine.analysis.export.refs import prepared_gguf
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.drafts.kinds import draft_kind
 from engine.drafts.model import ModelDraft
-from engine.drafts.refs import is_ngram, parse_ngram_spec
-from engine.errors import ModelError, SettingsError, SpectuneError
-from engine.llamacpp import client
-from engine.llamacpp.bench import batch_times
-from engine.llamacpp.binaries import LlamaBuild, find_llama
-from engine.llamacpp.draft_stats import TAIL_BYTES, DraftStats, after_request, last_stats
-from engine.llamacpp.launch import speculative_server
-from engine.llamacpp.memory import (
+from engine.engines.llamacpp import client
+from engine.engines.llamacpp.bench import batch_times
+from engine.engines.llamacpp.binaries import LlamaBuild, find_llama
+from engine.engines.llamacpp.draft_stats import TAIL_BYTES, DraftStats, after_request, last_stats
+from engine.engines.llamacpp.launch import server_for_draft, speculative_server
+from engine.engines.llamacpp.memory import (
     RESERVE_BYTES,
     ServerMemory,
     available_bytes,
@@ -44,8 +43,9 @@ from engine.llamacpp.memory import (
     private_bytes,
     together,
 )
-from engine.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
-from engine.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.engines.llamacpp.policy_flags import draft_forwards, llamacpp_fields, unmappable
+from engine.engines.llamacpp.server import ManagedServer, ServerConfig, ServerError
+from engine.errors import ModelError, SettingsError, SpectuneError
 from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import TargetTop
 from engine.measure.verify_cost import from_rounds, verify_ks
@@ -74,13 +74,14 @@ def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
     for policy in varying:
         if llamacpp_fields(policy) is None:
             raise SettingsError(unmappable(policy))
-    model_drafts = [d for d in spec.drafts if d != "none" and not is_ngram(d)]
-    if varying and not model_drafts:
-        ngram = " (n-gram lookup has no draft confidence)" if any(is_ngram(d) for d in spec.drafts) else ""
+    kinds = [draft_kind(d) for d in spec.drafts]
+    unsure = sorted({k.label for k in kinds if k.speculates and not k.reports_confidence})  # no draft confidence
+    if varying and not any(k.reports_confidence for k in kinds):
+        without = f" ({', '.join(unsure)} has no draft confidence)" if unsure else ""
         specs = ", ".join(p.spec() for p in varying)
-        raise SettingsError(f"llama.cpp runs {specs} with a draft model only{ngram}: add a draft model")
-    if not gammas and any(is_ngram(d) for d in spec.drafts):
-        raise SettingsError("no γ given for n-gram lookup: llama.cpp runs policies with draft models only")
+        raise SettingsError(f"llama.cpp runs {specs} with a draft model only{without}: add a draft model")
+    if not gammas and unsure:
+        raise SettingsError(f"no γ given for {', '.join(unsure)}: llama.cpp runs policies with draft models only")
 
 
 def server_configs(
@@ -91,16 +92,14 @@ def server_configs(
     model under a fixed γ or a policy), and each draft model alone (its time per token gives c). `locate`: a model
     reference and its role to its GGUF file (a session's gguf_for assembles a bundled one)."""
     target = locate(spec.target, "target")
-    drafts = {k.draft: locate(k.draft, "draft") for k in plan if k.kind != "baseline" and not is_ngram(k.draft)}
+    drafts = {k.draft: locate(k.draft, "draft") for k in plan
+              if k.kind != "baseline" and draft_kind(k.draft).needs_model}  # fmt: skip
 
     def config(key: RunKey) -> ServerConfig:
         if key.kind == "baseline":
             return speculative_server(target, threads=threads)
-        if is_ngram(key.draft):
-            window = parse_ngram_spec(key.draft)
-            return speculative_server(target, ngram_window=window, policy=FixedGamma(key.gamma), threads=threads)
         policy = key.policy if key.policy is not None else FixedGamma(key.gamma)
-        return speculative_server(target, draft=drafts[key.draft], policy=policy, threads=threads)
+        return server_for_draft(target, key.draft, policy, lambda ref, role: drafts[ref], threads=threads)
 
     return {key: config(key) for key in plan}, {ref: speculative_server(path) for ref, path in drafts.items()}
 
@@ -112,7 +111,7 @@ def every_server(configs: dict[RunKey, ServerConfig], alone: dict[str, ServerCon
 
 def memory_plan(wanted: list[ServerConfig]) -> tuple[dict[ServerConfig, ServerMemory], int, str]:
     """Each server's memory estimate, how many of them fit at once in the memory available now, and the sentence
-    saying so (engine.llamacpp.memory.plan_sentence)."""
+    saying so (engine.engines.llamacpp.memory.plan_sentence)."""
     memory = {config: estimate(config) for config in wanted}
     fit, sentence = plan_sentence([memory[c] for c in wanted], available_bytes())
     return memory, fit, sentence
@@ -156,7 +155,7 @@ class LlamaCppRunner:
         self.target_rates: list[float] = []
         self.texts: list[str] = []
         self.prompt_ids: list[str] = []
-        self.memory: dict[ServerConfig, ServerMemory] = {}  # each server's estimate (engine.llamacpp.memory)
+        self.memory: dict[ServerConfig, ServerMemory] = {}  # each server's estimate (engine.engines.llamacpp.memory)
         self.resident_limit = 0  # how many servers may run at once: as many as fit in memory
         self.failed: dict[ServerConfig, str] = {}  # servers that would not start or crashed: not started again
         self.restarts = 0  # servers started after the first round of starts, to take their turn
@@ -352,7 +351,8 @@ class LlamaCppRunner:
             if calls > 1:  # the first token is sampled from the prompt's forward, timed as prompt_ms
                 self.call_ms.setdefault(index, []).append(done.predicted_ms / (calls - 1))
         delta.target_calls, delta.emitted = float(calls), float(done.predicted_n)
-        forwards = 0 if key.kind == "baseline" or is_ngram(key.draft) else draft_forwards(delta, 1, config.draft_p_min)
+        costs = key.kind != "baseline" and draft_kind(key.draft).costs_forwards
+        forwards = draft_forwards(delta, 1, config.draft_p_min) if costs else 0
         draft_ms = drafted.ms if drafted is not None else 0.0
         if drafted is not None and drafted.calls > 0:
             self.in_loop.setdefault(key, []).append(InLoop(
@@ -407,7 +407,9 @@ class LlamaCppRunner:
             costs[ref] = median(values)
         out = EngineOutputs(draft_costs=costs, notes=list(self.notes), loop_points=points)
         if self.build is not None and (why := self.build.describe()["no_repack"]):
-            out.notes.append(f"kernels: {why} (engine.llamacpp.kernels); its speeds are those of the plain kernels")
+            out.notes.append(
+                f"kernels: {why} (engine.engines.llamacpp.kernels); its speeds are those of the plain kernels"
+            )
         if self.restarts:
             out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
                              f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip

@@ -1,9 +1,9 @@
 """A vLLM server we start ourselves: launch flags and environment, a free loopback port, health, version, stop.
 
-The API server runs under engine/vllm/guard.py in a process group of its own (the guard sweeps the EngineCore and
-Worker vLLM starts, whatever ends the server), and every server is registered while alive, so `stop_all` (a
-worker told to stop, an exiting interpreter) stops them. A server that fails to start, exits or stops answering
-raises VllmServerError carrying the tail of its log.
+The API server runs under engine/engines/vllm/guard.py in a process group of its own (the guard sweeps the
+EngineCore and Worker vLLM starts, whatever ends the server), and every server is registered while alive, so
+`stop_all` (a worker told to stop, an exiting interpreter) stops them. A server that fails to start, exits or stops
+answering raises VllmServerError carrying the tail of its log.
 
 CPU settings (read from vLLM 0.32's `vllm/envs.py` and `vllm/utils/ompmultiprocessing.py`): by default vLLM's CPU
 backend binds its OpenMP compute threads to all cores but one per rank (`VLLM_CPU_OMP_THREADS_BIND=auto`,
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.engines.vllm.binaries import VllmInstall, find_vllm
 from engine.errors import SpectuneError
-from engine.llamacpp.server import HOST, free_port
-from engine.vllm.binaries import VllmInstall, find_vllm
 from foundation.live import LiveSet
+from foundation.processes import HOST, free_port, process_group
 
 GUARD = Path(__file__).with_name("guard.py")
 LOG_TAIL_CHARS = 2000
@@ -245,21 +245,6 @@ class VllmServer:
     def __del__(self) -> None:
         if getattr(self, "proc", None) is not None:
             self.stop()
-
-
-def process_group(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group `pgid`, from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
 
 
 def terminate_group(proc: subprocess.Popen, timeout_s: float) -> None:

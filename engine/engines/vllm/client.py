@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.counters import SpecCounters
-from engine.endpoint.metrics import ServerCounters, scrape, settled
-from engine.endpoint.transport import Connection, EndpointError
+from engine.serving.metrics import ServerCounters, scrape, settled
+from engine.serving.transport import Connection, EndpointError
 
 
 @dataclass

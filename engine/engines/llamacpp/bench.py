@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.llamacpp import kernels
-from engine.llamacpp.binaries import LlamaBuild
-from engine.llamacpp.server import ServerError
+from engine.engines.llamacpp import kernels
+from engine.engines.llamacpp.binaries import LlamaBuild
+from engine.engines.llamacpp.server import ServerError
 
 
 def _round(
@@ -36,7 +36,8 @@ def _round(
         command += kernels.BENCH_FLAGS
     done = _run(command, 600.0, should_stop)
     if kernels.crashed(done.returncode) and not known_broken:
-        code = done.returncode  # engine.llamacpp.kernels: a kernel this CPU cannot run; once more without repacking
+        # engine.engines.llamacpp.kernels: a kernel this CPU cannot run; once more without repacking
+        code = done.returncode
         done = _run(command + list(kernels.BENCH_FLAGS), 600.0, should_stop)
         if done.returncode == 0:
             kernels.mark_repack_broken(build.server_sha256, kernels.crash_line("llama-bench", code))

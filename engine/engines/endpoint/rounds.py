@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from engine.endpoint.detect import detect
-from engine.endpoint.metrics import ServerCounters, scrape, settled
-from engine.endpoint.requests import build_request, send
-from engine.endpoint.results import EndpointRun, LevelResult, RequestResult
-from engine.endpoint.settings import Endpoint, SweepLimits, api_key
-from engine.endpoint.transport import FATAL_KINDS, Connection, EndpointError
+from engine.engines.endpoint.requests import build_request, send
+from engine.engines.endpoint.results import EndpointRun, LevelResult, RequestResult
+from engine.engines.endpoint.settings import Endpoint, SweepLimits, api_key
+from engine.serving.detect import detect
+from engine.serving.metrics import ServerCounters, scrape, settled
+from engine.serving.transport import FATAL_KINDS, Connection, EndpointError
 
 POLL_S = 0.25  # how often the cancel callback is asked while a round is in flight
 

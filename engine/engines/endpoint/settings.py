@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.core.engine_options import EngineOptions
 from engine.errors import SettingsError
 
 ENGINE_KINDS = ("auto", "vllm", "sglang", "llama.cpp", "openai")  # openai: any other OpenAI-compatible server
@@ -159,13 +160,15 @@ class SweepLimits:
 
 
 @dataclass
-class EndpointSessionSettings:
-    """An endpoint session as stored in the session's options under "endpoint" (plain JSON values).
+class EndpointSessionSettings(EngineOptions):
+    """An endpoint session's own options, as its spec holds them (plain JSON values).
 
     `baseline_url` is an optional second endpoint serving the same model without speculation: both are
     driven at every level, so speedup, goodput and the regime flip come from measurements side by side.
     The latency target (`ttft_slo_s`, `tpot_slo_s`; 0 = none) defines goodput.
     """
+
+    stored_as = "endpoint"
 
     url: str
     model: str = ""
@@ -225,6 +228,10 @@ class EndpointSessionSettings:
             ignore_eos=bool(self.ignore_eos), warmup_requests=int(self.warmup_requests),
             max_retries=int(self.max_retries), max_consecutive_errors=int(self.max_consecutive_errors),
         )  # fmt: skip
+
+    def checked(self, spec: Any) -> EndpointSessionSettings:
+        """Checked for a session decoding `spec.max_new_tokens` at its first temperature."""
+        return self.validate(spec.max_new_tokens, (spec.temperatures or [0.0])[0])
 
     def validate(self, max_new_tokens: int = 64, temperature: float = 0.0) -> EndpointSessionSettings:
         """Check everything and normalise in place (URL roots, variable name, levels); returns self."""

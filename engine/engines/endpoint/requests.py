@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.endpoint.results import RequestResult
-from engine.endpoint.settings import Endpoint, SweepLimits
-from engine.endpoint.transport import RETRY_KINDS, Connection, EndpointError
+from engine.engines.endpoint.results import RequestResult
+from engine.engines.endpoint.settings import Endpoint, SweepLimits
+from engine.serving.transport import RETRY_KINDS, Connection, EndpointError
 
 MAX_BACKOFF_S = 5.0
 

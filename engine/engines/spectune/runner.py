@@ -5,7 +5,7 @@ c is a request's draft-forward time per forward; each run's verify in the loop (
 the draft's forwards: the target's forward, verification, the KV-cache crop, n-gram lookups) is a LoopPoint the
 step overhead is fitted to (engine.analysis.step_overhead). v(k) is measured with k-token forwards of the target;
 each draft's trace for the policy replay is recorded along the target-alone outputs (with β at every temperature
-above 0). The session decodes in one loop, eager or compiled (engine.engines.spectune_loop), on a CPU with the
+above 0). The session decodes in one loop, eager or compiled (engine.engines.spectune.loop), on a CPU with the
 intra-op threads the free cores allow (engine.measure.threads); c, v(k) and every run are measured in that loop with
 that count, and the report says which (`loop`, `threads`)."""
 
@@ -29,7 +29,8 @@ from engine.core.sampling import SamplingConfig
 from engine.drafts.factory import for_one_run, make_draft
 from engine.drafts.kinds import kind_of_method
 from engine.drafts.suffix import suffix_state
-from engine.engines.spectune_loop import LoopChoice, choose_loop, widths_to_compile
+from engine.engines.spectune.loop import LoopChoice, choose_loop, widths_to_compile
+from engine.engines.spectune.options import LoopOptions
 from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import TargetTop
 from engine.measure.first_pass import FirstPass
@@ -39,7 +40,7 @@ from engine.models.chat import encode_prompt
 from engine.models.pool import ModelPool
 from engine.session.aa_check import sweep_decodes
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, PromptText, RunKey
-from engine.session.spec import LoopOptions, SessionSpec, check_context, gammas_and_policies, widest_draft
+from engine.session.spec import SessionSpec, check_context, gammas_and_policies, widest_draft
 
 TOP_LOGITS_K = 16
 LOOP_FIELDS = ("loop", "loop_basis", "compile_s", "threads", "threads_basis", "first_pass")  # its own report fields
@@ -84,7 +85,7 @@ class SpectuneRunner:
         self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext
     ) -> dict[RunKey, str]:
         self.spec, self.dtype = spec, spec.dtype
-        options = LoopOptions.from_dict(spec.loop)
+        options = LoopOptions.of(spec)
         ctx.phase("loading models", 0, 1, None)
         self.target = target = self._load(spec.target)
         self.device = str(target.device)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.core.counters import SpecCounters, draft_acceptance_rate, mean_acceptance_length, per_position_rates
-from engine.endpoint.transport import Connection, EndpointError
+from engine.serving.transport import Connection, EndpointError
 
 COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",

@@ -2,7 +2,7 @@
 
 Its plan is the endpoint under test "as deployed" (and, when one is given, a baseline endpoint serving the same
 model without speculation) at each concurrency level of its settings. For each prompt the one sweep driver asks
-for a round: the prompt and the next concurrency − 1 sent at once (engine.endpoint.rounds), every request stored
+for a round: the prompt and the next concurrency − 1 sent at once (engine.engines.endpoint.rounds), every request stored
 as it finishes, tokens/s over the round, acceptance from the server's /metrics difference over exactly that round
 (else what the responses said). A level stops at its request or time cap; a fatal failure or a run of failed
 requests stops the session with one message, keeping everything measured."""
@@ -14,14 +14,14 @@ from typing import Any, ClassVar
 
 from engine.core.counters import SpecCounters
 from engine.core.records import Cancelled, PromptOutput, StepRecord
-from engine.endpoint.report import sweep_report
-from engine.endpoint.results import RequestResult, SweepResult
-from engine.endpoint.rounds import EndpointClient, Round
-from engine.endpoint.settings import EndpointSessionSettings
-from engine.endpoint.transport import EndpointError
+from engine.engines.endpoint.report import sweep_report
+from engine.engines.endpoint.results import RequestResult, SweepResult
+from engine.engines.endpoint.rounds import EndpointClient, Round
+from engine.engines.endpoint.settings import EndpointSessionSettings
 from engine.errors import SettingsError, SpectuneError
 from engine.measure.fidelity import TargetTop
 from engine.models.pool import ModelPool
+from engine.serving.transport import EndpointError
 from engine.session.runner import DecodeContext, Decoded, EngineOutputs, Enough, PromptText, RunKey
 from engine.session.spec import SessionSpec
 
@@ -30,7 +30,6 @@ def validate_endpoint(s: SessionSpec, n_prompts: int | None = None) -> None:
     """The endpoint's settings and caps instead of a model's."""
     if s.max_new_tokens < 1:
         raise SettingsError(f"max new tokens = {s.max_new_tokens}: must be at least 1")
-    s.endpoint = EndpointSessionSettings.from_dict(s.endpoint).validate(s.max_new_tokens, (s.temperatures or [0.0])[0])
     if s.policies:
         raise SettingsError("speculation policies run in spectune's loop and llama.cpp: choose one of those engines")
     if n_prompts is not None and n_prompts < 1:
@@ -40,7 +39,7 @@ def validate_endpoint(s: SessionSpec, n_prompts: int | None = None) -> None:
 def plan_endpoint(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKey]:
     """The baseline endpoint (if any), then the endpoint under test as deployed (γ 0: its own), at each of its
     settings' concurrency levels and the session's temperature."""
-    settings = EndpointSessionSettings.from_dict(spec.endpoint)
+    settings = EndpointSessionSettings.of(spec)
     temperatures = spec.temperatures or [0.0]
     plan = [RunKey("none", 0, t, None, n) for n in settings.concurrency for t in temperatures
             if settings.baseline_url]  # fmt: skip
@@ -92,7 +91,7 @@ class EndpointRunner:
     ) -> dict[RunKey, str]:
         """Connect to each endpoint (its engine, version, model); one that cannot be reached stops the session."""
         temperature = (spec.temperatures or [0.0])[0]
-        self.settings = EndpointSessionSettings.from_dict(spec.endpoint).validate(spec.max_new_tokens, temperature)
+        self.settings = EndpointSessionSettings.of(spec).validate(spec.max_new_tokens, temperature)
         limits = self.settings.limits(spec.max_new_tokens, temperature)
         self.clients = {e.label: EndpointClient(e, limits) for e in self.settings.endpoints()}
         self.prompts = list(prompts)

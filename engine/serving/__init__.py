@@ -1,0 +1,1 @@
+"""What every served engine speaks: the OpenAI-compatible transport, its Prometheus metrics, load and server."""
