@@ -17,6 +17,7 @@ from engine.service.api import (
     APIS,
     ENGINE_KINDS,
     MAX_CONCURRENCY,
+    EndpointCheck,
     StoredSession,
     compare,
     parse_levels,
@@ -90,30 +91,29 @@ def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_pr
     return submit_endpoint_session(store, endpoint, prompt_set_id, n_prompts, max_new_tokens, 0.0, name)
 
 
-def check_headline(found: Mapping[str, Any]) -> str:
+def check_headline(found: EndpointCheck) -> str:
     """One sentence on a checked endpoint: `vLLM 0.33.0 serves Qwen/…; it exposes speculation counters.`"""
-    engine = KIND_LABELS.get(str(found.get("engine")), str(found.get("engine") or "an unknown engine"))
-    if found.get("engine") == "openai":
+    engine = KIND_LABELS.get(found.engine, found.engine or "an unknown engine")
+    if found.engine == "openai":
         engine = "An OpenAI-compatible server (engine not recognised)"
-    version = f" {found['version']}" if found.get("version") else ""
-    model = f"serves {found['model']}" if found.get("model") else "lists no model"
+    version = f" {found.version}" if found.version else ""
+    model = f"serves {found.model}" if found.model else "lists no model"
     counters = {True: "it exposes speculation counters",
                 False: "it exposes no speculation counters (yet: some engines show them after the first request)",
-                None: "its /metrics could not be read"}[found.get("speculation counters")]  # fmt: skip
+                None: "its /metrics could not be read"}[found.speculation_counters]  # fmt: skip
     return f"{engine}{version} {model}; {counters}."
 
 
-def check_facts(found: Mapping[str, Any]) -> list[tuple[str, str]]:
+def check_facts(found: EndpointCheck) -> list[tuple[str, str]]:
     """(what, value) lines of a checked endpoint, for a short list under the headline."""
-    counters = found.get("speculation counters")
+    counters = found.speculation_counters
     return [
-        ("Engine", KIND_LABELS.get(str(found.get("engine")), str(found.get("engine") or "—"))),
-        ("Version", str(found.get("version") or "not reported")),
-        ("Model", str(found.get("model") or "none listed at /v1/models")),
+        ("Engine", KIND_LABELS.get(found.engine, found.engine or "—")),
+        ("Version", found.version or "not reported"),
+        ("Model", found.model or "none listed at /v1/models"),
         ("Speculation counters", "exposed on /metrics" if counters else
-         "not exposed on /metrics (yet)" if counters is False else f"unknown: {found.get('metrics')}"),
-        ("Detected from", "the engine you chose" if found.get("detected from") == "given"
-         else str(found.get("detected from") or "—")),
+         "not exposed on /metrics (yet)" if counters is False else f"unknown: {found.metrics}"),
+        ("Detected from", "the engine you chose" if found.detected_from == "given" else found.detected_from or "—"),
     ]  # fmt: skip
 
 

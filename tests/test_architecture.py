@@ -243,11 +243,12 @@ ENGINE_RANK = {
     "engines": 5, "service": 6,
 }  # fmt: skip
 ENGINE_SHARED = ("engine.errors", "engine.prompts")  # modules or packages any engine package may use, not layers
-# An engine's own package (engine/engines/<name>/) holds the engine and its parts. Its runner is the engine, ranked
-# with `engines`; every other module of it (server, client, binaries, options, flags) is a part, ranked
-# ENGINE_PART_RANK, so the exports speak an engine's vocabulary (its flags, its config) without importing its runner.
+# An engine's own package (engine/engines/<name>/) holds the engine and its parts. Its runner and its registry entry
+# are the engine, ranked with `engines`; every other module of it (server, client, binaries, options, flags) is a
+# part, ranked ENGINE_PART_RANK, so the exports speak an engine's vocabulary (its flags, its config) without
+# importing its runner.
 ENGINE_PART_RANK = 2
-ENGINE_ENTRY = "runner"
+ENGINE_ENTRY = ("runner", "entry")  # the engine itself: its runner, and its registry entry
 
 
 def engine_package(module: str) -> str | None:
@@ -267,7 +268,7 @@ def engine_rank(module: str) -> tuple[str, int] | None:
     if layer not in ENGINE_RANK:
         return None
     package = engine_package(module)
-    if package is not None and module.split(".")[3:4] != [ENGINE_ENTRY]:
+    if package is not None and module.split(".")[3:4] not in [[name] for name in ENGINE_ENTRY]:
         return layer, ENGINE_PART_RANK
     return layer, ENGINE_RANK[layer]
 

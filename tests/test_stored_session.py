@@ -37,7 +37,6 @@ def test_a_finished_row_reads_its_options_and_summary() -> None:
     assert stored.confirmation == {} and stored.suffix_cache == {}
 
 
-
 def test_an_older_row_reads_its_engine_options_from_the_key_its_engine_kept_them_under() -> None:
     endpoint = {"url": "http://127.0.0.1:9", "concurrency": [1, 2]}
     older = StoredSession.of({"id": 4, "options": {"engine": "endpoint", "endpoint": endpoint}})

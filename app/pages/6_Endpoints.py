@@ -66,10 +66,10 @@ with st.container(border=True):
     if check:
         with common.guard("check the endpoint"):
             found = check_endpoint(url, key_env, kind)
-            (st.success if found["speculation counters"] else st.info)(md_escape(ev.check_headline(found)))
+            (st.success if found.speculation_counters else st.info)(md_escape(ev.check_headline(found)))
             st.markdown("\n".join(f"- **{what}:** {md_escape(value)}" for what, value in ev.check_facts(found)))
             with st.expander("Raw answer", expanded=False):
-                st.json(found)
+                st.json(found.to_dict())
     if queue:
         with common.guard("queue the endpoint session"):
             settings = ev.endpoint_settings(url, model, key_env, kind, api, baseline, levels, max_requests,

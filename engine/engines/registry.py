@@ -1,59 +1,27 @@
 """The engine registry: one entry per engine, one spelling each, and the only place an engine is chosen by name.
 
-Adding an engine: a Runner module beside this one and one `register(EngineEntry(...))` line below.
+Adding an engine: a package beside this module (engine/engines/NAME/: its runner, its parts, its `entry.py` holding
+its EngineEntry) and its entry in ENGINES below, in the order the UI lists them.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.core.engine_options import EngineOptions
-from engine.engines.endpoint.settings import EndpointSessionSettings
-from engine.engines.spectune.options import LoopOptions
-from engine.engines.vllm.options import VllmOptions
+from engine.engines.endpoint.entry import ENTRY as ENDPOINT
+from engine.engines.entry import EngineEntry
+from engine.engines.llamacpp.entry import ENTRY as LLAMACPP
+from engine.engines.spectune.entry import ENTRY as SPECTUNE
+from engine.engines.vllm.entry import ENTRY as VLLM
 from engine.errors import SettingsError
 from engine.models.pool import ModelPool
 from engine.session.hooks import Hooks
-from engine.session.runner import PromptText, RunKey, Runner, plan_runs
+from engine.session.runner import PromptText, RunKey, Runner
 from engine.session.spec import SessionSpec, register_engine_options
-from engine.session.spec import validate as validate_common
 from engine.session.sweep import SweepReport, run_sweep
-
-
-@dataclass(frozen=True)
-class EngineEntry:
-    """One engine: its stored name, its CLI spelling, how a session in it is validated and measured."""
-
-    name: str  # SessionSpec.engine and the store's spelling
-    cli: str  # the --engine choice
-    label: str  # what the UI calls it
-    validate: Callable[[SessionSpec, int | None], None]
-    runner: Callable[[], type[Runner]]  # its Runner class (imported on use)
-    in_process: bool = False  # the target runs in this process: the batch sweep and roofline can measure it
-    runs_policies: bool = False
-    fixed_weights: str | None = None  # what it runs instead of a chosen dtype (llama.cpp: the GGUF as it is)
-    export_format: str | None = None  # the export format of this engine itself (its sessions measured that engine)
-    runs_policy: Callable[[str], bool] | None = None  # which policies it runs live (None: every one)
-    availability: Callable[[], tuple[bool, str]] = lambda: (True, "")  # (usable here, one line saying so)
-    batches: bool = False  # batches requests continuously: each configuration is measured at the spec's concurrency
-    plan: Callable[[SessionSpec, Sequence[int]], list[RunKey]] = plan_runs  # the configurations a session runs
-    deployment: bool = False  # measures a running deployment as it is: no draft or γ of ours to recommend from
-    # its loop's step overhead (engine.analysis.step_overhead: what a drafting step costs beyond its forwards, fitted
-    # from every engine's runs) grows with the verified width (llama-server's sampler at every position): a quick
-    # session probes each draft model at two widths to fit both terms, where one width fits the per-step term
-    two_width_probe: bool = False
-    # what a session's processes will hold at most, and one sentence saying how (None: its models' weights say it)
-    memory: Callable[[SessionSpec, list[RunKey]], tuple[int, str]] | None = None
-    # a sentence the estimate adds about the session's setup on this machine (hardware line) before decoding (None)
-    setup_note: Callable[[SessionSpec, str], str | None] = lambda spec, hardware: None
-    # stops every process of this engine the worker started and says how many (servers): None where it starts none
-    stop_processes: Callable[[], int] | None = None
-    processes: str = "server(s)"  # what those processes are called, for the worker's log
-    options: type[EngineOptions] | None = None  # the type of its own options a spec holds (None: it has none)
-
 
 _ENTRIES: dict[str, EngineEntry] = {}
 
@@ -167,7 +135,7 @@ def replays_like_llamacpp(name: str) -> bool:
 
 def levels_of(spec: SessionSpec) -> list[int]:
     """The concurrency levels a session's configurations are measured at in its engine."""
-    return list(spec.concurrency) if get(spec.engine).batches else [1]
+    return get(spec.engine).levels(spec)
 
 
 def sweep(
@@ -185,121 +153,6 @@ def sweep(
     return run_sweep(runner_for(spec, pool), spec, prompts, hooks, levels, chosen, verify_cost, traces, aa_check)
 
 
-def _spectune() -> Any:
-    from engine.engines.spectune.runner import SpectuneRunner
-
-    return SpectuneRunner
-
-
-def _llamacpp() -> Any:
-    from engine.engines.llamacpp.runner import LlamaCppRunner
-
-    return LlamaCppRunner
-
-
-def _llamacpp_runs(policy: str) -> bool:
-    from engine.engines.llamacpp.policy_flags import llamacpp_fields
-
-    return llamacpp_fields(policy) is not None
-
-
-def _llamacpp_memory(spec: SessionSpec, plan: list[RunKey]) -> tuple[int, str]:
-    from engine.engines.llamacpp.runner import memory_before
-
-    return memory_before(spec, plan)
-
-
-def _validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.llamacpp.runner import validate_llamacpp
-
-    validate_llamacpp(spec, n_prompts)
-
-
-def _vllm() -> Any:
-    from engine.engines.vllm.runner import VllmRunner
-
-    return VllmRunner
-
-
-def _validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.vllm.runner import validate_vllm
-
-    validate_vllm(spec, n_prompts)
-
-
-def _vllm_availability() -> tuple[bool, str]:
-    from engine.engines.vllm.binaries import vllm_status
-
-    found, line = vllm_status()
-    if found is None:
-        return False, f"vLLM is not available: {line}"
-    return True, f"{line}: tokens/s, TTFT and acceptance at each concurrency; β per position is not reported."
-
-
-def _endpoint() -> Any:
-    from engine.engines.endpoint.runner import EndpointRunner
-
-    return EndpointRunner
-
-
-def _validate_endpoint(spec: SessionSpec, n_prompts: int | None = None) -> None:
-    from engine.engines.endpoint.runner import validate_endpoint
-
-    validate_endpoint(spec, n_prompts)
-
-
-def _plan_endpoint(spec: SessionSpec, levels: Sequence[int]) -> list[RunKey]:
-    from engine.engines.endpoint.runner import plan_endpoint
-
-    return plan_endpoint(spec, levels)
-
-
-SPECTUNE_NOTE = "Exact β per position, top logits and fp32 fidelity verdicts; speed of the PyTorch loop."
-
-
-def _spectune_setup(spec: SessionSpec, hardware: str) -> str | None:
-    from engine.engines.spectune.loop import setup_note
-
-    return setup_note(spec, hardware)
-
-
-def _llamacpp_stop_all() -> int:
-    from engine.engines.llamacpp.server import stop_all
-
-    return stop_all()
-
-
-def _vllm_stop_all() -> int:
-    from engine.engines.vllm.server import stop_all
-
-    return stop_all()
-
-
-def _llamacpp_availability() -> tuple[bool, str]:
-    from engine.engines.llamacpp.binaries import llama_status
-
-    build, line = llama_status()
-    if build is None:
-        return False, f"llama.cpp is not available: {line}"
-    return True, f"{line}: c, v(k) and speed as llama.cpp measures them; β per position is not reported."
-
-
-register(EngineEntry(
-    "spectune", "spectune", "spectune (PyTorch loop)", validate_common, _spectune, in_process=True,
-    runs_policies=True, options=LoopOptions,
-    availability=lambda: (True, SPECTUNE_NOTE), setup_note=_spectune_setup,
-))  # fmt: skip
-register(EngineEntry(
-    "llama.cpp", "llamacpp", "llama.cpp (llama-server)", _validate_llamacpp, _llamacpp, runs_policies=True,
-    fixed_weights="GGUF as it is (quantised)", availability=_llamacpp_availability, export_format="llamacpp",
-    runs_policy=_llamacpp_runs, two_width_probe=True, memory=_llamacpp_memory, stop_processes=_llamacpp_stop_all,
-    processes="llama-server process(es)",
-))  # fmt: skip
-register(EngineEntry(
-    "vllm", "vllm", "vLLM (managed server)", _validate_vllm, _vllm, availability=_vllm_availability,
-    export_format="vllm", batches=True, stop_processes=_vllm_stop_all, processes="vLLM server(s)", options=VllmOptions,
-))  # fmt: skip
-register(EngineEntry(
-    "endpoint", "endpoint", "a running endpoint (OpenAI-compatible)", _validate_endpoint, _endpoint,
-    plan=_plan_endpoint, deployment=True, options=EndpointSessionSettings,
-))  # fmt: skip
+ENGINES: tuple[EngineEntry, ...] = (SPECTUNE, LLAMACPP, VLLM, ENDPOINT)
+for _entry in ENGINES:
+    register(_entry)

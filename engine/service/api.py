@@ -51,7 +51,7 @@ from engine.service.decide.recommendations import (
     save_result,
 )
 from engine.service.decide.surface import Surface, SurfaceCell, stops_paying, surface_cells, surfaces
-from engine.service.endpoint_sessions import check_endpoint, submit_endpoint_session
+from engine.service.endpoint_sessions import EndpointCheck, check_endpoint, submit_endpoint_session
 from engine.service.jobs import open_app_store, submit_session, token_strings
 from engine.service.report.document import report_filename, report_or_error
 from engine.service.report.measurement_notes import floor_note, loop_note, overhead_note
@@ -99,7 +99,7 @@ __all__ = [
     "ENGINE_KINDS", "LOOPS", "MAX_CONCURRENCY", "MAX_UPLOAD_BYTES", "MEMORY_BOUND", "PROBE_TOKENS",
     "RECOMMEND_ENGINES", "UNFINISHED_RUNS", "VLLM_SCHEDULE_SINCE", "VLLM_VERSION", "WATCH_STATES", "WATCH_VERDICTS",
     "ActionFile", "BestSpeedup", "Cut", "Decision", "DecisionQuery", "DraftMeasurement", "DraftPolicies",
-    "DraftSummary", "EngineDefault", "GammaPoint", "Pace", "ParseResult", "PolicyReport",
+    "DraftSummary", "EndpointCheck", "EngineDefault", "GammaPoint", "Pace", "ParseResult", "PolicyReport",
     "Recommendation", "Recommended", "SessionSpec", "SizedPlan", "StoredSession", "Surface", "SurfaceCell",
     "baseline_tps", "batch_sweep_eta_s", "best_speedup", "budget_facts", "budget_outcome", "cancelled_text",
     "check_endpoint", "check_predicted_speedup", "choose_engine", "compare", "compared_baseline", "configuration_run",

@@ -3,6 +3,7 @@ against a running OpenAI-compatible endpoint (engine.engines.endpoint.runner), e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import SettingsError
@@ -67,11 +68,28 @@ def probe_endpoint(
     return report.engine_info["endpoint"] | {"stopped": report.stopped}
 
 
-def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
-    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks.
+@dataclass(frozen=True)
+class EndpointCheck:
+    """What one look at an endpoint found: its engine, version and model, and whether its /metrics speaks.
 
-    ``speculation counters`` is True (exposed), False (/metrics answered without them) or None (/metrics could
-    not be read; ``metrics`` says why)."""
+    `speculation_counters` is True (exposed), False (/metrics answered without them) or None (/metrics could not be
+    read; `metrics` says why). `detected_from` says how the engine was told ("given": the one the user chose)."""
+
+    engine: str
+    version: str | None
+    model: str | None
+    metrics: str
+    speculation_counters: bool | None
+    detected_from: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The raw answer, as the page folds it away."""
+        return {"engine": self.engine, "version": self.version, "model": self.model, "metrics": self.metrics,
+                "speculation counters": self.speculation_counters, "detected from": self.detected_from}  # fmt: skip
+
+
+def check_endpoint(url: str, api_key_env: str, kind: str) -> EndpointCheck:
+    """One look at the endpoint (GETs only, to the URL given): engine, version, model, whether /metrics speaks."""
     from engine.engines.endpoint.settings import Endpoint, api_key
     from engine.serving.detect import detect
     from engine.serving.metrics import scrape
@@ -90,5 +108,4 @@ def check_endpoint(url: str, api_key_env: str, kind: str) -> dict[str, Any]:
             metrics = str(exc)
     finally:
         conn.close()
-    return {"engine": info.engine, "version": info.version, "model": info.model, "metrics": metrics,
-            "speculation counters": speculates, "detected from": info.detected_from}  # fmt: skip
+    return EndpointCheck(info.engine, info.version, info.model, metrics, speculates, info.detected_from)

@@ -16,7 +16,7 @@ from typing import Any
 from engine.analysis.export.refs import prepared_gguf
 from engine.drafts.kinds import draft_kind
 from engine.engines import registry
-from engine.engines.registry import EngineEntry
+from engine.engines.entry import EngineEntry
 from engine.errors import SpectuneError
 from engine.models.bundled import parameter_count
 from engine.service.sizing.pace_probe import PaceProbe, ProbeProgress, latest, probe_for

@@ -91,11 +91,11 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         if settings.mode == "quick" and not entry.deployment:
             from engine.service.worker.sweeps import run_quick
 
-            report = run_quick(store, session_id, settings, prompts, hooks, pool).to_dict()
+            report = run_quick(store, session_id, settings, entry, prompts, hooks, pool).to_dict()
         elif not entry.deployment:
             from engine.service.worker.sweeps import run_full
 
-            report = run_full(store, session_id, settings, prompts, hooks, pool).to_dict()
+            report = run_full(store, session_id, settings, entry, prompts, hooks, pool).to_dict()
         else:
             report = registry.sweep(settings, prompts, hooks=hooks, pool=pool).to_dict()
         if not report.get("stopped"):

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.core.policy import parse_policy
 from engine.engines import registry
+from engine.engines.entry import EngineEntry
 from engine.errors import SpectuneError
 from engine.measure.noise import floor_off
 from engine.models.pool import ModelPool
@@ -26,7 +27,9 @@ from engine.session.spec import SessionSpec
 from engine.session.sweep import SweepReport
 
 
-def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float, decision: ConfirmChoices) -> None:
+def _choices(
+    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, temperature: float, decision: ConfirmChoices
+) -> None:
     """The recommended configuration (a policy when one beats every fixed γ) and the best fixed γ at
     `temperature`, judged for the session's serving batch. The fixed γ is the headline's — the recommendation
     over every draft, n-gram lookup included — and only when that is off the chosen draft's best γ (confirmed to
@@ -43,7 +46,6 @@ def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float,
     decision.off[temperature] = bool(headline is not None and headline.off)
     fixed = Choice("best fixed γ", rec.draft_name, rec.gamma, temperature, rec.predicted_speedup)
     best = report.best
-    entry = registry.get(spec.engine)
     policy = parse_policy(best.policy) if best is not None else None
     runnable = policy is not None and entry.runs_policies and (entry.runs_policy is None
                                                                or entry.runs_policy(best.policy))  # fmt: skip
@@ -59,12 +61,12 @@ def _choices(store: Any, session_id: int, spec: SessionSpec, temperature: float,
     decision.choices.append(fixed)
 
 
-def choices_to_confirm(store: Any, session_id: int, spec: SessionSpec) -> ConfirmChoices:
-    """What the probe's stored runs lead to, per temperature of the session."""
+def choices_to_confirm(store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry) -> ConfirmChoices:
+    """What the probe's stored runs lead to, per temperature of the session in engine `entry`."""
     decision = ConfirmChoices()
     for temperature in spec.temperatures:
         try:
-            _choices(store, session_id, spec, temperature, decision)
+            _choices(store, session_id, spec, entry, temperature, decision)
         except SpectuneError as exc:
             decision.notes.append(f"T={temperature:g}: nothing to confirm ({exc})")
     return decision
@@ -97,17 +99,19 @@ def measured_keys(report: SweepReport) -> list[RunKey]:
 
 
 def run_quick(
-    store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
-) -> SweepReport:
-    """Probe, decide, confirm; one merged report whose `quick` says what was chosen, why, and how it measured."""
+    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, prompts: list[PromptText], hooks: Hooks,
+    pool: ModelPool,
+) -> SweepReport:  # fmt: skip
+    """Probe, decide, confirm in engine `entry`; one merged report whose `quick` says what was chosen, why, and
+    how it measured."""
     started = time.perf_counter()
-    levels = registry.levels_of(spec)
-    plan = probe_plan(spec, levels, registry.get(spec.engine).two_width_probe)
+    levels = entry.levels(spec)
+    plan = probe_plan(spec, levels, entry.two_width_probe)
     hooks.reserve(confirm_reserve(spec, len(prompts), levels))
     probe = registry.sweep(spec, prompts, hooks, pool, plan=plan)
     probed = time.perf_counter()
     hooks.phase("predicting the grid from the probe", 0, 1, None)
-    report, decision, _ = confirm_after(store, session_id, spec, probe, prompts, hooks, pool)
+    report, decision, _ = confirm_after(store, session_id, spec, entry, probe, prompts, hooks, pool)
     mark_floor(store, session_id, report)
     report.quick = {
         "probe": [k.label() for k in plan],
@@ -122,16 +126,16 @@ CONFIRM_ROUNDS = 2  # a confirmation that changes the decision confirms the new 
 
 
 def confirm_after(
-    store: Any, session_id: int, spec: SessionSpec, first: SweepReport, prompts: list[PromptText], hooks: Hooks,
-    pool: ModelPool,
+    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, first: SweepReport,
+    prompts: list[PromptText], hooks: Hooks, pool: ModelPool,
 ) -> tuple[SweepReport, ConfirmChoices, list[RunKey]]:  # fmt: skip
     """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
     run live beside a fresh target alone at every level; then, where what they measured changes the decision to a
     configuration no run measured, that one too, up to CONFIRM_ROUNDS rounds: (one merged report, the decision, every
     confirmation's plan — empty when `first` measured every choice). A confirmation measures no A/A check of its own:
     `first`'s floor is the session's."""
-    decision = choices_to_confirm(store, session_id, spec)
-    levels = registry.levels_of(spec)
+    decision = choices_to_confirm(store, session_id, spec, entry)
+    levels = entry.levels(spec)
     plan = confirm_plan(spec, decision, measured_keys(first), levels)
     report, ran = first, list(plan)
     for round_no in range(1, CONFIRM_ROUNDS + 1):
@@ -209,19 +213,20 @@ def _too_noisy(figures: dict[str, Any]) -> bool:
 
 
 def run_full(
-    store: Any, session_id: int, spec: SessionSpec, prompts: list[PromptText], hooks: Hooks, pool: ModelPool
-) -> SweepReport:
+    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, prompts: list[PromptText], hooks: Hooks,
+    pool: ModelPool,
+) -> SweepReport:  # fmt: skip
     """The grid, then (with `spec.confirm`) the headline confirmed where the grid did not measure it; the report's
     `confirmation` says what was chosen, whether it ran, and how it measured."""
     started = time.perf_counter()
     if spec.confirm:
-        hooks.reserve(confirm_reserve(spec, len(prompts), registry.levels_of(spec)))
+        hooks.reserve(confirm_reserve(spec, len(prompts), entry.levels(spec)))
     grid = registry.sweep(spec, prompts, hooks, pool)
     if not spec.confirm or grid.stopped:
         return grid
     hooks.phase("checking the recommendation against the grid", 0, 1, None)
     checked = time.perf_counter()
-    report, decision, plan = confirm_after(store, session_id, spec, grid, prompts, hooks, pool)
+    report, decision, plan = confirm_after(store, session_id, spec, entry, grid, prompts, hooks, pool)
     mark_floor(store, session_id, report)
     report.confirmation = {
         "ran": [k.label() for k in plan if k.kind != "baseline"],
