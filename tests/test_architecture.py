@@ -335,6 +335,61 @@ def test_engine_shared_modules_import_no_engine_package() -> None:
     assert bad == [], report(bad, f"{', '.join(ENGINE_SHARED)} sit below every engine package")
 
 
+def import_graph(top: str) -> dict[str, set[str]]:
+    """Module -> the modules of `top` it imports (function-local imports too; a package's own __init__ left out)."""
+    modules = {module_name(p) for p in python_files(top)}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for imp in all_imports(top):
+        target = imp.target
+        while target and target not in modules:  # `from a.b import name` names module a.b
+            target = target.rpartition(".")[0]
+        if target and target != imp.module and not imp.module.startswith(target + "."):
+            graph[imp.module].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, round a circle (strongly connected, more than one)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in sorted(graph[module]):
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = []
+            while True:
+                other = stack.pop()
+                group.append(other)
+                if other == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def test_no_engine_modules_import_each_other_round_a_circle() -> None:
+    found = circles(import_graph("engine"))
+    assert found == [], "engine modules that import each other round a circle:\n  " + "\n  ".join(map(str, found))
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]] and circles({"a": {"b"}, "b": set()}) == []
+
+
 # --- (f) every engine package says in one line what it is -------------------------------------------
 
 
