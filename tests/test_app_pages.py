@@ -18,6 +18,8 @@ from streamlit.testing.v1 import AppTest
 
 from app import sessions_view as sv
 from engine.core.records import Divergence, PromptOutput, StepRecord
+from engine.engines.spectune.options import LoopOptions
+from engine.session.spec import SessionSpec
 from foundation.paths import default_database_url
 from store import open_store
 
@@ -370,6 +372,25 @@ def queue_drafts(at: AppTest, chosen: list[str], typed: str = "") -> None:
     at.run()
     assert_clean(at)
     assert not at.error, texts(at.error)
+
+
+def test_the_loop_and_threads_picked_are_stored_as_the_engines_own_options(env):
+    add_prompts(env.store, [("p1", None), ("p2", None)])
+    at = page("pages/2_Run.py")
+    fill_run_form(at)
+    at.selectbox(key="loop").set_value("eager")
+    at.number_input(key="threads").set_value(1)
+    at.button(key="start_session").click()
+    at.run()
+    assert_clean(at)
+    assert not at.error, texts(at.error)
+    (row,) = env.store.list_sessions()
+    assert row["options"]["engine"] == "spectune" and row["options"]["engine_options"] == {
+        "kind": "eager",
+        "threads": 1,
+    }
+    assert "loop" not in row["options"] and "vllm" not in row["options"]  # one record, the engine's own
+    assert SessionSpec.from_row(row).engine_options == LoopOptions("eager", 1)
 
 
 def test_start_session_queues_it_and_starts_the_worker(env):
