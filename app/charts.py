@@ -97,7 +97,7 @@ def speedup_grouped(frame: pd.DataFrame, group: str = "which") -> alt.LayerChart
                 x=alt.X("lo:Q", title="speedup vs target alone (×)"),
                 x2="hi:Q",
                 tooltip=tooltip,
-            )  # fmt: skip
+            )
         )
     return alt.layer(*layers).properties(height=alt.Step(12))
 
@@ -311,11 +311,12 @@ def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
             x=alt.X("ended:T", title="window end", axis=time_axis),
             y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g")),
             tooltip=["ended:T", "verdict:N", alt.Tooltip(f"{field}:Q", format=".3g")],
-        )  # fmt: skip
+        )
         layers: list[alt.Chart] = [base.mark_line(color="#999999"), base.mark_point(filled=True, size=50).encode(
             color=colour)]  # fmt: skip
         if field == "predicted_speedup":
-            layers.append(alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4])
-                          .encode(y="y:Q"))  # fmt: skip
+            layers.append(
+                alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="y:Q")
+            )
         panels.append(alt.layer(*layers))
     return alt.vconcat(*panels).resolve_scale(x="shared")

@@ -81,8 +81,9 @@ def endpoint_settings(
     }  # fmt: skip
 
 
-def submit(store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_prompts: int, max_new_tokens: int,
-           name: str) -> int:  # fmt: skip
+def submit(
+    store: Any, endpoint: dict[str, Any], prompt_set_id: int | None, n_prompts: int, max_new_tokens: int, name: str
+) -> int:
     from engine.errors import SettingsError
     from engine.service.api import submit_endpoint_session
 
@@ -152,7 +153,7 @@ def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, An
             "draft_acceptance_rate": None,
             "mean_acceptance_length": None,
             "acceptance_source": None,
-        }  # fmt: skip
+        }
         for (ep, c), rows in sorted(groups.items())
     ]
 
@@ -184,7 +185,7 @@ def levels_frame(entries: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "acceptance": e.get("draft_acceptance_rate"),
             "mean acceptance length": e.get("mean_acceptance_length"),
             "from": e.get("acceptance_source") or "—",
-        }  # fmt: skip
+        }
         for e in entries
     ]
     return pd.DataFrame(rows)
@@ -205,8 +206,9 @@ def speedup_long(comp: Mapping[str, Any] | None) -> pd.DataFrame:
     """Measured speedup per level and Theorem 3.8's prediction (memory-bound, c fitted at the lowest level)."""
     rows: list[dict[str, Any]] = []
     for p in (comp or {}).get("points") or []:
-        rows.append({"concurrency": p["concurrency"], "series": "measured speedup", "value": p["speedup"],
-                     "kind": "measured"})  # fmt: skip
+        rows.append(
+            {"concurrency": p["concurrency"], "series": "measured speedup", "value": p["speedup"], "kind": "measured"}
+        )
         if p.get("predicted_speedup") is not None:
             rows.append({"concurrency": p["concurrency"], "series": "predicted (memory-bound theory)",
                          "value": p["predicted_speedup"], "kind": "predicted"})  # fmt: skip
@@ -230,7 +232,7 @@ def requests_frame(requests: Sequence[Mapping[str, Any]], limit: int = 500) -> p
             "drafted": r.get("draft_n"),
             "accepted": r.get("draft_n_accepted"),
             "error": r.get("error") or "",
-        }  # fmt: skip
+        }
         for r in list(requests)[-limit:]
     ]
     return pd.DataFrame(rows)
@@ -251,6 +253,6 @@ def servers_of(session: Mapping[str, Any]) -> list[dict[str, Any]]:
             "engine": e.get("engine"),
             "version": e.get("server_version"),
             "API": e.get("api"),
-        }  # fmt: skip
+        }
         for e in report.get("endpoints") or []
     ]

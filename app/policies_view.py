@@ -93,8 +93,9 @@ def chart_frame(d: DraftPolicies, kind: str) -> pd.DataFrame:
         if r["kind"] != kind:
             continue
         x, series = x_value(r)
-        records.append({"x": x, "series": series, "policy": r["policy"], "source": "replayed",
-                        **{m: r[m] for m in METRICS}})  # fmt: skip
+        records.append(
+            {"x": x, "series": series, "policy": r["policy"], "source": "replayed", **{m: r[m] for m in METRICS}}
+        )
         if r["live"]:
             records.append({"x": x, "series": series, "policy": r["policy"], "source": "live",
                             **{m: r.get(LIVE_METRICS.get(m, ""), None) for m in METRICS}})  # fmt: skip
@@ -115,14 +116,16 @@ def policy_chart(frame: pd.DataFrame, kind: str, metric: str, reference: float, 
     tooltip = ["policy", "series", "source", alt.Tooltip(f"{metric}:Q", format=".3f")]
     replayed = frame[frame["source"] == "replayed"]
     live = frame[(frame["source"] == "live") & frame[metric].notna()]
-    base = alt.Chart(replayed, height=280).encode(x=x, y=y, color=alt.Color("series:N", title="series"),
-                                                  tooltip=tooltip)  # fmt: skip
+    base = alt.Chart(replayed, height=280).encode(
+        x=x, y=y, color=alt.Color("series:N", title="series"), tooltip=tooltip
+    )
     layers = [base.mark_point(filled=True, size=50) if nominal else base.mark_line(point=True)]
     if not live.empty:
         layers.append(
-            alt.Chart(live).mark_point(shape="diamond", size=160, filled=True, color="black")
+            alt.Chart(live)
+            .mark_point(shape="diamond", size=160, filled=True, color="black")
             .encode(x=x, y=y, tooltip=tooltip)
-        )  # fmt: skip
+        )
     rule = pd.DataFrame({"y": [reference], "label": [reference_label]})
     layers.append(alt.Chart(rule).mark_rule(strokeDash=[6, 4], color="gray").encode(y="y:Q", tooltip=["label"]))
     return alt.layer(*layers).properties(title=alt.Title(KIND_LABELS.get(kind, kind), subtitle=(

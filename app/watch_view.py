@@ -17,8 +17,9 @@ from engine.service.api import WATCH_STATES, WATCH_VERDICTS
 
 PAYING, COSTING, COLLAPSED, DRIFTED, BELOW = WATCH_VERDICTS
 TONES = {PAYING: "success", COSTING: "error", COLLAPSED: "error", DRIFTED: "warning", BELOW: "warning"}
-START_COMMAND = ("python -m engine watch --metrics-url http://HOST:PORT --session N --gamma G --window 15s "
-                 "--deployment NAME")  # fmt: skip
+START_COMMAND = (
+    "python -m engine watch --metrics-url http://HOST:PORT --session N --gamma G --window 15s --deployment NAME"
+)
 INTRO = ("A session answers *which draft and γ* once. `watch` keeps asking a running deployment whether that answer "
          "still pays: window by window it reads the engine's speculation counters (from its `/metrics` or from the "
          "Prometheus that scrapes it), predicts the gain of the deployed configuration at the acceptance and load it "

@@ -62,8 +62,9 @@ def surface_section(store: Any, session_ids: Sequence[int]) -> None:
     st.caption(rv.SURFACE_TEXT)
     sid = next(iter(found))
     if len(found) > 1:
-        sid = st.selectbox("Session", list(found), format_func=lambda i: rv.surface_label(found[i]),
-                           key="rec_surface_session")  # fmt: skip
+        sid = st.selectbox(
+            "Session", list(found), format_func=lambda i: rv.surface_label(found[i]), key="rec_surface_session"
+        )
     surface = found[sid]
     table(rv.styled_surface(rv.surface_table(surface), surface))
     st.altair_chart(charts.concurrency_surface(rv.surface_chart_frame(surface)), width="stretch")

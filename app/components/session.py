@@ -55,8 +55,9 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
     elif status == "done" and here != "Sessions":
         st.success("Done.")
     if status in ACTIVE_STATUSES and here != "Run":
-        st.page_link(common.PAGES["Run"], label="Watch it live", icon=common.ICONS["Run"],
-                     query_params={SESSION_PARAM: sid})  # fmt: skip
+        st.page_link(
+            common.PAGES["Run"], label="Watch it live", icon=common.ICONS["Run"], query_params={SESSION_PARAM: sid}
+        )
     if status == "done" and here != "Sessions":
         st.page_link(common.PAGES["Sessions"], label="Open the results in Sessions", icon=common.ICONS["Sessions"],
                      query_params={SESSION_PARAM: sid})  # fmt: skip

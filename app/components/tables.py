@@ -29,14 +29,17 @@ def table(
     helps, labels, widths = helps or {}, labels or {}, widths or {}
     config: dict[str, Any] = {}
     for column, fmt in (numbers or {}).items():
-        config[column] = st.column_config.NumberColumn(labels.get(column), format=fmt, help=helps.get(column),
-                                                       width=widths.get(column))  # fmt: skip
+        config[column] = st.column_config.NumberColumn(
+            labels.get(column), format=fmt, help=helps.get(column), width=widths.get(column)
+        )
     for column in dates:
-        config[column] = st.column_config.DatetimeColumn(labels.get(column), format="YYYY-MM-DD HH:mm",
-                                                         help=helps.get(column), width=widths.get(column))  # fmt: skip
+        config[column] = st.column_config.DatetimeColumn(
+            labels.get(column), format="YYYY-MM-DD HH:mm", help=helps.get(column), width=widths.get(column)
+        )
     for column in {**helps, **labels, **widths}:
-        config.setdefault(column, st.column_config.Column(labels.get(column), help=helps.get(column),
-                                                          width=widths.get(column)))  # fmt: skip
+        config.setdefault(
+            column, st.column_config.Column(labels.get(column), help=helps.get(column), width=widths.get(column))
+        )
     st.dataframe(frame, hide_index=True, width="stretch", placeholder=MISSING, column_config=config or None, **kwargs)
 
 

@@ -92,8 +92,9 @@ with st.container(border=True):
             b2.caption(md_escape(verify_cost))
             components.regime_switch(b3, engine, regime_cost)
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
-            st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
-                          **rv.CONCURRENCY_INPUT)  # fmt: skip
+            st.text_input(
+                "Concurrency levels (engines that batch: vLLM)", key="concurrency_text", **rv.CONCURRENCY_INPUT
+            )
             c1, c2 = st.columns(2)
             c1.selectbox("Loop (spectune's engine)", rv.LOOP_CHOICES, key="loop", help=rv.LOOP_HELP)
             c2.number_input("Threads (0: the cores free at start)", 0, 1024, 0, key="threads", help=rv.THREADS_HELP)

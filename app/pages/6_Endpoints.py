@@ -49,11 +49,12 @@ with st.container(border=True):
     ttft_slo = c12.number_input("Target TTFT s (0 = none)", 0.0, 3600.0, 0.0, key="ep_ttft_slo",
                                 help="Goodput counts requests meeting the latency target.")  # fmt: skip
     tpot_slo = c13.number_input("Target time/token s (0 = none)", 0.0, 3600.0, 0.0, key="ep_tpot_slo")
-    ignore_eos = c14.checkbox("Exactly max new tokens", key="ep_ignore_eos",
-                              help="ignore_eos (vLLM, SGLang, llama.cpp)")  # fmt: skip
+    ignore_eos = c14.checkbox(
+        "Exactly max new tokens", key="ep_ignore_eos", help="ignore_eos (vLLM, SGLang, llama.cpp)"
+    )
     prompt_set_id = c15.selectbox(
         "Prompt set", list(sets_by_id), format_func=lambda i: data.prompt_set_label(sets_by_id[i]), key="ep_set"
-    )  # fmt: skip
+    )
     c16, c17 = st.columns([2, 6])
     available = int((sets_by_id.get(prompt_set_id) or {}).get("n_prompts") or 1)
     n_prompts = c16.number_input("Prompts", 1, max(available, 1), min(available, 16), key="ep_n_prompts")

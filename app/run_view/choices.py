@@ -124,8 +124,9 @@ def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
         stored_speedup_flag,
     )
 
-    run = configuration_run(runs, str(choice["draft"]), int(choice.get("gamma") or 0), float(choice["temperature"]),
-                            choice.get("policy"))  # fmt: skip
+    run = configuration_run(
+        runs, str(choice["draft"]), int(choice.get("gamma") or 0), float(choice["temperature"]), choice.get("policy")
+    )
     if run is not None:
         measured, predicted = run_speedups(run)
         spread, flag, noisy = spread_text(run), stored_speedup_flag(run), stored_noisy(run_spread(run))

@@ -84,8 +84,9 @@ def draft_options(target: str, engine: str | None = None) -> list[str]:
     (a draft is the smaller model) and not the target itself, and each kind without a model ('ngram', 'suffix'),
     without those the engine refuses (llama.cpp has no suffix decoding)."""
     size = parameter_count(target)
-    models = [name for name in bundled_names() if name != target
-              and (size is None or (parameter_count(name) or 0) <= size)]  # fmt: skip
+    models = [
+        name for name in bundled_names() if name != target and (size is None or (parameter_count(name) or 0) <= size)
+    ]
     return [name for name in [*models, *(kind.offered for kind in offered_kinds())]
             if name != target and (engine is None or not draft_refused(engine, name))]  # fmt: skip
 
@@ -238,8 +239,9 @@ def session_spec(form: RunForm) -> tuple[SessionSpec, int, int]:
         ),
     )
     levels = (form.concurrency_text or "").strip()
-    spec.concurrency = registry.concurrency_for(form.engine, data.parse_int_list(levels, "concurrency") if levels
-                                                else None)  # fmt: skip
+    spec.concurrency = registry.concurrency_for(
+        form.engine, data.parse_int_list(levels, "concurrency") if levels else None
+    )
     return spec, int(form.prompt_set_id), int(form.n_prompts)
 
 

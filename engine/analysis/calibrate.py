@@ -51,8 +51,9 @@ def measurement_flags(m: DraftMeasurement) -> dict[int, BoundFlag]:
             continue
         at = _at_c(m, gamma, 0.0)
         share = m.c * at.draft_calls_per_step if kind_of_method(m.method).costs_forwards else 0.0
-        flag = check_measured_speedup(float(measured), gamma, m.measured_tokens_per_call.get(gamma), share,
-                                      at.verify_floor)  # fmt: skip
+        flag = check_measured_speedup(
+            float(measured), gamma, m.measured_tokens_per_call.get(gamma), share, at.verify_floor
+        )
         if flag is not None:
             flags[gamma] = flag
     return flags
@@ -78,8 +79,9 @@ def measured_loss(m: DraftMeasurement, batch: int) -> str:
     points = speedups_at(m, batch)
     if not points or any(s > 1.0 for s, _ in points.values()) or all(noisy for _, noisy in points.values()):
         return ""
-    listed = ", ".join(f"γ={g} {s:.2f}×{' (too noisy to tell)' if noisy else ''}"
-                       for g, (s, noisy) in sorted(points.items()))  # fmt: skip
+    listed = ", ".join(
+        f"γ={g} {s:.2f}×{' (too noisy to tell)' if noisy else ''}" for g, (s, noisy) in sorted(points.items())
+    )
     return f"{LOST_EVERYWHERE} at batch {batch} ({listed})"
 
 

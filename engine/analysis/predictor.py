@@ -44,8 +44,9 @@ def predict(m: DraftMeasurement, policy: SpeculationPolicy, cost: CostModel) -> 
     if traces:
         pred = replay(traces, policy, cost, m.temperature, llamacpp=m.llamacpp_loop)
     elif (gamma := policy.fixed_gamma()) is not None:
-        pred = positional(rates_of(m), m.drafting_fraction, gamma, cost, kind_of_method(m.method).costs_forwards,
-                          m.temperature)  # fmt: skip
+        pred = positional(
+            rates_of(m), m.drafting_fraction, gamma, cost, kind_of_method(m.method).costs_forwards, m.temperature
+        )
     else:
         raise ValueError(f"{m.name}: a policy other than a fixed γ needs the draft's recorded pass")
     depth = measured_depth(m)

@@ -115,8 +115,9 @@ def evidence_said(votes: Mapping[str, str]) -> str:
     The one wording of the evidence's verdict: the regime's own lines, the source sentence and the recommendation's
     notes all say it this way, so a measured v(k) is never called missing."""
     decided = [f"the {_NAMES[s]} says {votes[s]}" for s in _WEIGHTS if votes.get(s) in _SIDES]
-    abstained = [f"{_NAMES[s]} ({_NO_SIDE.get(votes[s], votes[s])})" for s in _WEIGHTS
-                 if s in votes and votes[s] not in _SIDES]  # fmt: skip
+    abstained = [
+        f"{_NAMES[s]} ({_NO_SIDE.get(votes[s], votes[s])})" for s in _WEIGHTS if s in votes and votes[s] not in _SIDES
+    ]
     missing = [_NAMES[s] for s in _WEIGHTS if s not in votes]
     parts = [", ".join(decided)] if decided else []
     parts += [f"measured but taking no side: {', '.join(abstained)}"] if abstained else []

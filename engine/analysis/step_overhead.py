@@ -57,8 +57,9 @@ class InLoop:
     forwards: int
 
 
-def loop_point(requests: Sequence[InLoop], call_ms: Mapping[int, Sequence[float]]) -> tuple[LoopPoint | None,
-                                                                                             list[float]]:  # fmt: skip
+def loop_point(
+    requests: Sequence[InLoop], call_ms: Mapping[int, Sequence[float]]
+) -> tuple[LoopPoint | None, list[float]]:
     """A run's verify in the loop, in units of the same prompt's target-alone step (`call_ms[index]`, its median),
     and c as each request measured it there (the draft's ms per forward ÷ that step). Requests whose prompt has no
     target-alone step are left out; no point without a drafting call."""

@@ -184,8 +184,7 @@ def static_step(model: Any, seq: StaticSequence, width: int) -> torch.Tensor:
     for layer in seq.cache.layers:
         layer.cumulative_length.copy_(seq.position)
     positions = (seq.position + seq.offsets[:width]).unsqueeze(0).expand(seq.ids.shape[0], width)
-    out = model(input_ids=seq.ids[:, :width], position_ids=positions, cache=seq.cache, use_cache=True,
-                logits_to_keep=0)  # fmt: skip
+    out = model(input_ids=seq.ids[:, :width], position_ids=positions, cache=seq.cache, use_cache=True, logits_to_keep=0)
     seq.position.add_(width)
     return out.logits
 
@@ -263,8 +262,9 @@ class CompiledLoop:
         return max(self.widest, STEP_BUFFER)
 
     def _new_sequence(self, batch: int = 1, cache_len: int | None = None, widest: int | None = None) -> StaticSequence:
-        return StaticSequence(self.model.model.config, cache_len or self.cache_len, widest or self.buffer_width,
-                              self.model.device, batch)  # fmt: skip
+        return StaticSequence(
+            self.model.model.config, cache_len or self.cache_len, widest or self.buffer_width, self.model.device, batch
+        )
 
     def _initialised(self, seq: StaticSequence) -> StaticSequence:
         """`seq` with its K/V buffers allocated by one eager forward, outside any compiled region and before any
@@ -285,8 +285,9 @@ class CompiledLoop:
                 layer.cumulative_length.fill_(seq.length)
         ids = ids.to(self.model.device)
         positions = torch.arange(seq.length, seq.length + width, device=self.model.device).unsqueeze(0)
-        out = self.model.model(input_ids=ids, position_ids=positions, cache=seq.cache, use_cache=True,
-                               logits_to_keep=keep)  # fmt: skip
+        out = self.model.model(
+            input_ids=ids, position_ids=positions, cache=seq.cache, use_cache=True, logits_to_keep=keep
+        )
         seq.position.add_(width)
         seq.length += width
         return out.logits

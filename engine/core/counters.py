@@ -82,8 +82,9 @@ class SpecCounters:
                    for f in fields(self) if f.name != "accepted_per_position"}  # fmt: skip
         mine, theirs = self.accepted_per_position, other.accepted_per_position
         positions = set(mine) | set(theirs)
-        return SpecCounters(**scalars, accepted_per_position={p: mine.get(p, 0.0) + sign * theirs.get(p, 0.0)
-                                                              for p in positions})  # fmt: skip
+        return SpecCounters(
+            **scalars, accepted_per_position={p: mine.get(p, 0.0) + sign * theirs.get(p, 0.0) for p in positions}
+        )
 
     def plus(self, other: SpecCounters) -> SpecCounters:
         return self._combine(other, 1.0)

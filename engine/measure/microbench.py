@@ -200,8 +200,9 @@ def compiled_batch_sweep(
     device = str(loop.model.device)
     try:
         seqs = {b: loop.batch_sequence(torch.randint(0, vocab, (b, input_len), generator=generator)) for b in sizes}
-        times = _timed_rounds(sizes, max(reps, 1), device, lambda b: loop.batch_step(seqs[b]),
-                              lambda b: seqs[b].rollback(input_len))  # fmt: skip
+        times = _timed_rounds(
+            sizes, max(reps, 1), device, lambda b: loop.batch_step(seqs[b]), lambda b: seqs[b].rollback(input_len)
+        )
     finally:
         loop.release_batches()
     return _swept(sizes, times, input_len, device, "compiled")

@@ -92,5 +92,6 @@ def export_check_rows(store: Any, session_id: int) -> list[LevelCheck]:
         side = "schedule" if summary.get("policy") else "fixed"
         level[side] = run_speedup(run)
         level["noisy"] |= bool(noise_of(run_spread(run))[1])
-    return [LevelCheck(b, r.get("baseline"), r.get("fixed"), r.get("schedule"), r["noisy"])
-            for b, r in sorted(rows.items())]  # fmt: skip
+    return [
+        LevelCheck(b, r.get("baseline"), r.get("fixed"), r.get("schedule"), r["noisy"]) for b, r in sorted(rows.items())
+    ]

@@ -119,8 +119,9 @@ def watch(
         verdict = judge(window, dep, earlier)
         earlier.append(verdict.predicted_speedup)
         ended = datetime.fromtimestamp(window.end, UTC)
-        kept = store.save_watch_window(deployment, ended, window.seconds, verdict.verdict, record(window, verdict, dep),
-                                       retention_days)  # fmt: skip
+        kept = store.save_watch_window(
+            deployment, ended, window.seconds, verdict.verdict, record(window, verdict, dep), retention_days
+        )
         if exporter is not None:
             exporter.update(deployment, window, verdict)
         yield Judged(window, verdict, kept)

@@ -68,8 +68,9 @@ def action_file(store: Any, verdict: str, figures: Mapping[str, Any]) -> ActionF
     if not rates and figures.get("alpha") is not None:
         rates = [float(figures["alpha"])]
     batch = int(figures.get("batch") or 1)
-    schedule = derived_schedule(dep, rates, figures.get("drafting_fraction"),
-                                schedule_batches(batch, sorted(watched.schedule or {})))  # fmt: skip
+    schedule = derived_schedule(
+        dep, rates, figures.get("drafting_fraction"), schedule_batches(batch, sorted(watched.schedule or {}))
+    )
     if is_off(schedule):
         return _off(watched, fmt, target, f"costing you: {why}; no γ is predicted above 1× even with one request "
                     "in flight at this acceptance", session_id, verdict)  # fmt: skip
@@ -115,8 +116,9 @@ def _watched(store: Any, dep: Deployment) -> tuple[Recommendation, str | None]:
     return watched, ev.target
 
 
-def _off(watched: Recommendation, fmt: str, target: str | None, reason: str, session_id: int,
-         verdict: str) -> ActionFile:  # fmt: skip
+def _off(
+    watched: Recommendation, fmt: str, target: str | None, reason: str, session_id: int, verdict: str
+) -> ActionFile:
     """Speculation off, in `fmt`, naming the speculation it replaces."""
     off = replace(watched, gamma=0, explanation=f"spectune watch: {reason}. Serve the target alone.")
     dep = replace(recommended(off, {}, target=target), replaces=recommended(watched, {}, target=target))

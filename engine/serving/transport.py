@@ -71,8 +71,9 @@ def status_error(url: str, status: int, reason: str, body: bytes, headers: Any =
         except ValueError:
             retry_after = None
     if status == 429:
-        return EndpointError("rate_limited", f"{url} answered 429 Too Many Requests (rate limited): {said}", status,
-                             retry_after)  # fmt: skip
+        return EndpointError(
+            "rate_limited", f"{url} answered 429 Too Many Requests (rate limited): {said}", status, retry_after
+        )
     if status == 503:
         return EndpointError("unavailable", f"{url} answered 503 Service Unavailable: {said}", status, retry_after)
     return EndpointError("http", f"{url} answered {status} {reason}: {said}", status)

@@ -63,8 +63,9 @@ class Choice:
     policy: SpeculationPolicy | None = None
 
     def key(self, concurrency: int = 1) -> RunKey:
-        return RunKey(self.draft, 0 if self.policy is not None else self.gamma, self.temperature, self.policy,
-                      concurrency)  # fmt: skip
+        return RunKey(
+            self.draft, 0 if self.policy is not None else self.gamma, self.temperature, self.policy, concurrency
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "configuration": self.key().label(), "draft": self.draft, "gamma": self.gamma,
@@ -81,8 +82,9 @@ class ConfirmChoices:
     notes: list[str] = field(default_factory=list)
 
 
-def confirm_plan(spec: SessionSpec, decision: ConfirmChoices, measured: Sequence[RunKey],
-                 levels: Sequence[int] = (1,)) -> list[RunKey]:  # fmt: skip
+def confirm_plan(
+    spec: SessionSpec, decision: ConfirmChoices, measured: Sequence[RunKey], levels: Sequence[int] = (1,)
+) -> list[RunKey]:
     """The target alone at each temperature of a choice, then each choice not measured by the probe already."""
     done = set(measured)
     wanted = [c.key(n) for c in decision.choices for n in levels]

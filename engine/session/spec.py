@@ -159,8 +159,9 @@ def validate(s: SessionSpec, n_prompts: int | None = None) -> SessionSpec:
             raise SettingsError(f"γ = {g} is out of range: at most {MAX_GAMMA} draft tokens per step")
     for t in s.temperatures:
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-            raise SettingsError(f"temperature {t!r} is not a finite number: use 0 for greedy decoding, up to "
-                                f"{MAX_TEMPERATURE}")  # fmt: skip
+            raise SettingsError(
+                f"temperature {t!r} is not a finite number: use 0 for greedy decoding, up to {MAX_TEMPERATURE}"
+            )
         if t < 0:
             raise SettingsError(f"temperature {t} is negative; use 0 for greedy decoding")
         if t > MAX_TEMPERATURE:
@@ -219,8 +220,9 @@ def check_device(device: str) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise SettingsError(f"device '{device}': no CUDA GPU is available here (torch {torch.__version__}); "
-                            "choose auto or cpu")  # fmt: skip
+        raise SettingsError(
+            f"device '{device}': no CUDA GPU is available here (torch {torch.__version__}); choose auto or cpu"
+        )
     index, count = int(match.group(1) or 0), torch.cuda.device_count()
     if index >= count:
         raise SettingsError(f"device '{device}': this machine has {count} CUDA GPU{'s' if count != 1 else ''} "

@@ -192,8 +192,9 @@ class SpeedupBound:
         """The bound check of one speedup (a whole run's, or one prompt's with that prompt's tokens per call)."""
         share = float(self.c or 0.0) * float(self.draft_calls_per_step or 0.0)
         floor = verify_floor_of(self.verify_cost, max(int(self.most_drafted), 1) + 1, self.loop_v)
-        return check_measured_speedup(float(speedup), self.most_drafted, tokens_per_call, share, floor,
-                                      whole_run=whole_run)  # fmt: skip
+        return check_measured_speedup(
+            float(speedup), self.most_drafted, tokens_per_call, share, floor, whole_run=whole_run
+        )
 
     def flag(self, speedup: float | None, tokens_per_call: float | None, whole_run: float | None = None) -> str | None:
         """Why the run's speedup is impossible, or None: the whole-run speedup is what it judges where there is one
@@ -335,9 +336,10 @@ class BestSpeedup:
 def best_speedup(runs: Sequence[Mapping[str, Any]]) -> BestSpeedup | None:
     """The BestSpeedup of stored runs (either shape run_spread reads), None when no speculative run measured one."""
     standing = [
-        BestSpeedup(speedup, noise.stored_noisy(run_spread(r)) is True) for r in runs
+        BestSpeedup(speedup, noise.stored_noisy(run_spread(r)) is True)
+        for r in runs
         if r.get("kind") != "baseline" and (speedup := run_speedup(r)) and stored_speedup_flag(r) is None
-    ]  # fmt: skip
+    ]
     return max(standing, key=lambda b: (not b.noisy, b.speedup), default=None)
 
 

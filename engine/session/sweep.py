@@ -99,8 +99,9 @@ def run_sweep(
     hooks = hooks or Hooks()
     clock = PhaseClock(hooks)
     plan = plan if plan is not None else plan_runs(spec, levels)
-    ctx = DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start,
-                        record_traces=traces)  # fmt: skip
+    ctx = DecodeContext(
+        on_step=lambda record: None, should_stop=hooks.should_stop, phase=clock.start, record_traces=traces
+    )
     try:
         failures = runner.start(spec, prompts, plan, ctx)
         tallies = {key: RunTally(key, hooks.run_started(key.as_dict())) for key in plan}
@@ -223,8 +224,9 @@ def _floor_key(bases: list[RunKey]) -> RunKey | None:
 
 def _quiet(hooks: Hooks) -> DecodeContext:
     """A context that logs nothing and keeps nothing: a priming decode or the A/A measurement."""
-    return DecodeContext(on_step=lambda record: None, should_stop=hooks.should_stop, phase=lambda *a: None,
-                         record_traces=False)  # fmt: skip
+    return DecodeContext(
+        on_step=lambda record: None, should_stop=hooks.should_stop, phase=lambda *a: None, record_traces=False
+    )
 
 
 def _decode_floor(runner: Runner, floor: RunTally, baseline: RunTally, index: int, hooks: Hooks) -> None:

@@ -24,8 +24,9 @@ def schedule_batches(observed: int, session_batches: Sequence[int] = ()) -> list
     return sorted({*powers, *(int(b) for b in session_batches if int(b) >= 1), max(int(observed), 1)})
 
 
-def derived_schedule(dep: Deployment, rates: Sequence[float], drafting: float | None,
-                     batches: Sequence[int]) -> dict[int, int]:  # fmt: skip
+def derived_schedule(
+    dep: Deployment, rates: Sequence[float], drafting: float | None, batches: Sequence[int]
+) -> dict[int, int]:
     """{batch: γ} at each of `batches` (best_gamma), consecutive equal γs kept once, from the lowest batch."""
     schedule: dict[int, int] = {}
     for batch in sorted(set(batches)):

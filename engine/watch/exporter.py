@@ -31,10 +31,12 @@ class Exporter:
                              [*labels, "verdict"], registry=self.registry)  # fmt: skip
         self.mal = Gauge("spectune_mean_acceptance_length", "Mean acceptance length in the latest window.", labels,
                          registry=self.registry)  # fmt: skip
-        self.running = Gauge("spectune_requests_running", "Requests running in the latest window (mean).", labels,
-                             registry=self.registry)  # fmt: skip
-        self.windows = Counter("spectune_windows", "Windows judged, by verdict or state.", [*labels, "verdict"],
-                               registry=self.registry)  # fmt: skip
+        self.running = Gauge(
+            "spectune_requests_running", "Requests running in the latest window (mean).", labels, registry=self.registry
+        )
+        self.windows = Counter(
+            "spectune_windows", "Windows judged, by verdict or state.", [*labels, "verdict"], registry=self.registry
+        )
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 

@@ -26,8 +26,9 @@ _SELECTOR = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"[^"\\]*"\
 class PrometheusSource:
     """A Prometheus server under `url`; `match`: label matchers that pick the deployment (e.g. job="llama")."""
 
-    def __init__(self, url: str, match: str = "", timeout_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, match: str = "", timeout_s: float = 5.0, clock: Callable[[], float] = time.time
+    ) -> None:
         if match and not _SELECTOR.match(match):
             raise ValueError(f'match {match!r}: write label matchers such as job="llama"')
         self.url = url.rstrip("/")

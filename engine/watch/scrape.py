@@ -15,8 +15,9 @@ from engine.watch.window import Reading
 class MetricsSource:
     """A server's /metrics page under `url` (its root, e.g. http://127.0.0.1:8080)."""
 
-    def __init__(self, url: str, api_key: str | None = None, timeout_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, api_key: str | None = None, timeout_s: float = 5.0, clock: Callable[[], float] = time.time
+    ) -> None:
         self.url = url.rstrip("/")
         self.conn = Connection(self.url, api_key, timeout_s)
         self.clock = clock

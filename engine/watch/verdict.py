@@ -67,8 +67,9 @@ def observed_batch(window: Window) -> int:
     return max(int(round(running)), 1) if running is not None and math.isfinite(running) else 1
 
 
-def predicted_speedup(m: DraftMeasurement, gamma: int, rates: Sequence[float], drafting: float | None,
-                      regime: str) -> float:  # fmt: skip
+def predicted_speedup(
+    m: DraftMeasurement, gamma: int, rates: Sequence[float], drafting: float | None, regime: str
+) -> float:
     """The gain of γ over no speculation with this draft's c and v(k) at conditional acceptance `rates`: the
     predicted speedup memory-bound, 1 ÷ the operations multiplier compute-bound."""
     if regime not in REGIMES:

@@ -206,8 +206,9 @@ def not_run_by(dep: Deployment, engine: str) -> Deployment:
     why = (f"{engine} has no {label} ({dep.rec.draft_name}): this file turns speculation off; the spectune record "
            "keeps the recommendation")  # fmt: skip
     off = replace(dep.rec, gamma=0, explanation=why, notes=[], schedule=None)
-    return replace(dep, rec=off, policy=FixedGamma(0), gamma=0, headline=why, per_batch=None, schedule=None,
-                   as_policy=False)  # fmt: skip
+    return replace(
+        dep, rec=off, policy=FixedGamma(0), gamma=0, headline=why, per_batch=None, schedule=None, as_policy=False
+    )
 
 
 def for_policy(

@@ -33,8 +33,9 @@ def config(dep: Deployment) -> FlagsFile:
     runnable, fit = _fit(dep)
     fit = dep.closest_fit(fit, "llama.cpp", "ngram-simple (a lookup of the last n tokens in this context)")
     if dep.off:
-        return FlagsFile((_build_line(build), dep.rec.explanation, "launch llama-server without -md / --spec-type",
-                          *notes), (), fit)  # fmt: skip
+        return FlagsFile(
+            (_build_line(build), dep.rec.explanation, "launch llama-server without -md / --spec-type", *notes), (), fit
+        )
     model, model_notes = target_value(dep.target, "gguf", "<target.gguf>")
     comments = [
         _build_line(build),
@@ -129,8 +130,9 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
         if controls.schedule is not None:
             lost.append(f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of "
                         f"{controls.schedule} from {controls.n_max}{unsure}")  # fmt: skip
-        lost += [f"llama.cpp has no {what}: a fixed n-max {gamma} instead of {instead}"
-                 for what, instead in controls.beyond]  # fmt: skip
+        lost += [
+            f"llama.cpp has no {what}: a fixed n-max {gamma} instead of {instead}" for what, instead in controls.beyond
+        ]
     runnable: SpeculationPolicy = ConfidenceStop(p_min, n_max, n_min) if p_min or n_min else FixedGamma(n_max)
     runs = f"n-max {n_max}, n-min {n_min}, p-min {p_min:g}"
     return runnable, Fit(not lost, runs, tuple(lost), tuple(remarks))

@@ -148,8 +148,9 @@ def _prompt_lookup_fit(dep: Deployment) -> Fit:
     runs = f"prompt_lookup_num_tokens {dep.gamma}"
     if not dep.policy.varies_per_step:
         return Fit(True, runs)
-    return Fit(False, runs, (f"prompt lookup drafts a fixed {dep.gamma} tokens: the {dep.policy.kind} policy is "
-                             "not applied",))  # fmt: skip
+    return Fit(
+        False, runs, (f"prompt lookup drafts a fixed {dep.gamma} tokens: the {dep.policy.kind} policy is not applied",)
+    )
 
 
 FORMAT = ExportFormat(

@@ -140,12 +140,13 @@ def suffix_config(p: SuffixParams, gamma: int) -> dict[str, Any]:
     """vLLM's speculative_config for suffix decoding with these parameters; num_speculative_tokens is its cap per
     step (what the export writes and what a vLLM session launches)."""
     return {
-        "method": "suffix", "num_speculative_tokens": gamma,
+        "method": "suffix",
+        "num_speculative_tokens": gamma,
         "suffix_decoding_max_tree_depth": p.max_tree_depth,
         "suffix_decoding_max_cached_requests": p.max_cached_requests,
         "suffix_decoding_max_spec_factor": p.max_spec_factor,
         "suffix_decoding_min_token_prob": p.min_token_prob,
-    }  # fmt: skip
+    }
 
 
 def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
@@ -165,8 +166,7 @@ def _ngram_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     names more (llama.cpp's ngram-simple looked up its longest only: vLLM runs exactly that)."""
     lookup = dep.ngram_lookup()
     lo, hi = lookup.looked_up
-    config = {"method": "ngram", "num_speculative_tokens": dep.gamma, "prompt_lookup_max": hi,
-              "prompt_lookup_min": lo}  # fmt: skip
+    config = {"method": "ngram", "num_speculative_tokens": dep.gamma, "prompt_lookup_max": hi, "prompt_lookup_min": lo}
     comments: list[str] = []
     if lookup.looked_up != lookup.window:
         comments.append(

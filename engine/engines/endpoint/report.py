@@ -97,7 +97,7 @@ def request_stats(
             (accepted + sum(int(r["verify_calls"]) for r in verify)) / sum(int(r["verify_calls"]) for r in verify)
             if verify
             else None
-        ),  # fmt: skip
+        ),
     }
 
 

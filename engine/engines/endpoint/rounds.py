@@ -70,8 +70,9 @@ class EndpointClient:
         try:
             for i in range(self.limits.warmup_requests):
                 probe = RequestResult(self.label, 0, -1, i, time.time())
-                path, body = build_request(self.endpoint, self.engine, self.run.model, prompts[i % len(prompts)],
-                                           self.limits)  # fmt: skip
+                path, body = build_request(
+                    self.endpoint, self.engine, self.run.model, prompts[i % len(prompts)], self.limits
+                )
                 send(conn, path, body, probe, replace(self.limits, max_retries=0), lambda: False, self.wake)
                 if probe.error_kind in FATAL_KINDS:
                     raise EndpointError(probe.error_kind, probe.error or "failed")
@@ -94,8 +95,9 @@ class EndpointClient:
             return f"reached its cap of {self.limits.max_duration_s:g} s at concurrency {concurrency}"
         return None
 
-    def round(self, concurrency: int, prompts: Sequence[tuple[int, str]], temperature: float,
-              should_stop: Callable[[], bool]) -> Round:  # fmt: skip
+    def round(
+        self, concurrency: int, prompts: Sequence[tuple[int, str]], temperature: float, should_stop: Callable[[], bool]
+    ) -> Round:
         """`prompts` (index, text) sent at once; the level keeps the round, the error rules may stop the client."""
         level = self.level(concurrency)
         limits = replace(self.limits, temperature=temperature)

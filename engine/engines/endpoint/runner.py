@@ -41,8 +41,7 @@ def plan_endpoint(spec: SessionSpec, levels: Sequence[int] = (1,)) -> list[RunKe
     settings' concurrency levels and the session's temperature."""
     settings = EndpointSessionSettings.of(spec)
     temperatures = spec.temperatures or [0.0]
-    plan = [RunKey("none", 0, t, None, n) for n in settings.concurrency for t in temperatures
-            if settings.baseline_url]  # fmt: skip
+    plan = [RunKey("none", 0, t, None, n) for n in settings.concurrency for t in temperatures if settings.baseline_url]
     return plan + [RunKey(settings.url, 0, t, None, n) for n in settings.concurrency for t in temperatures]
 
 

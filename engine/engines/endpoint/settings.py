@@ -216,7 +216,7 @@ class EndpointSessionSettings(EngineOptions):
                     self.kind,
                     self.api,
                     "baseline",
-                )  # fmt: skip
+                )
             )
         return found
 

@@ -58,10 +58,12 @@ class _Counters:
         if flavor in ("vllm", "llama.cpp"):
             prefix = "vllm" if flavor == "vllm" else "llamacpp"
             labels = ["model_name", "engine"] if flavor == "vllm" else []
-            self.drafts = Counter(f"{prefix}:spec_decode_num_drafts", "Number of spec decoding drafts.", labels,
-                                  registry=self.registry)  # fmt: skip
-            self.draft_tokens = Counter(f"{prefix}:spec_decode_num_draft_tokens", "Number of draft tokens.", labels,
-                                        registry=self.registry)  # fmt: skip
+            self.drafts = Counter(
+                f"{prefix}:spec_decode_num_drafts", "Number of spec decoding drafts.", labels, registry=self.registry
+            )
+            self.draft_tokens = Counter(
+                f"{prefix}:spec_decode_num_draft_tokens", "Number of draft tokens.", labels, registry=self.registry
+            )
             self.accepted = Counter(f"{prefix}:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels,
                                     registry=self.registry)  # fmt: skip
             self.per_pos = Counter(f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
@@ -81,8 +83,7 @@ class _Counters:
                                   ["model_name", "engine_type"], registry=self.registry)  # fmt: skip
             self.length = Gauge("sglang:spec_accept_length", "Mean acceptance length of speculative decoding.",
                                 labels, registry=self.registry)  # fmt: skip
-            self.rate = Gauge("sglang:spec_accept_rate", "Speculative acceptance rate.", labels,
-                              registry=self.registry)  # fmt: skip
+            self.rate = Gauge("sglang:spec_accept_rate", "Speculative acceptance rate.", labels, registry=self.registry)
         self.requests = Counter("standin:requests", "Requests answered.", registry=self.registry)
 
     def record(self, fig: dict[str, Any]) -> None:
@@ -136,8 +137,7 @@ class StandIn:
     def start(self) -> StandIn:
         handler = type("Handler", (_Handler,), {"standin": self})
         self._server = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 

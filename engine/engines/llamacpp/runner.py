@@ -92,8 +92,9 @@ def server_configs(
     model under a fixed γ or a policy), and each draft model alone (its time per token gives c). `locate`: a model
     reference and its role to its GGUF file (a session's gguf_for assembles a bundled one)."""
     target = locate(spec.target, "target")
-    drafts = {k.draft: locate(k.draft, "draft") for k in plan
-              if k.kind != "baseline" and draft_kind(k.draft).needs_model}  # fmt: skip
+    drafts = {
+        k.draft: locate(k.draft, "draft") for k in plan if k.kind != "baseline" and draft_kind(k.draft).needs_model
+    }
 
     def config(key: RunKey) -> ServerConfig:
         if key.kind == "baseline":
@@ -197,8 +198,9 @@ class LlamaCppRunner:
         ctx.phase("estimating the llama-servers' memory", 0, len(wanted), None)
         self.memory, fit, sentence = memory_plan(wanted)
         if fit == 0:
-            raise ServerError(f"not enough memory for this session: {sentence} Close other programs or measure a "
-                              "smaller model.")  # fmt: skip
+            raise ServerError(
+                f"not enough memory for this session: {sentence} Close other programs or measure a smaller model."
+            )
         self.notes.append(f"memory: {sentence}")
         return fit
 
@@ -413,8 +415,9 @@ class LlamaCppRunner:
         if self.restarts:
             out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
                              f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip
-        speculated = [ref for ref in self.alone if any(k.draft == ref and c not in self.failed
-                                                       for k, c in self.configs.items())]  # fmt: skip
+        speculated = [
+            ref for ref in self.alone if any(k.draft == ref and c not in self.failed for k, c in self.configs.items())
+        ]
         # every draft model's trace: the Policies page replays any llama.cpp session (a confirmation has them)
         if speculated and ctx.record_traces:
             out.traces = self._traces(speculated, baselines.get(0.0), ctx, out.notes)

@@ -171,8 +171,9 @@ class SpectuneRunner:
 
         tokens = PRIME_TOKENS if compiled else self.spec.max_new_tokens
         cfg = DecodeConfig(0, SamplingConfig(0.0), min(tokens, self.spec.max_new_tokens), self.spec.seed)
-        out, _ = decode_prompt(self.target, NoDraft(), self.encoded[index][1], cfg, on_step=count,
-                               should_stop=ctx.should_stop)  # fmt: skip
+        out, _ = decode_prompt(
+            self.target, NoDraft(), self.encoded[index][1], cfg, on_step=count, should_stop=ctx.should_stop
+        )
         if not compiled and steps[0]:
             self.first_pass.primed(index, (out.wall_time_s - out.prefill_time_s) * 1000.0 / steps[0])
 

@@ -45,8 +45,9 @@ class Batch:
 
 def tokenize_chat(url: str, model: str, text: str) -> list[int]:
     """The prompt's token ids with the model's chat template, rendered by vLLM itself (POST /tokenize)."""
-    return _tokenize(url, {"model": model, "messages": [{"role": "user", "content": text}],
-                           "add_generation_prompt": True})  # fmt: skip
+    return _tokenize(
+        url, {"model": model, "messages": [{"role": "user", "content": text}], "add_generation_prompt": True}
+    )
 
 
 def tokenize(url: str, model: str, text: str) -> list[int]:

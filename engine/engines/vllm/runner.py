@@ -113,8 +113,9 @@ class VllmRunner:
     replays_like_llamacpp: ClassVar[bool] = False
     device = "cpu"
 
-    def __init__(self, pool: ModelPool | None = None, install: VllmInstall | None = None,
-                 threads: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, pool: ModelPool | None = None, install: VllmInstall | None = None, threads: int | None = None
+    ) -> None:
         """`pool` is not used: the models live in the vLLM servers."""
         self.install = install
         self.threads = threads
@@ -148,8 +149,9 @@ class VllmRunner:
         self.dtype, note = choose_dtype(spec.dtype, self.install.build)
         self.notes += [note] if note else []
         target = _model_dir(spec.target)
-        drafts = {k.draft: _model_dir(k.draft) for k in plan
-                  if k.kind != "baseline" and draft_kind(k.draft).needs_model}  # fmt: skip
+        drafts = {
+            k.draft: _model_dir(k.draft) for k in plan if k.kind != "baseline" and draft_kind(k.draft).needs_model
+        }
         self.configs = {key: self._config(key, target, drafts) for key in plan}
         wanted = list(dict.fromkeys(self.configs.values()))
         why: dict[VllmConfig, str] = {}
@@ -166,8 +168,9 @@ class VllmRunner:
             raise RunFailed(next(iter(why.values()), "no vLLM server could be started"))
         self.prompt_ids = [p.prompt_id for p in prompts]
         model = str(live.config.model)
-        self.prompts = [client.tokenize_chat(live.url, model, p.text) if spec.chat_template else p.text
-                        for p in prompts]  # fmt: skip
+        self.prompts = [
+            client.tokenize_chat(live.url, model, p.text) if spec.chat_template else p.text for p in prompts
+        ]
         return {key: why[config] for key, config in self.configs.items() if config in why}
 
     def _start(self, config: VllmConfig) -> VllmServer:

@@ -37,9 +37,10 @@ def add_options(submit: argparse.ArgumentParser) -> None:
         "machine without a GPU, none on a GPU)",
     )  # fmt: skip
     submit.add_argument(
-        "--keep-plan", action="store_true",
+        "--keep-plan",
+        action="store_true",
         help="with a budget: keep the plan as given; a session over its budget is only warned about",
-    )  # fmt: skip
+    )
 
 
 def engine_choice(args: argparse.Namespace, hardware: dict[str, Any]) -> str | None:

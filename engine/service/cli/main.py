@@ -103,8 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="decode prompts with a target and a draft; write a JSON report")
     _add_run_options(run, multi=False)
-    run.add_argument("--json", dest="json_out", required=True, type=output_file,
-                     help="where to write the report")  # fmt: skip
+    run.add_argument("--json", dest="json_out", required=True, type=output_file, help="where to write the report")
     policy_cli.add_run_option(run)  # --policy fixed:G | confidence:P[:NMAX[:NMIN]] | heuristic:START | adaptive
 
     theory = sub.add_parser("theory", help="Theorem 3.8 speedup and Theorem 3.11 operations multiplier")

@@ -27,8 +27,9 @@ def add_commands(sub: Any) -> None:
     """Register `policies` on the main parser."""
     pol = sub.add_parser("policies", help="replay every speculation policy from a session; live figures beside")
     pol.add_argument("--session", type=int, action="append", required=True, help="session id (repeatable)")
-    pol.add_argument("--json", dest="json_out", default=None, type=output_file,
-                     help="also write the whole table as JSON here")  # fmt: skip
+    pol.add_argument(
+        "--json", dest="json_out", default=None, type=output_file, help="also write the whole table as JSON here"
+    )
     pol.add_argument("--objective", default="latency", choices=OBJECTIVES)
     pol.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     pol.add_argument("--batch-size", type=int, default=1)
@@ -117,8 +118,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def add_run_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=None,
-                   help=f"{policy_grammar()} (default: fixed at --gamma)")  # fmt: skip
+    p.add_argument("--policy", default=None, help=f"{policy_grammar()} (default: fixed at --gamma)")
 
 
 def run_policy(args: argparse.Namespace) -> tuple[str | None, list[int]]:

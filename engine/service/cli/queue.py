@@ -59,19 +59,21 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         "predicted from that pass, the best confirmed live; full: every draft × γ × policy measured",
     )  # fmt: skip
     submit.add_argument(
-        "--no-confirm", action="store_true",
+        "--no-confirm",
+        action="store_true",
         help="full mode: do not run the recommended configuration live when the grid did not measure it "
         "(by default a full session ends by confirming an extrapolated headline beside the target alone)",
-    )  # fmt: skip
+    )
     submit.add_argument(
         "--policy", action="append", default=None,
         help=f"a speculation policy also run live (full mode) or predicted (quick): {policy_grammar()} (repeatable)",
     )  # fmt: skip
 
     requeue = sub.add_parser(
-        "requeue", help="continue an interrupted session (or one whose worker died): every configuration × prompt "
+        "requeue",
+        help="continue an interrupted session (or one whose worker died): every configuration × prompt "
         "it measured is reused, only the missing ones run",
-    )  # fmt: skip
+    )
     requeue.add_argument("--session", type=int, required=True)
 
     cancel = sub.add_parser(
@@ -135,8 +137,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     chosen = [parsed.prompts[i] for i in picked]
     count = len(chosen)
     validate_submission(settings, count)  # refuse before anything is stored
-    check_prompts_fit(settings, [(f"prompt {i + 1} (line {parsed.prompts[i].source_line})", parsed.prompts[i].text)
-                                 for i in picked])  # fmt: skip
+    check_prompts_fit(
+        settings, [(f"prompt {i + 1} (line {parsed.prompts[i].source_line})", parsed.prompts[i].text) for i in picked]
+    )
     store = open_app_store()
     if args.estimate and args.probe:
         from engine.service.sizing.estimate import estimate_with_probe
@@ -184,8 +187,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if session is None:
         raise SpectuneError(f"session {args.session} does not exist")
     if not store.request_cancel(args.session):
-        raise SpectuneError(f"session {args.session} is {session['status']}: only a queued or running session can "
-                            "be cancelled")  # fmt: skip
+        raise SpectuneError(
+            f"session {args.session} is {session['status']}: only a queued or running session can be cancelled"
+        )
     now = store.get_session(args.session)["status"]
     print(f"session {args.session} cancelled" if now == "cancelled" else
           f"cancel requested for session {args.session}: its worker stops it at the next step")  # fmt: skip

@@ -45,8 +45,9 @@ def add_commands(sub: Any) -> None:
                           "include any, else spectune's loop)")  # fmt: skip
     rec.add_argument("--policy-export", choices=[*format_names(), "all"], default=None,
                      help="write the best speculation policy for this engine (all: every engine)")  # fmt: skip
-    rec.add_argument("--policy-out", default=".", type=output_folder,
-                     help="folder for --policy-export files (default: here)")  # fmt: skip
+    rec.add_argument(
+        "--policy-out", default=".", type=output_folder, help="folder for --policy-export files (default: here)"
+    )
 
 
 TEMPERATURE_HELP = "the temperature you deploy at (default: the sessions' only one; needed when several were measured)"
@@ -102,8 +103,9 @@ def write_export(result: Recommended, fmt: str, out: str | None) -> None:
 
 def print_recommendation(result: Recommended) -> None:
     rec, report = result.recommendation, result.regime
-    print(f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}; temperature: "
-          f"{rec.temperature:g}")  # fmt: skip
+    print(
+        f"regime: {rec.regime} (batch {rec.batch_size}); objective: {rec.objective}; temperature: {rec.temperature:g}"
+    )
     print(report.source)
     if rec.off:
         print("recommendation: speculation OFF")

@@ -24,17 +24,19 @@ EXIT_DAMAGED_COPY = 1
 def add_commands(sub: Any) -> None:
     """Register backup and restore on the main parser."""
     backup = sub.add_parser(
-        "backup", help="copy the database while in use (SQLite's online backup API; PostgreSQL: pg_dump), checked "
+        "backup",
+        help="copy the database while in use (SQLite's online backup API; PostgreSQL: pg_dump), checked "
         "with integrity_check; --recover saves what can be read of a damaged one into a new file",
-    )  # fmt: skip
+    )
     backup.add_argument("--out", required=True, help="the backup file (replaced atomically if it exists)")
     backup.add_argument(
         "--recover", action="store_true", help="recover what can be read into --out, a new file (SQLite's .recover)"
     )
     restore = sub.add_parser(
-        "restore", help="put a backup in the database's place: checked first, refused while a worker runs; the "
+        "restore",
+        help="put a backup in the database's place: checked first, refused while a worker runs; the "
         "database it replaces is kept beside it",
-    )  # fmt: skip
+    )
     restore.add_argument("file", help="the backup file (made by python -m engine backup)")
 
 
@@ -105,8 +107,9 @@ def _sqlite_database(what: str) -> Path:
 
     path = sqlite_path(make_url(default_database_url()))
     if path is None:
-        raise SpectuneError(f"{what} works on a SQLite database; SPECTUNE_DB_URL names a server database: use "
-                            "pg_dump and pg_restore")  # fmt: skip
+        raise SpectuneError(
+            f"{what} works on a SQLite database; SPECTUNE_DB_URL names a server database: use pg_dump and pg_restore"
+        )
     return path
 
 

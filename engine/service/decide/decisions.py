@@ -154,8 +154,9 @@ def evidence_key(store: Any, ids: Sequence[int]) -> str:
     return digest.hexdigest()
 
 
-def _stored(store: Any, ids: Sequence[int], query: DecisionQuery, seen: int,
-            rows: str) -> tuple[Decision, Analysis] | None:  # fmt: skip
+def _stored(
+    store: Any, ids: Sequence[int], query: DecisionQuery, seen: int, rows: str
+) -> tuple[Decision, Analysis] | None:
     """The decision and analysis stored for the query, when made from the rows stored now and readable."""
     stored = store.get_decision(ids, query.key())
     if stored is None or int(stored["runs_seen"]) != seen or stored["payload"].get("evidence_key") != rows:
@@ -256,8 +257,9 @@ def _next_draft(rec: Any) -> dict[str, Any] | None:
     return _option(best.name, best.best_gamma, None, best.best_speedup)
 
 
-def measured_run(store: Any, runs: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any],
-                 temperature: float) -> dict[str, Any] | None:  # fmt: skip
+def measured_run(
+    store: Any, runs: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any], temperature: float
+) -> dict[str, Any] | None:
     """The newest stored run of the chosen configuration, as every page shows it; None when none was measured. A
     session whose floor does not hold makes it too noisy to tell."""
     run = configuration_run(runs, str(chosen["draft"]), int(chosen["gamma"]), temperature, chosen.get("policy"))

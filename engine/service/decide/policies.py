@@ -119,7 +119,7 @@ class PolicyReport:
                     "verify_cost": {str(k): v for k, v in sorted((d.cost.verify_cost or {}).items())},
                 }
                 for d in self.drafts
-            ],  # fmt: skip
+            ],
             "notes": self.notes + [n for d in self.drafts for n in d.notes],
             "exact": "tokens per call and draft calls are exact at temperature 0 (the loop's own steps, replayed); "
             "speed and cost are predicted from c and v(k); at temperature > 0 everything is estimated",
@@ -276,8 +276,9 @@ def session_policies(
             continue
         judge = judge_for(m, objective, budget, rec.regime_given, rec.batch_size, rec.knee_batch)
         cost = cost_of(m, regime=regime)
-        comparison = compare_policies(traces_of(m), cost, m.temperature, judge, max_gamma=max_gamma,
-                                      llamacpp=m.llamacpp_loop)  # fmt: skip
+        comparison = compare_policies(
+            traces_of(m), cost, m.temperature, judge, max_gamma=max_gamma, llamacpp=m.llamacpp_loop
+        )
         live = live_figures(store, ids, m.name, m.temperature)
         replayed = {r.policy for r in comparison.results}
         extra = [replay(traces_of(m), parse_policy(spec), cost, m.temperature, llamacpp=m.llamacpp_loop)
@@ -342,15 +343,15 @@ def export_best(report: PolicyReport, fmt: str, vllm_version: str | None = None)
     if not best.feasible and headline is not None and not headline.off and headline.draft_name != rec.draft_name:
         # the replayable draft has no policy that pays, but the headline's draft (no trace: llama.cpp's n-gram
         # lookup) does: its fixed γ is the recommended policy, the file `recommend --export` writes
-        return export_policy(headline, f"fixed:{headline.gamma}", fmt, target=report.target,
-                             vllm_version=vllm_version)  # fmt: skip
+        return export_policy(headline, f"fixed:{headline.gamma}", fmt, target=report.target, vllm_version=vllm_version)
     if not best.feasible:
         why = (
             f"Speculation off: no policy may be recommended for {report.objective} (best {best.policy}: "
             f"{best.predicted_speedup:.2f}×, cost ×{best.cost_multiplier:.2f}: {best.infeasible_why})."
         )
-        return export_policy(replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target,
-                             vllm_version=vllm_version)  # fmt: skip
+        return export_policy(
+            replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target, vllm_version=vllm_version
+        )
     predicted = {
         "tokens_per_call": best.tokens_per_call, "speedup": best.predicted_speedup,
         "gain": report.chosen.comparison.gain, "best_fixed_gamma": closest, "basis": best.basis,

@@ -126,8 +126,9 @@ def session_surface(store: Any, session_id: int) -> Surface | None:
     if not cells:
         return None
     levels = sorted({run_concurrency(r) for r in runs})
-    return Surface(int(session_id), str(session.get("name") or f"session #{session_id}"), levels, cells,
-                   stops_paying(cells))  # fmt: skip
+    return Surface(
+        int(session_id), str(session.get("name") or f"session #{session_id}"), levels, cells, stops_paying(cells)
+    )
 
 
 def surfaces(store: Any, session_ids: Sequence[int]) -> list[Surface]:
@@ -166,8 +167,7 @@ def measured_choices(cells: Sequence[SurfaceCell], draft: str, temperature: floa
         if cell.configuration == configuration and cell.gamma > 0 and cell.flag is None:
             if cell.concurrency not in best or cell.speedup > best[cell.concurrency].speedup:
                 best[cell.concurrency] = cell
-    return [LevelChoice(level, c.gamma if c.pays else 0, c.speedup, bool(c.noisy))
-            for level, c in sorted(best.items())]  # fmt: skip
+    return [LevelChoice(level, c.gamma if c.pays else 0, c.speedup, bool(c.noisy)) for level, c in sorted(best.items())]
 
 
 def measured_schedule(predicted: Mapping[int, int], choices: Sequence[LevelChoice], serving: int) -> dict[int, int]:

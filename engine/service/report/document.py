@@ -124,16 +124,18 @@ def _recommendations(
         given = []
         for t in wanted:
             try:
-                given.append(recommend_and_export(store, ids, price_per_hour=price, engine=engine, temperature=t,
-                                                  **options))  # fmt: skip
+                given.append(
+                    recommend_and_export(store, ids, price_per_hour=price, engine=engine, temperature=t, **options)
+                )
             except SpectuneError as exc:
                 out.append((None, None, str(exc)))
     out.extend((result, result.policies, None) for result in given)  # the policy report the decision rests on
     return out
 
 
-def recommendation_section(result: Recommended | None, policies: PolicyReport | None, why: str | None,
-                           several: bool) -> Html:  # fmt: skip
+def recommendation_section(
+    result: Recommended | None, policies: PolicyReport | None, why: str | None, several: bool
+) -> Html:
     if result is None:
         return section("recommendation", "Recommendation", [note(f"No recommendation: {why}", "error")])
     title = "Recommendation" + (f" at T = {result.recommendation.temperature:g}" if several else "")

@@ -61,8 +61,9 @@ def decision(result: Recommended) -> list[Html]:
             ("$ per million tokens, target alone", f"${rec.cost_per_million_baseline:,.4f}"),
             ("$ per million tokens, " + ("off" if rec.off else "recommended"), f"${rec.cost_per_million:,.4f}"),
         ]
-    measured = [tag("p", sentence, "flag" if rec.prefers_measurement else "")] if (
-        sentence := rec.measured_sentence()) else []  # fmt: skip
+    measured = (
+        [tag("p", sentence, "flag" if rec.prefers_measurement else "")] if (sentence := rec.measured_sentence()) else []
+    )
     if result.decision is not None:  # the one answer every page gives, above the fixed γ's figures
         measured.insert(
             0,
@@ -82,8 +83,7 @@ def regime(result: Recommended) -> list[Html]:
     heading = (
         f"Regime: {judged}" if label in (judged, *REGIMES) else f"Regime: {judged} (assumed: the evidence says {label})"
     )
-    parts = [tag("h3", heading),
-             tag("p", report.source, "muted"), bullets(report.evidence or ["none stored"])]  # fmt: skip
+    parts = [tag("h3", heading), tag("p", report.source, "muted"), bullets(report.evidence or ["none stored"])]
     parts += [note(f"regime evidence: {flag}", "error") for flag in report.flags]
     if report.sweep is not None:
         rows = [(b, f"{t * 1e3:.3f}") for b, t in zip(report.sweep.batch_sizes, report.sweep.step_times_s, strict=True)]
@@ -170,8 +170,7 @@ def schedule(rec: Recommendation) -> list[Html]:
         return "headline" if b == rec.batch_size else "measured" if b in rec.schedule_measured else "predicted"
 
     rows = [(b, g if g else "off", source(b)) for b, g in sorted(rec.schedule.items())]
-    return [tag("h3", "γ by serving batch size"),
-            table(["batch size", "γ", "from"], rows, numeric=["batch size", "γ"])]  # fmt: skip
+    return [tag("h3", "γ by serving batch size"), table(["batch size", "γ", "from"], rows, numeric=["batch size", "γ"])]
 
 
 def policy(report: PolicyReport | None, why_not: str | None, off: bool) -> list[Html]:

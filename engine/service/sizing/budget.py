@@ -85,8 +85,9 @@ class Pace:
     probed: bool = False  # a probe's: every prompt decode is charged (estimate.probe_seconds), not each run
 
 
-def pace_from(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str,
-              probe: PaceProbe | None) -> Pace | None:  # fmt: skip
+def pace_from(
+    sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str, probe: PaceProbe | None
+) -> Pace | None:
     """The pace the estimate uses: the newest comparable finished session's (its batch sweep inside its wall
     time), else the probe's; None when neither is known."""
     if (rate := pace(sessions, spec, hardware)) is not None:
@@ -213,8 +214,9 @@ def _fewer_runs(spec: SessionSpec) -> list[SessionSpec]:
     return shapes
 
 
-def _fill(shape: SessionSpec, n_prompts: int, tokens: int, at: Pace, budget_s: float,
-          floors: tuple[int, int]) -> tuple[int, int]:  # fmt: skip
+def _fill(
+    shape: SessionSpec, n_prompts: int, tokens: int, at: Pace, budget_s: float, floors: tuple[int, int]
+) -> tuple[int, int]:
     """The most new tokens, then prompts, that fit `budget_s` for `shape`'s runs, neither below its floor (nor above
     the plan's own)."""
     room = budget_s - at.setup_s - _sweep_s(shape, at)

@@ -47,14 +47,16 @@ def _choices(
     fixed = Choice("best fixed γ", rec.draft_name, rec.gamma, temperature, rec.predicted_speedup)
     best = report.best
     policy = parse_policy(best.policy) if best is not None else None
-    runnable = policy is not None and entry.runs_policies and (entry.runs_policy is None
-                                                               or entry.runs_policy(best.policy))  # fmt: skip
+    runnable = (
+        policy is not None and entry.runs_policies and (entry.runs_policy is None or entry.runs_policy(best.policy))
+    )
     better = best is not None and best.predicted_speedup > rec.predicted_speedup
     if best is not None and policy is not None and policy.fixed_gamma() is None and best.feasible and better:
         assert report.chosen is not None
         if runnable:
-            decision.choices.append(Choice("recommended", report.chosen.draft, 0, temperature,
-                                           best.predicted_speedup, policy))  # fmt: skip
+            decision.choices.append(
+                Choice("recommended", report.chosen.draft, 0, temperature, best.predicted_speedup, policy)
+            )
         else:
             decision.notes.append(f"T={temperature:g}: the best policy, {best.policy}, does not run in "
                                   f"{entry.label}: its best fixed γ is confirmed instead")  # fmt: skip
@@ -154,8 +156,9 @@ def confirm_after(
     return report, decision, ran
 
 
-def changed_plan(store: Any, session_id: int, spec: SessionSpec, decision: ConfirmChoices, measured: list[RunKey],
-                 levels: list[int]) -> list[RunKey]:  # fmt: skip
+def changed_plan(
+    store: Any, session_id: int, spec: SessionSpec, decision: ConfirmChoices, measured: list[RunKey], levels: list[int]
+) -> list[RunKey]:
     """What the decision became once the confirmation's runs were stored, where no run measured it: the new choice
     (added to `decision`, with why) and its plan; [] where the decision stands or is measured."""
     from engine.service.decide.decisions import DecisionQuery, make_decision
