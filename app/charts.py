@@ -76,8 +76,10 @@ def speedup_grouped(frame: pd.DataFrame, group: str = "which") -> alt.LayerChart
     spread = {"lo", "hi"} <= set(frame.columns) and frame["lo"].notna().any()
     tooltip = ["config", group, alt.Tooltip("speedup:Q", format=".2f")]
     if spread:
-        tooltip += [alt.Tooltip("lo:Q", format=".2f", title="lowest prompt"),
-                    alt.Tooltip("hi:Q", format=".2f", title="highest prompt")]  # fmt: skip
+        tooltip += [
+            alt.Tooltip("lo:Q", format=".2f", title="lowest prompt"),
+            alt.Tooltip("hi:Q", format=".2f", title="highest prompt"),
+        ]
     bars = base.mark_bar().encode(
         y=y,
         yOffset=alt.YOffset(f"{group}:N"),
@@ -239,8 +241,12 @@ def versus_concurrency(
     ones hollow on dashed lines; `rule_at` draws a dashed level (1× for a speedup), `flip` a red rule at the
     concurrency where speculation stopped paying (measured)."""
     base = alt.Chart(frame, height=HEIGHT)
-    x = alt.X("concurrency:Q", title="concurrency (requests in flight)", scale=alt.Scale(type="log", base=2),
-              axis=integer_ticks(frame["concurrency"]))  # fmt: skip
+    x = alt.X(
+        "concurrency:Q",
+        title="concurrency (requests in flight)",
+        scale=alt.Scale(type="log", base=2),
+        axis=integer_ticks(frame["concurrency"]),
+    )
     tooltip = ["series:N", "kind:N", "concurrency:Q", alt.Tooltip("value:Q", format=".4g")]
     measured = base.transform_filter(alt.datum.kind == "measured").mark_line(
         point=alt.OverlayMarkDef(filled=True, size=60)
@@ -248,16 +254,24 @@ def versus_concurrency(
     predicted = base.transform_filter(alt.datum.kind == "predicted").mark_line(
         strokeDash=[5, 4], point=alt.OverlayMarkDef(filled=False, size=70)
     )
-    encode = {"x": x, "y": alt.Y("value:Q", title=y_title), "color": alt.Color("series:N", title=None),
-              "tooltip": tooltip}  # fmt: skip
+    encode = {
+        "x": x,
+        "y": alt.Y("value:Q", title=y_title),
+        "color": alt.Color("series:N", title=None),
+        "tooltip": tooltip,
+    }
     layers: list[alt.Chart] = [measured.encode(**encode), predicted.encode(**encode)]
     if rule_at is not None:
         layers.append(
             alt.Chart(pd.DataFrame({"value": [rule_at]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="value:Q")
         )
     if flip is not None:
-        layers += labelled_rule("concurrency", flip, f"stops paying at {flip} (measured)",
-                                at_right_end=in_last_doubling(flip, frame["concurrency"]))  # fmt: skip
+        layers += labelled_rule(
+            "concurrency",
+            flip,
+            f"stops paying at {flip} (measured)",
+            at_right_end=in_last_doubling(flip, frame["concurrency"]),
+        )
     return alt.layer(*layers).properties(title=title)
 
 
@@ -289,8 +303,11 @@ def concurrency_surface(surface: pd.DataFrame) -> alt.LayerChart:
     return alt.layer(lines, one)
 
 
-WATCH_PANELS = (("predicted_speedup", "predicted speedup (×)"), ("mean_acceptance_length", "mean acceptance length"),
-                ("requests_running", "requests running"))  # fmt: skip
+WATCH_PANELS = (
+    ("predicted_speedup", "predicted speedup (×)"),
+    ("mean_acceptance_length", "mean acceptance length"),
+    ("requests_running", "requests running"),
+)
 VERDICT_COLOURS = {"paying": "#2ca02c", "below 1×": "#ff7f0e", "traffic drifted": "#bcbd22",
                    "costing you": "#d62728", "acceptance collapsed": "#8c564b"}  # fmt: skip
 
@@ -300,11 +317,17 @@ def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
     acceptance length and the requests running, sharing the time axis, under a strip of every window's verdict or
     state (a window the source was down for has no figures, but its tick); each point has its verdict's colour."""
     verdicts = list(dict.fromkeys(frame["verdict"]))
-    colour = alt.Color("verdict:N", title="verdict", scale=alt.Scale(
-        domain=verdicts, range=[VERDICT_COLOURS.get(v, "#7f7f7f") for v in verdicts]))  # fmt: skip
+    colour = alt.Color(
+        "verdict:N",
+        title="verdict",
+        scale=alt.Scale(domain=verdicts, range=[VERDICT_COLOURS.get(v, "#7f7f7f") for v in verdicts]),
+    )
     time_axis = alt.Axis(format="%H:%M:%S", labelOverlap=True)  # a window ends on whole seconds, never on .500
-    strip = alt.Chart(frame, height=28, title="every window's verdict or state").mark_tick(thickness=4, size=22).encode(
-        x=alt.X("ended:T", title=None, axis=time_axis), color=colour, tooltip=["ended:T", "verdict:N"])  # fmt: skip
+    strip = (
+        alt.Chart(frame, height=28, title="every window's verdict or state")
+        .mark_tick(thickness=4, size=22)
+        .encode(x=alt.X("ended:T", title=None, axis=time_axis), color=colour, tooltip=["ended:T", "verdict:N"])
+    )
     panels: list[alt.TopLevelMixin] = [strip]
     for field, title in WATCH_PANELS:
         base = alt.Chart(frame, height=HEIGHT // 2).encode(
@@ -312,8 +335,10 @@ def watch_timeline(frame: pd.DataFrame) -> alt.VConcatChart:
             y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(zero=False), axis=alt.Axis(format=".3~g")),
             tooltip=["ended:T", "verdict:N", alt.Tooltip(f"{field}:Q", format=".3g")],
         )
-        layers: list[alt.Chart] = [base.mark_line(color="#999999"), base.mark_point(filled=True, size=50).encode(
-            color=colour)]  # fmt: skip
+        layers: list[alt.Chart] = [
+            base.mark_line(color="#999999"),
+            base.mark_point(filled=True, size=50).encode(color=colour),
+        ]
         if field == "predicted_speedup":
             layers.append(
                 alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(color="gray", strokeDash=[4, 4]).encode(y="y:Q")

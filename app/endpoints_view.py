@@ -52,19 +52,24 @@ LEVEL_NUMBERS = {
     "goodput req/s": "%.3f", "acceptance": "%.3f", "mean acceptance length": "%.2f",
 }  # fmt: skip
 LEVEL_HELPS = {
-    f"{CHUNK_GAP} p50 s": CHUNK_GAP_HELP, f"{CHUNK_GAP} p95 s": CHUNK_GAP_HELP,
-    f"{TIME_PER_TOKEN} p50 s": TIME_PER_TOKEN_HELP, "TTFT p50 s": "Time to the first token, median over requests.",
+    f"{CHUNK_GAP} p50 s": CHUNK_GAP_HELP,
+    f"{CHUNK_GAP} p95 s": CHUNK_GAP_HELP,
+    f"{TIME_PER_TOKEN} p50 s": TIME_PER_TOKEN_HELP,
+    "TTFT p50 s": "Time to the first token, median over requests.",
     "TTFT p95 s": "Time to the first token, 95th percentile over requests.",
-}  # fmt: skip
+}
 REQUEST_NUMBERS = {"TTFT s": "%.3f", "tokens/s": "%.2f", f"{TIME_PER_TOKEN} s": "%.4f", "duration s": "%.3f"}
 REQUEST_HELPS = {f"{TIME_PER_TOKEN} s": TIME_PER_TOKEN_HELP}
 CHARTS = [  # (level fields → series labels, y axis, title), drawn two per row
     ({"tokens_per_s": "tokens/s"}, "tokens/s", "Throughput (output tokens/s, all requests)"),
     ({"ttft_p50_s": "TTFT p50", "ttft_p95_s": "TTFT p95"}, "seconds", "Time to first token"),
-    ({"itl_p50_s": f"{CHUNK_GAP} p50", "itl_p95_s": f"{CHUNK_GAP} p95"}, "seconds",
-     "Gap between streamed chunks (not per token)"),
+    (
+        {"itl_p50_s": f"{CHUNK_GAP} p50", "itl_p95_s": f"{CHUNK_GAP} p95"},
+        "seconds",
+        "Gap between streamed chunks (not per token)",
+    ),
     ({"goodput_rps": "goodput"}, "requests/s", "Goodput (requests/s within the latency target)"),
-]  # fmt: skip
+]
 
 
 def endpoint_settings(
@@ -99,9 +104,11 @@ def check_headline(found: EndpointCheck) -> str:
         engine = "An OpenAI-compatible server (engine not recognised)"
     version = f" {found.version}" if found.version else ""
     model = f"serves {found.model}" if found.model else "lists no model"
-    counters = {True: "it exposes speculation counters",
-                False: "it exposes no speculation counters (yet: some engines show them after the first request)",
-                None: "its /metrics could not be read"}[found.speculation_counters]  # fmt: skip
+    counters = {
+        True: "it exposes speculation counters",
+        False: "it exposes no speculation counters (yet: some engines show them after the first request)",
+        None: "its /metrics could not be read",
+    }[found.speculation_counters]
     return f"{engine}{version} {model}; {counters}."
 
 

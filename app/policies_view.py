@@ -110,8 +110,11 @@ def reference_value(d: DraftPolicies, metric: str) -> float:
 def policy_chart(frame: pd.DataFrame, kind: str, metric: str, reference: float, reference_label: str) -> alt.Chart:
     """Replayed points as lines per series, live points as black diamonds, the best fixed γ as a dashed rule."""
     nominal = kind in ("adaptive", "batch")
-    x = alt.X("x:N" if nominal else "x:Q", title=X_TITLES.get(kind, "setting"),
-              axis=alt.Axis(labelAngle=-30, labelLimit=220) if nominal else alt.Axis())  # fmt: skip
+    x = alt.X(
+        "x:N" if nominal else "x:Q",
+        title=X_TITLES.get(kind, "setting"),
+        axis=alt.Axis(labelAngle=-30, labelLimit=220) if nominal else alt.Axis(),
+    )
     y = alt.Y(f"{metric}:Q", title=METRICS[metric], scale=alt.Scale(zero=False))
     tooltip = ["policy", "series", "source", alt.Tooltip(f"{metric}:Q", format=".3f")]
     replayed = frame[frame["source"] == "replayed"]
@@ -128,8 +131,12 @@ def policy_chart(frame: pd.DataFrame, kind: str, metric: str, reference: float, 
         )
     rule = pd.DataFrame({"y": [reference], "label": [reference_label]})
     layers.append(alt.Chart(rule).mark_rule(strokeDash=[6, 4], color="gray").encode(y="y:Q", tooltip=["label"]))
-    return alt.layer(*layers).properties(title=alt.Title(KIND_LABELS.get(kind, kind), subtitle=(
-        "lines: replayed · black diamonds: run live · dashed: the best fixed γ")))  # fmt: skip
+    return alt.layer(*layers).properties(
+        title=alt.Title(
+            KIND_LABELS.get(kind, kind),
+            subtitle=("lines: replayed · black diamonds: run live · dashed: the best fixed γ"),
+        )
+    )
 
 
 def kinds_of(d: DraftPolicies) -> list[str]:

@@ -220,8 +220,11 @@ def suffix_cache_note(session: Mapping[str, Any]) -> str | None:
     for label, requests in (state.get("runs") or {}).items():
         cached = ", ".join(str(r.get("cached_before")) for r in requests)
         first = next((i for i, r in enumerate(requests) if r.get("warm")), None)
-        runs.append(f"{label}: cold throughout" if first is None else f"{label}: warm from prompt {first + 1} "
-                    f"(responses cached: {cached})")  # fmt: skip
+        runs.append(
+            f"{label}: cold throughout"
+            if first is None
+            else f"{label}: warm from prompt {first + 1} (responses cached: {cached})"
+        )
     return f"Suffix decoding learns from earlier responses: prompts ran in the order {order}. " + "; ".join(runs)
 
 

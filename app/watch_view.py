@@ -20,13 +20,17 @@ TONES = {PAYING: "success", COSTING: "error", COLLAPSED: "error", DRIFTED: "warn
 START_COMMAND = (
     "python -m engine watch --metrics-url http://HOST:PORT --session N --gamma G --window 15s --deployment NAME"
 )
-INTRO = ("A session answers *which draft and γ* once. `watch` keeps asking a running deployment whether that answer "
-         "still pays: window by window it reads the engine's speculation counters (from its `/metrics` or from the "
-         "Prometheus that scrapes it), predicts the gain of the deployed configuration at the acceptance and load it "
-         "observes, with the stored session's c, v(k) and regime by batch, and says so. Every window is stored "
-         "here; `watch --serve-metrics PORT` serves the verdicts to your Prometheus and Alertmanager.")  # fmt: skip
-NONE_YET = ("No deployment has been watched yet. Start a watch against a stored session on the machine that reaches "
-            "the server (it runs until stopped and stores every window here):")  # fmt: skip
+INTRO = (
+    "A session answers *which draft and γ* once. `watch` keeps asking a running deployment whether that answer "
+    "still pays: window by window it reads the engine's speculation counters (from its `/metrics` or from the "
+    "Prometheus that scrapes it), predicts the gain of the deployed configuration at the acceptance and load it "
+    "observes, with the stored session's c, v(k) and regime by batch, and says so. Every window is stored "
+    "here; `watch --serve-metrics PORT` serves the verdicts to your Prometheus and Alertmanager."
+)
+NONE_YET = (
+    "No deployment has been watched yet. Start a watch against a stored session on the machine that reaches "
+    "the server (it runs until stopped and stores every window here):"
+)
 TIMELINE_FIELDS = ("predicted_speedup", "mean_acceptance_length", "draft_acceptance_rate", "requests_running")
 
 
@@ -37,8 +41,10 @@ def offer_text(offered: Any) -> str:
 
 def check_text(offered: Any) -> str:
     """How to measure the offered file before deploying it."""
-    return (f"Measure it before deploying: `python -m engine check-export {offered.filename} --session "
-            f"{offered.session_id}` runs it beside the target alone at the session's concurrency levels.")  # fmt: skip
+    return (
+        f"Measure it before deploying: `python -m engine check-export {offered.filename} --session "
+        f"{offered.session_id}` runs it beside the target alone at the session's concurrency levels."
+    )
 
 
 def tone(verdict: str) -> str:

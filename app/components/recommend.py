@@ -22,8 +22,10 @@ from engine.service.api import (
 
 NO_POLICY_TRACE = "These sessions recorded no draft trace to replay policies from (sessions from before policies)."
 
-NOTHING_TO_REPLAY = ("No draft of these sessions has a policy to replay (why, per draft, above): the Recommend page's "
-                     "fixed γ is the policy they support.")  # fmt: skip
+NOTHING_TO_REPLAY = (
+    "No draft of these sessions has a policy to replay (why, per draft, above): the Recommend page's "
+    "fixed γ is the policy they support."
+)
 
 
 def policy_section(report: Any, session_ids: list[int]) -> None:
@@ -47,9 +49,12 @@ def policy_headline(report: Any, session_ids: Sequence[int] | None = None) -> No
         col.metric(label, value, help=helptext)
     st.caption(md_escape(report.to_dict()["exact"]))
     if session_ids:
-        st.page_link(common.PAGES["Policies"], label="Compare every policy, prove them live, export the policy",
-                     icon=common.ICONS["Policies"],
-                     query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)})  # fmt: skip
+        st.page_link(
+            common.PAGES["Policies"],
+            label="Compare every policy, prove them live, export the policy",
+            icon=common.ICONS["Policies"],
+            query_params={SESSION_PARAM: ",".join(str(i) for i in session_ids)},
+        )
 
 
 def surface_section(store: Any, session_ids: Sequence[int]) -> None:
@@ -82,8 +87,12 @@ def recommendation_history(store: Any) -> None:
     st.caption("Every saved recommendation, from any sessions: not only the ones chosen above.")
     table(rv.history_frame(recs), numbers={"speedup": "%.2f×"}, dates=["created"])
     by_rec = {r["id"]: r for r in recs}
-    chosen = st.selectbox("Download a saved recommendation's files again", list(by_rec), key="rec_history_pick",
-                          format_func=lambda i: rv.history_label(by_rec[i]))  # fmt: skip
+    chosen = st.selectbox(
+        "Download a saved recommendation's files again",
+        list(by_rec),
+        key="rec_history_pick",
+        format_func=lambda i: rv.history_label(by_rec[i]),
+    )
     exports = common.attempt(store.list_exports, chosen, action=f"list the files of recommendation #{chosen}")
     if exports == []:
         st.caption("No files were saved with this recommendation.")

@@ -59,8 +59,12 @@ def status_banner(session: Mapping[str, Any], here: str) -> None:
             common.PAGES["Run"], label="Watch it live", icon=common.ICONS["Run"], query_params={SESSION_PARAM: sid}
         )
     if status == "done" and here != "Sessions":
-        st.page_link(common.PAGES["Sessions"], label="Open the results in Sessions", icon=common.ICONS["Sessions"],
-                     query_params={SESSION_PARAM: sid})  # fmt: skip
+        st.page_link(
+            common.PAGES["Sessions"],
+            label="Open the results in Sessions",
+            icon=common.ICONS["Sessions"],
+            query_params={SESSION_PARAM: sid},
+        )
 
 
 def measurement_notes(session: Mapping[str, Any]) -> None:

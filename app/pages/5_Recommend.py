@@ -206,12 +206,14 @@ if result is not None:
                        mime="text/html", on_click="ignore",
                        help="The decision, its evidence, the runs, charts and every export, to share")  # fmt: skip
     for title, show, args in (
-        ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
-        ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
+        ("the recommendation", show_decision, (rec,)),
+        ("the regime", show_regime, (rec, ev, report)),
+        ("the crossover table", show_crossover, (rec, ev)),
+        ("the drafts and the γ schedule", show_drafts, (rec, ev)),
         ("the measured γ × concurrency surface", components.surface_section, (store, chosen_ids)),
         ("the drafting policy", components.policy_section, (result.policies, chosen_ids)),
         ("export the recommendation", show_exports, (result,)),
-    ):  # fmt: skip
+    ):
         with common.guard(title if title.startswith("export") else f"show {title}"):
             show(*args)
         if show is not components.surface_section:  # it draws its own divider, only when there is a surface

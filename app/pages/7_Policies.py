@@ -91,8 +91,12 @@ with common.guard("draw the policy chart"):
     label = f"best fixed {draft.comparison.best_fixed.policy}: {reference:.3f}"
     st.altair_chart(pv.policy_chart(frame, kind, metric, reference, label), width="stretch")
 cost = draft.cost
-st.caption(md_escape(f"c = {cost.c:.3f} per draft forward, v(k) {'measured' if cost.verify_cost else 'assumed 1'}, "
-                     f"{cost.regime}; at T > 0 every figure is an estimate from β per position."))  # fmt: skip
+st.caption(
+    md_escape(
+        f"c = {cost.c:.3f} per draft forward, v(k) {'measured' if cost.verify_cost else 'assumed 1'}, "
+        f"{cost.regime}; at T > 0 every figure is an estimate from β per position."
+    )
+)
 
 st.subheader("Replay table")
 show_all = st.toggle("Show every policy of the grid", key="pol_all")

@@ -81,8 +81,11 @@ if offered is not None:
 st.subheader("Timeline")
 st.altair_chart(charts.watch_timeline(wv.timeline(rows)), use_container_width=True)
 if any(wv.tone(v) == "error" for v in counts):
-    st.page_link(common.PAGES["Recommend"], label="Recommend — the session's own answer and every export",
-                 icon=common.ICONS["Recommend"])  # fmt: skip
+    st.page_link(
+        common.PAGES["Recommend"],
+        label="Recommend — the session's own answer and every export",
+        icon=common.ICONS["Recommend"],
+    )
 
 st.subheader("Windows")
 st.dataframe(wv.windows_table(rows), hide_index=True, use_container_width=True)

@@ -261,17 +261,22 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
     if mark != RECOMMENDED_MARK:
         table["mark"] = table["mark"].str.replace(RECOMMENDED_MARK, mark, regex=False)
     source = curve[0].expected_tokens_source if curve else "positional"
-    source_text = {"exact": "the recorded pass, replayed step by step", "estimated": "the recorded pass, β per "
-                   "position (expected values)"}.get(source, "per-position acceptance")  # fmt: skip
+    source_text = {
+        "exact": "the recorded pass, replayed step by step",
+        "estimated": "the recorded pass, β per position (expected values)",
+    }.get(source, "per-position acceptance")
     c_fit = ""
     if summary.c_effective is not None and summary.calibration_flag is None:
         c_fit = f" (the model uses c {summary.c_effective:.3f}, fitted to the measured speedups)"
     headline = (
         f"α {m.alpha:.3f} (T = {m.temperature:g}), c {m.c:.3f}{c_fit}, ĉ {m.c_hat:.3f}; tokens per call from "
         f"{source_text} · crossover {'γ = ' + str(cross) if cross is not None else 'none up to γ = 32'} · "
-        + ("speculation off: no γ pays" if highlight is None
-           else f"{'recommended' if index == winner else 'best'} γ = {highlight}")
-    )  # fmt: skip
+        + (
+            "speculation off: no γ pays"
+            if highlight is None
+            else f"{'recommended' if index == winner else 'best'} γ = {highlight}"
+        )
+    )
     warning = None
     chosen = next((p for p in curve if p.gamma == highlight), None)
     if chosen is not None and highlight is not None and cross is not None and highlight >= cross:

@@ -158,8 +158,10 @@ def confirm_queued_text(new_id: int, session_ids: Sequence[int], worker: str) ->
 
 def best_fixed_caption(rec: Recommendation) -> str:
     """Under a decision that is a drafting policy: what the fixed-γ figures below are."""
-    return (f"The decision is a drafting policy; below, the best fixed γ ({rec.draft_name} γ={rec.gamma}), its "
-            "runner-up, and the figures the policy is compared against.")  # fmt: skip
+    return (
+        f"The decision is a drafting policy; below, the best fixed γ ({rec.draft_name} γ={rec.gamma}), its "
+        "runner-up, and the figures the policy is compared against."
+    )
 
 
 def decision_banner(rec: Recommendation, escape: Callable[[Any], str]) -> str:

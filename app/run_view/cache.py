@@ -198,8 +198,10 @@ def live_positions(store: Any, run: Mapping[str, Any], counts: Mapping[tuple[int
     Never more positions than the run drafts in a step (its γ; a policy: its widest draft)."""
     rows = store.positions_from_histogram([(g, a, n) for (g, a), n in counts.items()])
     if not rows and run.get("status") == "done":
-        rows = [{"position": p, "rate": rate, "evaluated": None}
-                for p, rate in enumerate(run.get("per_position_acceptance") or [])]  # fmt: skip
+        rows = [
+            {"position": p, "rate": rate, "evaluated": None}
+            for p, rate in enumerate(run.get("per_position_acceptance") or [])
+        ]
     top = data.most_drafted(run)
     return data.positions_frame([r for r in rows if not top or int(r["position"]) < top])
 

@@ -19,11 +19,15 @@ def confirmation_lines(
     if not done.get("ran"):
         rows = done.get("confirmed") or []
         named = ", ".join(c["configuration"] for c in rows) or "nothing to confirm"
-        return [f"Recommendation checked against the grid: {named} — measured by the grid itself.",
-                *headline_lines(decisions)]  # fmt: skip
+        return [
+            f"Recommendation checked against the grid: {named} — measured by the grid itself.",
+            *headline_lines(decisions),
+        ]
     took, grid = done.get("confirm_s", 0.0) / 60.0, done.get("grid_s", 0.0) / 60.0
-    lines = [f"The grid's recommendation was not in the grid: ran {', '.join(done['ran'])} live "
-             f"({took:.1f} min after the grid's {grid:.1f} min)."]  # fmt: skip
+    lines = [
+        f"The grid's recommendation was not in the grid: ran {', '.join(done['ran'])} live "
+        f"({took:.1f} min after the grid's {grid:.1f} min)."
+    ]
     return lines + _choice_lines(done, runs, decisions)
 
 
@@ -50,9 +54,11 @@ def unchosen_gamma_lines(session: Mapping[str, Any], done: Mapping[str, Any]) ->
         gamma = int(c.get("gamma") or 0)
         if chosen and not c.get("policy") and gamma >= 1 and gamma not in chosen:
             listed = ", ".join(map(str, sorted(chosen)))
-            lines.append(f"Why γ={gamma}: it was not among the γs chosen ({listed}); a quick session predicts every γ "
-                         f"from its probe and runs the one it recommends live, so γ={gamma} was measured to confirm "
-                         "it.")  # fmt: skip
+            lines.append(
+                f"Why γ={gamma}: it was not among the γs chosen ({listed}); a quick session predicts every γ "
+                f"from its probe and runs the one it recommends live, so γ={gamma} was measured to confirm "
+                "it."
+            )
     return lines
 
 
@@ -139,7 +145,10 @@ def _choice_figures(choice: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]
     if decided is not None:  # the decision's own prediction, the figure every other place shows for it
         predicted, when = decided, ""
     said = f"predicted {predicted:.2f}×{when}" if predicted else "no prediction stored"
-    got = f"measured {measured:.2f}× over the whole run" + (f" ({spread})" if spread else "") if measured else (
-        "not measured")  # fmt: skip
+    got = (
+        f"measured {measured:.2f}× over the whole run" + (f" ({spread})" if spread else "")
+        if measured
+        else ("not measured")
+    )
     mark = " — impossible (a measurement error)" if flag else " — too noisy to tell" if noisy else ""
     return f"{said}, {got}{mark}"

@@ -52,8 +52,10 @@ def probe_progress_text(progress: Any) -> str:
     loaded = f"Probing the pace: loaded in {progress.load_s:.0f} s"
     if progress.stage == "priming":
         return f"{loaded}; a first, untimed pass over the prompt… {progress.stage_s:.0f} s."
-    return (f"{loaded}; decoding: {progress.tokens} of {PROBE_TOKENS} tokens timed in {progress.stage_s:.0f} s "
-            f"(decoding stops after {DECODE_BOUND_S:.0f} s).")  # fmt: skip
+    return (
+        f"{loaded}; decoding: {progress.tokens} of {PROBE_TOKENS} tokens timed in {progress.stage_s:.0f} s "
+        f"(decoding stops after {DECODE_BOUND_S:.0f} s)."
+    )
 
 
 def measurement_costs(

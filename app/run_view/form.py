@@ -87,8 +87,11 @@ def draft_options(target: str, engine: str | None = None) -> list[str]:
     models = [
         name for name in bundled_names() if name != target and (size is None or (parameter_count(name) or 0) <= size)
     ]
-    return [name for name in [*models, *(kind.offered for kind in offered_kinds())]
-            if name != target and (engine is None or not draft_refused(engine, name))]  # fmt: skip
+    return [
+        name
+        for name in [*models, *(kind.offered for kind in offered_kinds())]
+        if name != target and (engine is None or not draft_refused(engine, name))
+    ]
 
 
 @functools.cache
@@ -129,9 +132,11 @@ def sweeps_regime(engine: str) -> bool:
 
 
 def no_regime_note(engine: str) -> str:
-    return (f"{registry.get(engine).label} runs no batch sweep (its target runs outside this process): on Recommend "
-            "the regime comes from a spectune session of the same target chosen beside it, else it is assumed "
-            "memory-bound and said so")  # fmt: skip
+    return (
+        f"{registry.get(engine).label} runs no batch sweep (its target runs outside this process): on Recommend "
+        "the regime comes from a spectune session of the same target chosen beside it, else it is assumed "
+        "memory-bound and said so"
+    )
 
 
 def engine_note(engine: str) -> tuple[bool, str]:

@@ -72,9 +72,13 @@ def check_tokens_per_call(tokens_per_call: float, gamma: int, measured: bool = T
 
 
 def check_measured_speedup(
-    speedup: float, gamma: int, tokens_per_call: float | None = None, draft_share: float = 0.0,
-    verify_floor: float = 1.0, whole_run: bool = False,
-) -> BoundFlag | None:  # fmt: skip
+    speedup: float,
+    gamma: int,
+    tokens_per_call: float | None = None,
+    draft_share: float = 0.0,
+    verify_floor: float = 1.0,
+    whole_run: bool = False,
+) -> BoundFlag | None:
     """Measured speedup ≤ tokens per call ÷ (v_min + drafting share), v_min = `verify_floor` (the cheapest verify
     measured, held between VERIFY_FLOOR and 1: theory.VerifyFit.floor); γ+1 tokens per call when the run's own are
     unknown. `whole_run`: the speedup is the whole run's (said in the message), not a median of per-prompt ratios.

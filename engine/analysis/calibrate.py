@@ -68,8 +68,11 @@ def speedups_at(m: DraftMeasurement, batch: int) -> dict[int, tuple[float, bool]
     if batch != 1:
         return dict(m.level_speedups.get(int(batch), {}))
     rejected = measurement_flags(m)
-    return {int(g): (float(s), int(g) in m.noisy_speedup) for g, s in m.measured_speedup.items()
-            if int(g) >= 1 and int(g) not in rejected}  # fmt: skip
+    return {
+        int(g): (float(s), int(g) in m.noisy_speedup)
+        for g, s in m.measured_speedup.items()
+        if int(g) >= 1 and int(g) not in rejected
+    }
 
 
 def measured_loss(m: DraftMeasurement, batch: int) -> str:

@@ -177,8 +177,10 @@ class MeasuredCheck:
         if not self.disagrees:
             return f"{seen}: the prediction {self.predicted:.2f}× lies within its noise"
         side = "above" if self.predicted > self.high else "below"
-        out = (f"{seen}: the prediction {self.predicted:.2f}× lies {side} it beyond the noise, so the headline shows "
-               "the measurement")  # fmt: skip
+        out = (
+            f"{seen}: the prediction {self.predicted:.2f}× lies {side} it beyond the noise, so the headline shows "
+            "the measurement"
+        )
         if self.measured <= 1.0:
             out += "; measured, it does not pay"
         return out + ("; confirm it with another run before deploying" if self.noisy or self.measured <= 1.0 else "")
@@ -242,8 +244,10 @@ class Recommendation:
         wraps the figure (markdown's '**')."""
         if not self.prefers_measurement:
             return f"predicted {bold}{self.predicted_speedup:.2f}×{bold} faster"
-        return (f"measured {bold}{self.headline_speedup:.2f}×{bold} (predicted {self.predicted_speedup:.2f}×: they "
-                "disagree beyond the noise)")  # fmt: skip
+        return (
+            f"measured {bold}{self.headline_speedup:.2f}×{bold} (predicted {self.predicted_speedup:.2f}×: they "
+            "disagree beyond the noise)"
+        )
 
     def measured_sentence(self) -> str | None:
         """The measured run of the recommended configuration beside the headline, as a sentence; None when off or

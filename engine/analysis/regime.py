@@ -268,8 +268,10 @@ def _judge_roofline(
             votes["roofline"] = roof.label
             lines += [f"roofline: {e}" for e in roof.evidence]
         else:
-            lines += [f"roofline (measured at batch {served}, reference only at batch {batch_size}): {e}"
-                      for e in roof.evidence]  # fmt: skip
+            lines += [
+                f"roofline (measured at batch {served}, reference only at batch {batch_size}): {e}"
+                for e in roof.evidence
+            ]
     return roof
 
 

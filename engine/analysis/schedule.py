@@ -62,8 +62,11 @@ def off_range_line(on: Mapping[int, float], off: Mapping[int, float]) -> str:
     speculates (break_even_share), from the most favourable pairing to the least."""
     best, worst = (max(on.values()), max(off.values())), (min(on.values()), min(off.values()))
     shares = [break_even_share(*best), break_even_share(*worst)]
-    share = f"{shares[0] * 100:.0f}%" if abs(shares[1] - shares[0]) < 0.005 else (
-        f"{min(shares) * 100:.0f}–{max(shares) * 100:.0f}%")  # fmt: skip
+    share = (
+        f"{shares[0] * 100:.0f}%"
+        if abs(shares[1] - shares[0]) < 0.005
+        else (f"{min(shares) * 100:.0f}–{max(shares) * 100:.0f}%")
+    )
     return (
         f"the schedule turns speculation off where every measured γ lost ({_batches(off)}, the best γ measured "
         f"there), but an engine that keeps its speculative path running at K 0 (vLLM) still pays about that there: "

@@ -78,8 +78,11 @@ class SpecCounters:
     accepted_per_position: dict[int, float] = field(default_factory=dict)
 
     def _combine(self, other: SpecCounters, sign: float) -> SpecCounters:
-        scalars = {f.name: getattr(self, f.name) + sign * getattr(other, f.name)
-                   for f in fields(self) if f.name != "accepted_per_position"}  # fmt: skip
+        scalars = {
+            f.name: getattr(self, f.name) + sign * getattr(other, f.name)
+            for f in fields(self)
+            if f.name != "accepted_per_position"
+        }
         mine, theirs = self.accepted_per_position, other.accepted_per_position
         positions = set(mine) | set(theirs)
         return SpecCounters(

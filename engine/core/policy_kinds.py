@@ -228,8 +228,10 @@ class AdaptiveEMA:
         return f"adaptive:{cands}:{self.initial}:{self.ema:g}:{self.interval}:{self.warmup}"
 
     def describe(self) -> str:
-        return (f"γ∈{{{','.join(map(str, self.candidates))}}}, start {self.initial}, EMA {self.ema:g}, "
-                f"every {self.interval} after {self.warmup}")  # fmt: skip
+        return (
+            f"γ∈{{{','.join(map(str, self.candidates))}}}, start {self.initial}, EMA {self.ema:g}, "
+            f"every {self.interval} after {self.warmup}"
+        )
 
     def controls(self) -> DraftControls:
         return DraftControls(self.max_draft(), beyond=(("acceptance-driven γ", "SGLang's EMA rule"),))

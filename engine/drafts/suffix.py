@@ -181,10 +181,13 @@ def suffix_state(runs: dict[str, object], prompt_ids: Sequence[str]) -> dict[str
         return {}
     per_run = {
         label: [
-            {"prompt_id": prompt_ids[r.order] if r.order < len(prompt_ids) else None, "cached_before": r.cached_before,
-             "warm": r.warm}
+            {
+                "prompt_id": prompt_ids[r.order] if r.order < len(prompt_ids) else None,
+                "cached_before": r.cached_before,
+                "warm": r.warm,
+            }
             for r in source.requests
         ]
         for label, source in caches.items()
-    }  # fmt: skip
+    }
     return {"suffix_cache": {"prompt_order": list(prompt_ids), "runs": per_run}}

@@ -105,6 +105,33 @@ def _suffix_trace(draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: lis
             "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
 
 
+@torch.inference_mode()
+def _continuations(
+    model: LoadedModel, cache: Any, n_prompt: int, predicted: list[int], rooms: dict[int, int], floor: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """For each wrong position m (its room: how many tokens a step starting there may still draft), the draft's
+    confidence (full and top-10) in each token it would draft next from its own wrong token, until one is below
+    `floor` (recorded, then stop) or the room is used up."""
+    cont: dict[str, list[float]] = {}
+    cont10: dict[str, list[float]] = {}
+    # descending, so the cache is only ever cropped back: prompt + output[:m], then the draft's own tokens
+    for m in sorted(rooms, reverse=True):
+        if rooms[m] <= 0:
+            continue
+        crop_to(cache, n_prompt + m)
+        token, values, values10 = predicted[m], [], []
+        for _ in range(rooms[m]):
+            step = forward_step(model, [token], cache, 1)
+            full, top = _confidences(step)
+            values.append(full[0])
+            values10.append(top[0])
+            if top[0] < floor:  # top-10 p ≥ full p: both definitions stop here for any p-min ≥ floor
+                break
+            token = int(step[0].argmax())
+        cont[str(m)], cont10[str(m)] = values, values10
+    return cont, cont10
+
+
 def draft_trace(
     draft: DraftSource,
     prompt_ids: Sequence[int],
@@ -139,8 +166,11 @@ def draft_trace(
         return trace | _suffix_trace(draft, prompt_ids, output_ids, cap)
     if kind_of_method(draft.method).replays:
         proposals = _lookups(draft, list(prompt_ids), output_ids, cap)
-        trace |= {"method": draft.method, "runs": _lookup_runs(proposals, output_ids),
-                  "proposable": [len(p) for p in proposals]}  # fmt: skip
+        trace |= {
+            "method": draft.method,
+            "runs": _lookup_runs(proposals, output_ids),
+            "proposable": [len(p) for p in proposals],
+        }
         return trace
     if not isinstance(draft, ModelDraft):
         trace["method"] = "unsupported"
@@ -154,28 +184,17 @@ def draft_trace(
     matches = [p == o for p, o in zip(predicted, output_ids, strict=True)]
     conf, conf10 = _confidences(logits)
     trace |= {
-        "method": "draft_model", "runs": runs_from_matches(matches, cap), "confidence": conf,
-        "confidence_top10": conf10, "continuation_cap": continuation, "floor": floor,
-    }  # fmt: skip
-    cont: dict[str, list[float]] = {}
-    cont10: dict[str, list[float]] = {}
-    # descending, so the cache is only ever cropped back: prompt + output[:m], then the draft's own tokens
-    for m in range(n_out - 1, -1, -1):
-        room = min(continuation, max_new - m - 2)  # tokens after the wrong one a step starting ≤ m may still draft
-        if matches[m] or room <= 0:
-            continue
-        crop_to(cache, n_prompt + m)
-        token, values, values10 = predicted[m], [], []
-        for _ in range(room):
-            step = forward_step(model, [token], cache, 1)
-            full, top = _confidences(step)
-            values.append(full[0])
-            values10.append(top[0])
-            if top[0] < floor:  # top-10 p ≥ full p: both definitions stop here for any p-min ≥ floor
-                break
-            token = int(step[0].argmax())
-        cont[str(m)], cont10[str(m)] = values, values10
-    trace["continuation"], trace["continuation_top10"] = cont, cont10
+        "method": "draft_model",
+        "runs": runs_from_matches(matches, cap),
+        "confidence": conf,
+        "confidence_top10": conf10,
+        "continuation_cap": continuation,
+        "floor": floor,
+    }
+    rooms = {m: min(continuation, max_new - m - 2) for m in range(n_out)}  # what a step from m may still draft
+    trace["continuation"], trace["continuation_top10"] = _continuations(
+        model, cache, n_prompt, predicted, {m: room for m, room in rooms.items() if not matches[m]}, floor
+    )
     hot = [cfg for cfg in samplings if not cfg.greedy]
     if target is not None and hot:
         target_logits = forward_step(target, context[:-1], new_cache(target.model.config), n_out)

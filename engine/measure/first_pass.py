@@ -56,8 +56,12 @@ class FirstPass:
         return first_pass_sentence(self.to_dict(n_prompts))
 
     def to_dict(self, n_prompts: int) -> dict[str, object]:
-        return {"primed": len(self.prime_ms), "prompts": n_prompts, "settled": self.settled,
-                "first_over_later": [round(r, 4) for r in self.ratios.values()]}  # fmt: skip
+        return {
+            "primed": len(self.prime_ms),
+            "prompts": n_prompts,
+            "settled": self.settled,
+            "first_over_later": [round(r, 4) for r in self.ratios.values()],
+        }
 
 
 def first_pass_sentence(stored: Mapping[str, Any] | None) -> str | None:
@@ -70,6 +74,8 @@ def first_pass_sentence(stored: Mapping[str, Any] | None) -> str | None:
     spread = f"{median(values):.2f}× ({min(values):.2f}–{max(values):.2f}×, {len(values)} prompts)"
     primed = f"Primed {stored['primed']} of {stored['prompts']} prompts: a prompt's first pass took {spread} the time"
     if stored.get("settled"):
-        return (f"{primed} of a later one, within {FIRST_PASS_TOLERANCE:.0%}, so the rest decoded unprimed "
-                f"(the A/A floor checks them too).")  # fmt: skip
+        return (
+            f"{primed} of a later one, within {FIRST_PASS_TOLERANCE:.0%}, so the rest decoded unprimed "
+            f"(the A/A floor checks them too)."
+        )
     return f"{primed} of a later one, so every prompt was primed before its timed decodes."

@@ -123,10 +123,14 @@ class MeasurementFloor:
         if spread is None or self.holds:
             return None
         if abs(spread.median - 1.0) > FLOOR_TOLERANCE:
-            return (f"the same configuration measured {spread.median:.2f}× itself, more than "
-                    f"{FLOOR_TOLERANCE:.0%} from 1.00")  # fmt: skip
-        return (f"two measurements of the same configuration landed up to {spread.max / spread.min:.2f}× apart, "
-                f"wider than {FLOOR_SPREAD:g}×")  # fmt: skip
+            return (
+                f"the same configuration measured {spread.median:.2f}× itself, more than "
+                f"{FLOOR_TOLERANCE:.0%} from 1.00"
+            )
+        return (
+            f"two measurements of the same configuration landed up to {spread.max / spread.min:.2f}× apart, "
+            f"wider than {FLOOR_SPREAD:g}×"
+        )
 
     def sentence(self) -> str:
         """The floor as every page, the CLI and the report say it."""
@@ -139,14 +143,20 @@ class MeasurementFloor:
         head = f"Measurement floor (target ÷ target, A/A): {spread.median:.2f}× ({band})"
         if self.holds:
             return f"{head}: the measurements hold; a speedup inside {spread.min:.2f}–{spread.max:.2f}× is noise."
-        return (f"{head}: it does not hold — {self.why_not()} — so every speedup of this session is marked too "
-                "noisy to tell. Repeat on a quiet machine.")  # fmt: skip
+        return (
+            f"{head}: it does not hold — {self.why_not()} — so every speedup of this session is marked too "
+            "noisy to tell. Repeat on a quiet machine."
+        )
 
     def to_dict(self) -> dict[str, object]:
         spread = self.spread
-        return {"ratios": [round(r, 4) for r in self.ratios], "prompts": self.prompts,
-                "spread": spread.to_dict() if spread else None, "holds": self.holds,
-                "sentence": self.sentence()}  # fmt: skip
+        return {
+            "ratios": [round(r, 4) for r in self.ratios],
+            "prompts": self.prompts,
+            "spread": spread.to_dict() if spread else None,
+            "holds": self.holds,
+            "sentence": self.sentence(),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementFloor | None:
@@ -155,8 +165,10 @@ class MeasurementFloor:
             return None
         try:
             prompts = data.get("prompts")
-            return cls(tuple(float(r) for r in data.get("ratios") or ()),  # type: ignore[union-attr]
-                       int(prompts) if isinstance(prompts, int | float) else None)  # fmt: skip
+            return cls(
+                tuple(float(r) for r in data.get("ratios") or ()),  # type: ignore[union-attr]
+                int(prompts) if isinstance(prompts, int | float) else None,
+            )
         except (TypeError, ValueError):
             return None
 
@@ -200,8 +212,10 @@ class MeasurementOverhead:
         over = f"; more than the {OVERHEAD_GOAL:.0%} aimed at" if share > OVERHEAD_GOAL else ""
         references = f", fidelity references {_seconds(self.reference_s)}" if self.reference_s >= 0.05 else ""
         decodes = _seconds(self.decoding_s)
-        return (f"Measuring cost {share:.0%} on top of decoding (the prime {_seconds(self.prime_s)}, the A/A check "
-                f"{_seconds(self.aa_s)}{references}, the configurations' decodes {decodes}){over}.")  # fmt: skip
+        return (
+            f"Measuring cost {share:.0%} on top of decoding (the prime {_seconds(self.prime_s)}, the A/A check "
+            f"{_seconds(self.aa_s)}{references}, the configurations' decodes {decodes}){over}."
+        )
 
     def to_dict(self) -> dict[str, object]:
         share = self.share

@@ -41,8 +41,10 @@ class ThreadChoice:
             return f"{self.threads} of {self.cores} cores (as set)"
         if self.other_cpu_pct is None:
             return f"{self.threads} of {self.cores} cores (other processes' load unknown)"
-        return (f"{self.threads} of {self.cores} cores: other processes used {self.other_cpu_pct:.0f}% of the CPUs "
-                f"when the session started")  # fmt: skip
+        return (
+            f"{self.threads} of {self.cores} cores: other processes used {self.other_cpu_pct:.0f}% of the CPUs "
+            f"when the session started"
+        )
 
 
 def choose_threads(requested: int | None = None, sample_s: float = SAMPLE_S) -> ThreadChoice:

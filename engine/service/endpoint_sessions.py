@@ -45,9 +45,12 @@ def submit_endpoint_session(
 
 
 def probe_endpoint(
-    endpoint: dict[str, Any], prompts: list[str], max_new_tokens: int = 64, temperature: float = 0.0,
+    endpoint: dict[str, Any],
+    prompts: list[str],
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
     on_phase: Any = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Sweep a running endpoint now, without a store (the `probe` command): its sweep report (what the Endpoints
     page shows), with `stopped` set when it stopped early; SettingsError for bad settings."""
     from engine.engines import registry

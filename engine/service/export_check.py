@@ -35,8 +35,10 @@ def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> Se
     source = SessionSpec.from_row(session)
     engine = registry.engine_for_format(VLLM_FORMAT)
     if source.engine != engine:
-        raise SettingsError(f"session {session_id} was measured with {source.engine}, not {engine}: check a vLLM "
-                            "export against a vLLM session (its prompts, target and concurrency levels)")  # fmt: skip
+        raise SettingsError(
+            f"session {session_id} was measured with {source.engine}, not {engine}: check a vLLM "
+            "export against a vLLM session (its prompts, target and concurrency levels)"
+        )
     policy = exported.policy()
     return replace(
         source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],

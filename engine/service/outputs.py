@@ -25,8 +25,12 @@ from store.db import sqlite_path
 from store.files import kind_of_mode, write_whole
 
 # the SQLite database and the files SQLite keeps beside it
-STORE_FILES = {"": "database", "-wal": "database's write-ahead log", "-shm": "database's shared-memory index",
-               "-journal": "database's journal"}  # fmt: skip
+STORE_FILES = {
+    "": "database",
+    "-wal": "database's write-ahead log",
+    "-shm": "database's shared-memory index",
+    "-journal": "database's journal",
+}
 
 # what an operating-system error means to the user: the environment, not a bug
 _OS_REASONS = {

@@ -78,9 +78,13 @@ def deployment_for(store: Any, session_id: int, draft: str | None = None, gamma:
     if gamma < 1:
         raise SettingsError(f"γ {gamma}: a deployment that speculates drafts at least 1 token")
     band = alpha_band(store, session_id, chosen.name) or (chosen.alpha, chosen.alpha)
-    return Deployment(chosen, int(gamma), band,
-                      lambda batch, gamma: judge_regime(ev.regime, batch, gamma, ev.verify_cost).label,
-                      session_id=session_id)  # fmt: skip
+    return Deployment(
+        chosen,
+        int(gamma),
+        band,
+        lambda batch, gamma: judge_regime(ev.regime, batch, gamma, ev.verify_cost).label,
+        session_id=session_id,
+    )
 
 
 def deployed_gamma(source: Source) -> tuple[int | None, str]:
@@ -112,8 +116,11 @@ def watch(
 ) -> Iterator[Judged]:  # fmt: skip
     """Watch `source` for `count` windows of `seconds` (None: until stopped), judging and storing each (`sleep`
     waits between reads); `exporter` shows each window's verdict as Prometheus metrics."""
-    windows = (metrics_windows(source, seconds, count, polls, sleep) if isinstance(source, MetricsSource)
-               else prometheus_windows(source, seconds, count, sleep))  # fmt: skip
+    windows = (
+        metrics_windows(source, seconds, count, polls, sleep)
+        if isinstance(source, MetricsSource)
+        else prometheus_windows(source, seconds, count, sleep)
+    )
     earlier: list[float | None] = []
     for window in windows:
         verdict = judge(window, dep, earlier)

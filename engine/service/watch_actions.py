@@ -81,10 +81,15 @@ def action_file(store: Any, verdict: str, figures: Mapping[str, Any]) -> ActionF
         return _off(watched, fmt, target, f"costing you: {why}; the schedule {policy.spec()} cannot run here "
                     f"({lost})", session_id, verdict)  # fmt: skip
     gammas = set(schedule.values())
-    shape = (f"γ {gammas.pop()} at every batch" if len(gammas) == 1
-             else "γ by batch size " + ", ".join(f"from {b}: {g}" for b, g in schedule.items()))  # fmt: skip
-    says = (f"{shape} for {watched.draft_name} (deployed at γ={dep.gamma}), at the acceptance this window "
-            f"observed; the engine runs {made.runs}")  # fmt: skip
+    shape = (
+        f"γ {gammas.pop()} at every batch"
+        if len(gammas) == 1
+        else "γ by batch size " + ", ".join(f"from {b}: {g}" for b, g in schedule.items())
+    )
+    says = (
+        f"{shape} for {watched.draft_name} (deployed at γ={dep.gamma}), at the acceptance this window "
+        f"observed; the engine runs {made.runs}"
+    )
     return ActionFile(verdict, fmt, made.filename, made.text, says, session_id, _checkable(fmt))
 
 
@@ -99,8 +104,10 @@ def _format(store: Any, session_id: int, engine_seen: str | None) -> str:
         own = registry.get(engine).export_format if engine in registry.names() else None
         if own is not None:
             return own
-    raise SettingsError(f"session {session_id} was measured in an engine with no deployable file of its own, and the "
-                        "window does not say which engine served it")  # fmt: skip
+    raise SettingsError(
+        f"session {session_id} was measured in an engine with no deployable file of its own, and the "
+        "window does not say which engine served it"
+    )
 
 
 def _watched(store: Any, dep: Deployment) -> tuple[Recommendation, str | None]:

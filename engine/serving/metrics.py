@@ -80,12 +80,15 @@ class ServerCounters:
 
         mine, theirs = self.accepted_per_position, other.accepted_per_position
         return ServerCounters(
-            drafts=add(self.drafts, other.drafts), draft_tokens=add(self.draft_tokens, other.draft_tokens),
+            drafts=add(self.drafts, other.drafts),
+            draft_tokens=add(self.draft_tokens, other.draft_tokens),
             accepted_tokens=add(self.accepted_tokens, other.accepted_tokens),
             verify_calls=add(self.verify_calls, other.verify_calls),
             accepted_per_position={p: mine.get(p, 0.0) + theirs.get(p, 0.0) for p in set(mine) | set(theirs)},
-            accept_length=other.accept_length, accept_rate=other.accept_rate, engines=self.engines | other.engines,
-        )  # fmt: skip
+            accept_length=other.accept_length,
+            accept_rate=other.accept_rate,
+            engines=self.engines | other.engines,
+        )
 
     def as_spec(self, emitted: int) -> SpecCounters:
         """These counters over requests that emitted `emitted` tokens, as the one counters type. A target step of a
@@ -93,9 +96,13 @@ class ServerCounters:
         accepted = self.accepted_tokens or 0.0
         calls = max(emitted - accepted, 1.0 if emitted else 0.0)
         return SpecCounters(
-            drafts=self.drafts or 0.0, draft_tokens=self.draft_tokens or 0.0, accepted_tokens=accepted,
-            target_calls=calls, emitted=float(emitted), accepted_per_position=dict(self.accepted_per_position),
-        )  # fmt: skip
+            drafts=self.drafts or 0.0,
+            draft_tokens=self.draft_tokens or 0.0,
+            accepted_tokens=accepted,
+            target_calls=calls,
+            emitted=float(emitted),
+            accepted_per_position=dict(self.accepted_per_position),
+        )
 
     @property
     def speculates(self) -> bool:

@@ -43,9 +43,13 @@ class Judge:
         return self.tops[key]
 
     def ready(
-        self, tallies: dict[RunKey, RunTally], index: int, hooks: Hooks, waiting: list[tuple[RunKey, Decoded]],
+        self,
+        tallies: dict[RunKey, RunTally],
+        index: int,
+        hooks: Hooks,
+        waiting: list[tuple[RunKey, Decoded]],
         last: bool = False,
-    ) -> list[tuple[RunKey, Decoded]]:  # fmt: skip
+    ) -> list[tuple[RunKey, Decoded]]:
         """Judge each waiting output of prompt `index` against its baseline's and hand it to the hooks, in the order
         decoded; those whose baseline has not decoded the prompt yet keep waiting (`last`: the round is over, the rest
         go without a verdict). Returns what still waits."""

@@ -55,8 +55,12 @@ class RunKey:
 
     def as_dict(self) -> dict[str, Any]:
         """The run's key as the hooks and the store take it."""
-        key: dict[str, Any] = {"draft": self.draft, "gamma": self.gamma, "temperature": self.temperature,
-                               "kind": self.kind}  # fmt: skip
+        key: dict[str, Any] = {
+            "draft": self.draft,
+            "gamma": self.gamma,
+            "temperature": self.temperature,
+            "kind": self.kind,
+        }
         if self.policy is not None:
             key["policy"] = self.policy.spec()
         if self.concurrency != 1:

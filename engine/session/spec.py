@@ -225,8 +225,10 @@ def check_device(device: str) -> None:
         )
     index, count = int(match.group(1) or 0), torch.cuda.device_count()
     if index >= count:
-        raise SettingsError(f"device '{device}': this machine has {count} CUDA GPU{'s' if count != 1 else ''} "
-                            f"(cuda:0 to cuda:{count - 1})")  # fmt: skip
+        raise SettingsError(
+            f"device '{device}': this machine has {count} CUDA GPU{'s' if count != 1 else ''} "
+            f"(cuda:0 to cuda:{count - 1})"
+        )
 
 
 def validate_concurrency(levels: list[int]) -> None:

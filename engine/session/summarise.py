@@ -392,10 +392,12 @@ def policy_live(
         cost = CostModel(summary.c, verify_cost or {}, overhead=StepOverhead.from_dict(summary.step_overhead))
         predicted = replay(traces, parse_policy(spec), cost, temperature, llamacpp=llamacpp)
         summary.policy_live["replayed"] = {
-            "tokens_per_call": predicted.tokens_per_call, "draft_calls_per_step": predicted.draft_calls_per_step,
-            "mean_drafted_per_step": predicted.drafted_per_step, "speedup": predicted.predicted_speedup,
+            "tokens_per_call": predicted.tokens_per_call,
+            "draft_calls_per_step": predicted.draft_calls_per_step,
+            "mean_drafted_per_step": predicted.drafted_per_step,
+            "speedup": predicted.predicted_speedup,
             "basis": predicted.basis,
-        }  # fmt: skip
+        }
     except ValueError:  # no usable trace (a draft with another tokenizer), or no β at this temperature
         summary.policy_live["replayed"] = None
     summary.alpha = summary.alpha_from_acceptance_length = None

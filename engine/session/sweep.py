@@ -251,8 +251,12 @@ def _decode_one(
         tally.step(record)
         hooks.step(tally.handle, record)
 
-    ctx = DecodeContext(on_step=on_step, should_stop=hooks.should_stop, phase=lambda *a: None,
-                        on_requests=lambda rows: hooks.requests(tally.handle, rows))  # fmt: skip
+    ctx = DecodeContext(
+        on_step=on_step,
+        should_stop=hooks.should_stop,
+        phase=lambda *a: None,
+        on_requests=lambda rows: hooks.requests(tally.handle, rows),
+    )
     t0 = time.perf_counter()
     try:
         decoded = runner.decode(key, index, ctx, reference=key.kind == "baseline")

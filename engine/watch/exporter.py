@@ -25,12 +25,24 @@ class Exporter:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         labels = ["deployment"]
-        self.speedup = Gauge("spectune_predicted_speedup", "Predicted speedup of the deployed speculation vs none.",
-                             labels, registry=self.registry)  # fmt: skip
-        self.verdict = Gauge("spectune_verdict", "1 for the latest window's verdict or state, 0 for the others.",
-                             [*labels, "verdict"], registry=self.registry)  # fmt: skip
-        self.mal = Gauge("spectune_mean_acceptance_length", "Mean acceptance length in the latest window.", labels,
-                         registry=self.registry)  # fmt: skip
+        self.speedup = Gauge(
+            "spectune_predicted_speedup",
+            "Predicted speedup of the deployed speculation vs none.",
+            labels,
+            registry=self.registry,
+        )
+        self.verdict = Gauge(
+            "spectune_verdict",
+            "1 for the latest window's verdict or state, 0 for the others.",
+            [*labels, "verdict"],
+            registry=self.registry,
+        )
+        self.mal = Gauge(
+            "spectune_mean_acceptance_length",
+            "Mean acceptance length in the latest window.",
+            labels,
+            registry=self.registry,
+        )
         self.running = Gauge(
             "spectune_requests_running", "Requests running in the latest window (mean).", labels, registry=self.registry
         )
@@ -45,8 +57,11 @@ class Exporter:
         for name in ALL:
             self.verdict.labels(deployment, name).set(1.0 if name == verdict.verdict else 0.0)
         self.windows.labels(deployment, verdict.verdict).inc()
-        for gauge, value in ((self.speedup, verdict.predicted_speedup), (self.mal, window.mean_acceptance_length),
-                             (self.running, window.requests_running)):  # fmt: skip
+        for gauge, value in (
+            (self.speedup, verdict.predicted_speedup),
+            (self.mal, window.mean_acceptance_length),
+            (self.running, window.requests_running),
+        ):
             if value is None:
                 gauge.remove(deployment)  # no figure this window: the series goes, not a stale value
             else:

@@ -86,8 +86,10 @@ def best_gamma(dep: Deployment, rates: Sequence[float], drafting: float | None, 
     """The γ (1 … the deployed γ) with the highest predicted gain at `batch`, and that gain; (0, 1.0) where no γ is
     predicted above 1×, each γ in the regime its verify width meets at `batch`. `rates`: the window's conditional
     acceptance per position (or its single α)."""
-    gains = {g: predicted_speedup(dep.measurement, g, rates, drafting, dep.regime_at(batch, g))
-             for g in range(1, dep.gamma + 1)}  # fmt: skip
+    gains = {
+        g: predicted_speedup(dep.measurement, g, rates, drafting, dep.regime_at(batch, g))
+        for g in range(1, dep.gamma + 1)
+    }
     gamma = max(gains, key=lambda g: (gains[g], -g))
     return (gamma, gains[gamma]) if gains[gamma] > 1.0 else (0, 1.0)
 

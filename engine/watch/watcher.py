@@ -32,9 +32,13 @@ def _try_read(source: MetricsSource) -> Reading | EndpointError:
 
 
 def metrics_windows(
-    source: MetricsSource, seconds: float, count: int | None, polls: int = 5,
-    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-) -> Iterator[Window]:  # fmt: skip
+    source: MetricsSource,
+    seconds: float,
+    count: int | None,
+    polls: int = 5,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[Window]:
     """Windows of `seconds` from a /metrics source (`count` None: until the caller stops)."""
     base = _try_read(source)
     start = clock()
@@ -58,9 +62,12 @@ def metrics_windows(
 
 
 def prometheus_windows(
-    source: PrometheusSource, seconds: float, count: int | None,
-    sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-) -> Iterator[Window]:  # fmt: skip
+    source: PrometheusSource,
+    seconds: float,
+    count: int | None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[Window]:
     """Windows of `seconds` from a Prometheus server, each asked for once it has passed."""
     done = 0
     start = clock()

@@ -64,9 +64,13 @@ class Window:
 
 def _went_down(delta: ServerCounters, emitted: float | None) -> list[str]:
     """The counters that decreased in a delta (a restarted server counts from zero again)."""
-    names = {"num_drafts": delta.drafts, "num_draft_tokens": delta.draft_tokens,
-             "num_accepted_tokens": delta.accepted_tokens, "verify_calls": delta.verify_calls,
-             "emitted_tokens": emitted}  # fmt: skip
+    names = {
+        "num_drafts": delta.drafts,
+        "num_draft_tokens": delta.draft_tokens,
+        "num_accepted_tokens": delta.accepted_tokens,
+        "verify_calls": delta.verify_calls,
+        "emitted_tokens": emitted,
+    }
     down = [name for name, v in names.items() if v is not None and v < 0]
     if any(v < 0 for v in delta.accepted_per_position.values()):
         down.append("num_accepted_tokens_per_pos")
@@ -126,10 +130,14 @@ def window_between(before: Reading, after: Reading, loads: list[Load] | None = N
     if after.load.emitted is not None:
         emitted = after.load.emitted - (before.load.emitted or 0.0)
     return window_of(
-        before.at, after.at, after.counters.minus(before.counters), emitted,
-        _mean([g.running for g in gauges]), _mean([g.waiting for g in gauges]),
+        before.at,
+        after.at,
+        after.counters.minus(before.counters),
+        emitted,
+        _mean([g.running for g in gauges]),
+        _mean([g.waiting for g in gauges]),
         tpot_s=tpot_between(before.load, after.load),
-    )  # fmt: skip
+    )
 
 
 def tpot_between(before: Load, after: Load) -> float | None:

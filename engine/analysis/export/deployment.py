@@ -203,8 +203,10 @@ def not_run_by(dep: Deployment, engine: str) -> Deployment:
     """`dep` for an engine that has no draft of its kind: speculation off, and the file says why (and nothing of
     the configuration it cannot run)."""
     label = kind_of_method(dep.rec.method).label
-    why = (f"{engine} has no {label} ({dep.rec.draft_name}): this file turns speculation off; the spectune record "
-           "keeps the recommendation")  # fmt: skip
+    why = (
+        f"{engine} has no {label} ({dep.rec.draft_name}): this file turns speculation off; the spectune record "
+        "keeps the recommendation"
+    )
     off = replace(dep.rec, gamma=0, explanation=why, notes=[], schedule=None)
     return replace(
         dep, rec=off, policy=FixedGamma(0), gamma=0, headline=why, per_batch=None, schedule=None, as_policy=False

@@ -106,8 +106,11 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
     closely that runs the deployment's policy."""
     policy, gamma = dep.policy, dep.gamma
     if dep.ngram:
-        lost = () if not policy.varies_per_step else (
-            f"ngram-simple drafts a fixed m = γ = {gamma}: the {policy.kind} policy is not applied",)  # fmt: skip
+        lost = (
+            ()
+            if not policy.varies_per_step
+            else (f"ngram-simple drafts a fixed m = γ = {gamma}: the {policy.kind} policy is not applied",)
+        )
         return FixedGamma(gamma), Fit(not lost, f"ngram-simple m = {gamma}", lost)
     n_max, n_min, p_min = gamma, 0, 0.0
     lost: list[str] = []
@@ -128,8 +131,10 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
         p_min = controls.p_min
         unsure = " (and the unsure token is dropped, not kept)" if controls.keeps_unsure else ""
         if controls.schedule is not None:
-            lost.append(f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of "
-                        f"{controls.schedule} from {controls.n_max}{unsure}")  # fmt: skip
+            lost.append(
+                f"llama.cpp has no draft-length schedule: a fixed n-max {gamma} instead of "
+                f"{controls.schedule} from {controls.n_max}{unsure}"
+            )
         lost += [
             f"llama.cpp has no {what}: a fixed n-max {gamma} instead of {instead}" for what, instead in controls.beyond
         ]

@@ -38,11 +38,15 @@ def config(dep: Deployment) -> FlagsFile:
         lookup = dep.ngram_lookup()
         _, longest = lookup.looked_up
         flags = [
-            "--speculative-algorithm", "NGRAM",
-            "--speculative-num-draft-tokens", str(gamma + 1),
-            "--speculative-ngram-max-bfs-breadth", "1",
-            "--speculative-ngram-max-trie-depth", str(longest + gamma),
-        ]  # fmt: skip
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            str(gamma + 1),
+            "--speculative-ngram-max-bfs-breadth",
+            "1",
+            "--speculative-ngram-max-trie-depth",
+            str(longest + gamma),
+        ]
         comments.append(
             "NGRAM needs CUDA; --speculative-num-draft-tokens counts the verified root token (γ+1); SGLang matches "
             f"suffixes of up to {longest} tokens plus γ drafted in a trie of recent n-grams (trie depth "

@@ -29,8 +29,12 @@ def config(dep: Deployment) -> JsonFile:
 def record(rec: Recommendation, regime: RegimeReport | None, schedule: dict[int, int] | None) -> dict[str, Any]:
     """The record as a JSON-ready document (files.clean makes it JSON-safe)."""
     if regime is not None:
-        regime_block = {"label": regime.label, "evidence": regime.evidence, "votes": regime.votes,
-                        "agree": regime.agree}  # fmt: skip
+        regime_block = {
+            "label": regime.label,
+            "evidence": regime.evidence,
+            "votes": regime.votes,
+            "agree": regime.agree,
+        }
     else:
         regime_block = {"label": rec.regime, "evidence": [], "votes": {}, "agree": True}
     return {

@@ -42,8 +42,12 @@ def config(dep: Deployment) -> JsonFile:
     assistant, fit = _assistant(dep) if not dep.ngram else ({}, _prompt_lookup_fit(dep))
     fit = dep.closest_fit(fit, f"transformers {TRANSFORMERS_VERSION}", "prompt lookup (this prompt's n-grams)")
     if dep.off:
-        doc = {**head, "speculation": "off", "generate_kwargs": sampling,
-               "note": f"No assistant model or prompt lookup: {rec.explanation}"}  # fmt: skip
+        doc = {
+            **head,
+            "speculation": "off",
+            "generate_kwargs": sampling,
+            "note": f"No assistant model or prompt lookup: {rec.explanation}",
+        }
     elif dep.ngram:
         doc = _prompt_lookup(dep, head, sampling)
         if dep.suffix:
@@ -56,8 +60,12 @@ def config(dep: Deployment) -> JsonFile:
         if dep.ngram:
             doc |= {"spectune": dep.headline, "policy": policy}
         else:
-            doc |= {"assistant_generation_config": assistant, "spectune": dep.headline, "policy": policy,
-                    "note": POLICY_NOTE}  # fmt: skip
+            doc |= {
+                "assistant_generation_config": assistant,
+                "spectune": dep.headline,
+                "policy": policy,
+                "note": POLICY_NOTE,
+            }
     return JsonFile(with_notes(doc, dep.notes), fit)
 
 
@@ -110,14 +118,20 @@ def _assisted(
 def _assistant(dep: Deployment) -> tuple[dict[str, Any], Fit]:
     """The assistant's generation_config for the policy, and how closely it runs the policy."""
     policy, gamma = dep.policy, dep.gamma
-    config: dict[str, Any] = {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant",
-                              "assistant_confidence_threshold": 0.0}  # fmt: skip
+    config: dict[str, Any] = {
+        "num_assistant_tokens": gamma,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
     lost: list[str] = []
     remarks: list[str] = []
     controls = policy.controls()
     if controls.schedule == "heuristic" and not controls.beyond:
-        config |= {"num_assistant_tokens": controls.n_max, "num_assistant_tokens_schedule": "heuristic",
-                   "assistant_confidence_threshold": controls.p_min}  # fmt: skip
+        config |= {
+            "num_assistant_tokens": controls.n_max,
+            "num_assistant_tokens_schedule": "heuristic",
+            "assistant_confidence_threshold": controls.p_min,
+        }
         remarks.append(
             "'heuristic' carries num_assistant_tokens over generate() calls, as spectune's run carries it over "
             "prompts; 'heuristic_transient' would restart it per call"
@@ -132,8 +146,10 @@ def _assistant(dep: Deployment) -> tuple[dict[str, Any], Fit]:
     else:
         if controls.schedule is not None:
             lost.append(f"transformers has no {controls.schedule} schedule: a constant {gamma} tokens instead")
-        lost += [f"transformers has no {what}: a constant {gamma} tokens instead of {instead}"
-                 for what, instead in controls.beyond]  # fmt: skip
+        lost += [
+            f"transformers has no {what}: a constant {gamma} tokens instead of {instead}"
+            for what, instead in controls.beyond
+        ]
     if config["assistant_confidence_threshold"]:
         remarks.append(
             "with scikit-learn installed transformers re-fits the threshold during generation "

@@ -131,8 +131,10 @@ def config(dep: Deployment) -> JsonFile:
         if comments:
             doc["comments"] = comments
     if dep.as_policy:
-        doc |= {"spectune": dep.headline, "policy": {"spec": dep.policy.spec(), "exact": fit.exact, "runs": fit.runs,
-                                                     "lost": list(fit.lost)}}  # fmt: skip
+        doc |= {
+            "spectune": dep.headline,
+            "policy": {"spec": dep.policy.spec(), "exact": fit.exact, "runs": fit.runs, "lost": list(fit.lost)},
+        }
     return JsonFile(with_notes(doc, notes), fit)
 
 

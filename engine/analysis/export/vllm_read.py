@@ -57,9 +57,11 @@ def _off(replaces: Any) -> VllmExported:
     """An "off" file, measured as the speculation it names under "replaces" beside the target alone it serves."""
     config = replaces.get("speculative_config") if isinstance(replaces, dict) else None
     if not isinstance(config, dict):
-        raise SettingsError('the export turns speculation off (speculative_config null) and names no speculation it '
-                            'replaces ("replaces": {"speculative_config": …}, as `watch` writes it): there is nothing '
-                            "to measure it against")  # fmt: skip
+        raise SettingsError(
+            "the export turns speculation off (speculative_config null) and names no speculation it "
+            'replaces ("replaces": {"speculative_config": …}, as `watch` writes it): there is nothing '
+            "to measure it against"
+        )
     if config.get("num_speculative_tokens_per_batch_size") is not None:
         raise SettingsError("the speculation an off file replaces must be a fixed num_speculative_tokens")
     gamma = _positive(config.get("num_speculative_tokens"), "replaced num_speculative_tokens")
@@ -86,8 +88,10 @@ def _schedule(ranges: Any, cap: int) -> dict[int, int] | None:
             raise SettingsError(f"num_speculative_tokens_per_batch_size: {item!r} is not [bs_lo, bs_hi, K]")
         lo, hi, k = item
         if lo != expected or hi < lo or not 0 <= k <= cap:
-            raise SettingsError(f"num_speculative_tokens_per_batch_size: range {item!r} must start at batch "
-                                f"{expected}, end at or after it, and have 0 ≤ K ≤ {cap}")  # fmt: skip
+            raise SettingsError(
+                f"num_speculative_tokens_per_batch_size: range {item!r} must start at batch "
+                f"{expected}, end at or after it, and have 0 ≤ K ≤ {cap}"
+            )
         schedule[lo] = k
         expected = hi + 1
     lo, hi, k = ranges[-1]
@@ -122,5 +126,8 @@ def _suffix(config: dict[str, Any]) -> str:
         float(config.get("suffix_decoding_min_token_prob", d.min_token_prob)),
         int(config.get("suffix_decoding_max_cached_requests", d.max_cached_requests)),
     )
-    return "suffix" if p == d else f"suffix:{p.max_tree_depth}:{p.max_spec_factor:g}:{p.min_token_prob:g}:" \
-                                   f"{p.max_cached_requests}"  # fmt: skip
+    return (
+        "suffix"
+        if p == d
+        else f"suffix:{p.max_tree_depth}:{p.max_spec_factor:g}:{p.min_token_prob:g}:{p.max_cached_requests}"
+    )

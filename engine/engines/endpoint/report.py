@@ -128,10 +128,13 @@ def level_entry(level: LevelResult, ttft_slo_s: float = 0.0, tpot_slo_s: float =
         # SGLang: its per-request sglext figures are exact over the level; its gauges cover its last log interval
         verify = sum(int(r.verify_calls or 0) for r in level.requests if r.ok)
         entry.update(
-            drafts=verify or None, draft_tokens=stats["response_draft_tokens"],
-            accepted_tokens=stats["response_accepted_tokens"], draft_acceptance_rate=stats["response_acceptance_rate"],
-            mean_acceptance_length=stats["response_mean_acceptance_length"], acceptance_source="responses",
-        )  # fmt: skip
+            drafts=verify or None,
+            draft_tokens=stats["response_draft_tokens"],
+            accepted_tokens=stats["response_accepted_tokens"],
+            draft_acceptance_rate=stats["response_acceptance_rate"],
+            mean_acceptance_length=stats["response_mean_acceptance_length"],
+            acceptance_source="responses",
+        )
     entry["stopped"] = level.stopped
     return entry
 
@@ -144,18 +147,20 @@ def compare(spec: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]
         b = by_c.get(int(s["concurrency"]))
         if b is None or not s.get("tokens_per_s") or not b.get("tokens_per_s"):
             continue
-        points.append({
-            "concurrency": int(s["concurrency"]),
-            "speedup": s["tokens_per_s"] / b["tokens_per_s"],
-            "tokens_per_s": s["tokens_per_s"],
-            "baseline_tokens_per_s": b["tokens_per_s"],
-            "goodput_rps": s.get("goodput_rps"),
-            "baseline_goodput_rps": b.get("goodput_rps"),
-            "tpot_p50_s": s.get("tpot_p50_s"),
-            "baseline_tpot_p50_s": b.get("tpot_p50_s"),
-            "mean_acceptance_length": s.get("mean_acceptance_length"),
-            "mean_draft_length": (s["draft_tokens"] / s["drafts"]) if s.get("drafts") else None,
-        })  # fmt: skip
+        points.append(
+            {
+                "concurrency": int(s["concurrency"]),
+                "speedup": s["tokens_per_s"] / b["tokens_per_s"],
+                "tokens_per_s": s["tokens_per_s"],
+                "baseline_tokens_per_s": b["tokens_per_s"],
+                "goodput_rps": s.get("goodput_rps"),
+                "baseline_goodput_rps": b.get("goodput_rps"),
+                "tpot_p50_s": s.get("tpot_p50_s"),
+                "baseline_tpot_p50_s": b.get("tpot_p50_s"),
+                "mean_acceptance_length": s.get("mean_acceptance_length"),
+                "mean_draft_length": (s["draft_tokens"] / s["drafts"]) if s.get("drafts") else None,
+            }
+        )
     _predict(points)
     flip = next((p["concurrency"] for p in points if p["speedup"] <= 1.0), None)
     if not points:
@@ -188,16 +193,18 @@ def sweep_report(result: SweepResult, ttft_slo_s: float = 0.0, tpot_slo_s: float
     """The whole sweep: per endpoint its engine, version and levels; the comparison when there is a baseline."""
     endpoints = []
     for run in result.runs:
-        endpoints.append({
-            "label": run.endpoint.label,
-            "url": run.endpoint.url,
-            "model": run.model or None,
-            "api": run.endpoint.api,
-            "engine": run.info.engine if run.info else None,
-            "server_version": run.info.version if run.info else None,
-            "warnings": list(run.warnings),
-            "levels": [level_entry(level, ttft_slo_s, tpot_slo_s) for level in run.levels],
-        })  # fmt: skip
+        endpoints.append(
+            {
+                "label": run.endpoint.label,
+                "url": run.endpoint.url,
+                "model": run.model or None,
+                "api": run.endpoint.api,
+                "engine": run.info.engine if run.info else None,
+                "server_version": run.info.version if run.info else None,
+                "warnings": list(run.warnings),
+                "levels": [level_entry(level, ttft_slo_s, tpot_slo_s) for level in run.levels],
+            }
+        )
     report: dict[str, Any] = {
         "endpoints": endpoints,
         "stopped": result.stopped,

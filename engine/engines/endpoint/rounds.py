@@ -116,8 +116,10 @@ class EndpointClient:
                 conn.close()
 
         started = time.perf_counter()
-        threads = [threading.Thread(target=one, args=(j,), name=f"spectune-load-{concurrency}-{j}", daemon=True)
-                   for j in range(len(prompts))]  # fmt: skip
+        threads = [
+            threading.Thread(target=one, args=(j,), name=f"spectune-load-{concurrency}-{j}", daemon=True)
+            for j in range(len(prompts))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:

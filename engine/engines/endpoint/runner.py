@@ -57,9 +57,13 @@ def _counters(rnd: Round) -> SpecCounters:
         return SpecCounters(emitted=float(emitted))
     accepted = float(sum(r.draft_n_accepted or 0 for r in said))
     verify = sum(r.verify_calls or 0 for r in said)
-    return SpecCounters(drafts=float(verify), draft_tokens=float(sum(r.draft_n or 0 for r in said)),
-                        accepted_tokens=accepted, target_calls=max(emitted - accepted, 1.0 if emitted else 0.0),
-                        emitted=float(emitted))  # fmt: skip
+    return SpecCounters(
+        drafts=float(verify),
+        draft_tokens=float(sum(r.draft_n or 0 for r in said)),
+        accepted_tokens=accepted,
+        target_calls=max(emitted - accepted, 1.0 if emitted else 0.0),
+        emitted=float(emitted),
+    )
 
 
 class EndpointRunner:

@@ -64,11 +64,18 @@ class _Counters:
             self.draft_tokens = Counter(
                 f"{prefix}:spec_decode_num_draft_tokens", "Number of draft tokens.", labels, registry=self.registry
             )
-            self.accepted = Counter(f"{prefix}:spec_decode_num_accepted_tokens", "Number of accepted tokens.", labels,
-                                    registry=self.registry)  # fmt: skip
-            self.per_pos = Counter(f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
-                                   "Accepted tokens per draft position.", [*labels, "position"],
-                                   registry=self.registry)  # fmt: skip
+            self.accepted = Counter(
+                f"{prefix}:spec_decode_num_accepted_tokens",
+                "Number of accepted tokens.",
+                labels,
+                registry=self.registry,
+            )
+            self.per_pos = Counter(
+                f"{prefix}:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                [*labels, "position"],
+                registry=self.registry,
+            )
             self.labels = {"model_name": MODEL, "engine": "0"} if flavor == "vllm" else {}
             if self.labels:  # like vLLM, which binds its labels at start-up: the counters show 0 from the start
                 for counter in (self.drafts, self.draft_tokens, self.accepted):
@@ -79,10 +86,18 @@ class _Counters:
             labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
             self.labels = {"model_name": MODEL, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
                            "moe_ep_rank": "0"}  # fmt: skip
-            self.verify = Counter("sglang:spec_verify_calls", "Number of speculative decoding verification calls.",
-                                  ["model_name", "engine_type"], registry=self.registry)  # fmt: skip
-            self.length = Gauge("sglang:spec_accept_length", "Mean acceptance length of speculative decoding.",
-                                labels, registry=self.registry)  # fmt: skip
+            self.verify = Counter(
+                "sglang:spec_verify_calls",
+                "Number of speculative decoding verification calls.",
+                ["model_name", "engine_type"],
+                registry=self.registry,
+            )
+            self.length = Gauge(
+                "sglang:spec_accept_length",
+                "Mean acceptance length of speculative decoding.",
+                labels,
+                registry=self.registry,
+            )
             self.rate = Gauge("sglang:spec_accept_rate", "Speculative acceptance rate.", labels, registry=self.registry)
         self.requests = Counter("standin:requests", "Requests answered.", registry=self.registry)
 
@@ -270,8 +285,12 @@ class _Handler(BaseHTTPRequestHandler):
                 choice["delta"] = {"content": f" t{i}"}
             else:
                 choice["text"] = f" t{i}"
-            event: dict[str, Any] = {"id": "cmpl-standin", "object": "text_completion", "model": MODEL,
-                                     "choices": [choice]}  # fmt: skip
+            event: dict[str, Any] = {
+                "id": "cmpl-standin",
+                "object": "text_completion",
+                "model": MODEL,
+                "choices": [choice],
+            }
             if continuous:
                 event["usage"] = {"prompt_tokens": 4, "completion_tokens": i + 1, "total_tokens": 5 + i}
             self._chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
@@ -280,18 +299,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         fig = spec_figures(tokens)
         s.counters.record(fig)
-        final: dict[str, Any] = {"id": "cmpl-standin", "model": MODEL, "choices": [
-            {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}],
-            "usage": {"prompt_tokens": 4, "completion_tokens": tokens, "total_tokens": 4 + tokens}}  # fmt: skip
+        final: dict[str, Any] = {
+            "id": "cmpl-standin",
+            "model": MODEL,
+            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": tokens, "total_tokens": 4 + tokens},
+        }
         if s.flavor == "llama.cpp":
-            final["timings"] = {"predicted_n": tokens, "draft_n": fig["draft_tokens"],
-                                "draft_n_accepted": fig["accepted"]}  # fmt: skip
+            final["timings"] = {
+                "predicted_n": tokens,
+                "draft_n": fig["draft_tokens"],
+                "draft_n_accepted": fig["accepted"],
+            }
         if s.flavor == "sglang" and body.get("return_spec_tokens_details"):
-            final["sglext"] = {"spec_tokens_details": {
-                "spec_accept_rate": fig["accepted"] / fig["draft_tokens"],
-                "spec_accept_length": (fig["accepted"] + fig["steps"]) / fig["steps"],
-                "spec_num_correct_drafts": fig["accepted"], "spec_num_proposed_drafts": fig["draft_tokens"],
-                "spec_verify_ct": fig["steps"]}}  # fmt: skip
+            final["sglext"] = {
+                "spec_tokens_details": {
+                    "spec_accept_rate": fig["accepted"] / fig["draft_tokens"],
+                    "spec_accept_length": (fig["accepted"] + fig["steps"]) / fig["steps"],
+                    "spec_num_correct_drafts": fig["accepted"],
+                    "spec_num_proposed_drafts": fig["draft_tokens"],
+                    "spec_verify_ct": fig["steps"],
+                }
+            }
         self._chunk(b"data: " + json.dumps(final).encode() + b"\n\n")
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")

@@ -85,9 +85,11 @@ def validate_llamacpp(spec: SessionSpec, n_prompts: int | None = None) -> None:
 
 
 def server_configs(
-    spec: SessionSpec, plan: Sequence[RunKey], threads: int | None = None,
+    spec: SessionSpec,
+    plan: Sequence[RunKey],
+    threads: int | None = None,
     locate: Callable[[str, str], Path] = gguf_for,
-) -> tuple[dict[RunKey, ServerConfig], dict[str, ServerConfig]]:  # fmt: skip
+) -> tuple[dict[RunKey, ServerConfig], dict[str, ServerConfig]]:
     """The llama-servers a session runs: one per configuration of `plan` (the target alone, n-gram lookup, a draft
     model under a fixed γ or a policy), and each draft model alone (its time per token gives c). `locate`: a model
     reference and its role to its GGUF file (a session's gguf_for assembles a bundled one)."""
@@ -279,8 +281,10 @@ class LlamaCppRunner:
                 return
             if not self.servers:
                 now = f"{gib(available_bytes())}, {gib(RESERVE_BYTES)} kept free"
-                raise RunFailed(f"not enough memory to start its llama-server: it needs {gib(short)} more than is "
-                                f"available now ({now})")  # fmt: skip
+                raise RunFailed(
+                    f"not enough memory to start its llama-server: it needs {gib(short)} more than is "
+                    f"available now ({now})"
+                )
             last = next(reversed(self.servers))
             self.servers.pop(last).stop()
 
@@ -404,8 +408,10 @@ class LlamaCppRunner:
         points, in_loop = loop_points(self.in_loop, lambda key: self.call_ms)
         for ref, values in in_loop.items():
             alone = f"{costs[ref]:.3f}" if ref in costs else "not measured"
-            self.notes.append(f"c of {ref}: {median(values):.3f} inside llama-server's loop (its logged draft time), "
-                              f"{alone} alone; the loop's is used")  # fmt: skip
+            self.notes.append(
+                f"c of {ref}: {median(values):.3f} inside llama-server's loop (its logged draft time), "
+                f"{alone} alone; the loop's is used"
+            )
             costs[ref] = median(values)
         out = EngineOutputs(draft_costs=costs, notes=list(self.notes), loop_points=points)
         if self.build is not None and (why := self.build.describe()["no_repack"]):
@@ -413,8 +419,10 @@ class LlamaCppRunner:
                 f"kernels: {why} (engine.engines.llamacpp.kernels); its speeds are those of the plain kernels"
             )
         if self.restarts:
-            out.notes.append(f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
-                             f"its configuration's turn (at most {self.resident_limit} resident at once)")  # fmt: skip
+            out.notes.append(
+                f"memory: {self.restarts} llama-server start(s) after the first round, each to take "
+                f"its configuration's turn (at most {self.resident_limit} resident at once)"
+            )
         speculated = [
             ref for ref in self.alone if any(k.draft == ref and c not in self.failed for k, c in self.configs.items())
         ]

@@ -53,8 +53,10 @@ class LoopProbe:
     def sentence(self) -> str:
         if self.compiled_ms is None:
             return f"eager: {self.error}"
-        return (f"{self.loop}: the probe measured {self.eager_ms:.1f} ms per token eager and {self.compiled_ms:.1f} "
-                f"compiled (after a {self.compile_s:.0f} s compile)")  # fmt: skip
+        return (
+            f"{self.loop}: the probe measured {self.eager_ms:.1f} ms per token eager and {self.compiled_ms:.1f} "
+            f"compiled (after a {self.compile_s:.0f} s compile)"
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,10 @@ def pays_back(found: LoopProbe, tokens: int, widths: int) -> str | None:
     cost_s = found.compile_s * widths
     if saved_s >= cost_s:
         return None
-    return (f"eager for this sweep: compiling {widths} width(s) would take about {cost_s:.0f} s and save about "
-            f"{saved_s:.0f} s over its {tokens} tokens")  # fmt: skip
+    return (
+        f"eager for this sweep: compiling {widths} width(s) would take about {cost_s:.0f} s and save about "
+        f"{saved_s:.0f} s over its {tokens} tokens"
+    )
 
 
 def setup_note(spec: Any, hardware: str) -> str | None:

@@ -57,8 +57,10 @@ def validate_vllm(spec: SessionSpec, n_prompts: int | None = None) -> None:
     per_step = [p for p in varying if p.varies_per_step]
     if per_step:
         specs = ", ".join(p.spec() for p in per_step)
-        raise SettingsError(f"vLLM sessions run fixed γ and γ by batch size (batch:B=G,..) only ({specs} varies γ "
-                            "per step): use spectune or llama.cpp")  # fmt: skip
+        raise SettingsError(
+            f"vLLM sessions run fixed γ and γ by batch size (batch:B=G,..) only ({specs} varies γ "
+            "per step): use spectune or llama.cpp"
+        )
 
 
 def choose_dtype(requested: str, build: str, cpuinfo: str | None = None) -> tuple[str, str | None]:

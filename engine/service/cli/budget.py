@@ -31,11 +31,13 @@ def budget_arg(value: str) -> str:
 def add_options(submit: argparse.ArgumentParser) -> None:
     """--budget and --keep-plan on `submit`."""
     submit.add_argument(
-        "--budget", type=budget_arg, default=None,
+        "--budget",
+        type=budget_arg,
+        default=None,
         help="a time budget, e.g. 600s, 10m or 1.5h (none: no budget); the plan (prompts, new tokens, γs, drafts, "
         "the batch sweep) is cut to fit it at the pace of a finished session or a probe here (default: 10m on a "
         "machine without a GPU, none on a GPU)",
-    )  # fmt: skip
+    )
     submit.add_argument(
         "--keep-plan",
         action="store_true",

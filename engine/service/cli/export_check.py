@@ -48,8 +48,10 @@ def cmd_check_export(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise SettingsError(f"{path}: no such file")
     sid = submit_export_check(store, args.session, path.read_text(encoding="utf-8", errors="replace"), args.name)
-    print(f"queued session {sid}: {path.name} as exported, beside its fixed γ and the target alone "
-          f"(run the worker; then check-export --show {sid})")  # fmt: skip
+    print(
+        f"queued session {sid}: {path.name} as exported, beside its fixed γ and the target alone "
+        f"(run the worker; then check-export --show {sid})"
+    )
     return 0
 
 

@@ -33,8 +33,12 @@ def add_commands(sub: Any) -> None:
     pol.add_argument("--objective", default="latency", choices=OBJECTIVES)
     pol.add_argument("--budget", type=float, default=None, help="max cost-per-token increase, e.g. 0.2 = +20%%")
     pol.add_argument("--batch-size", type=int, default=1)
-    pol.add_argument("--temperature", type=float, default=None,
-                     help="the temperature you deploy at (default: the sessions' single one)")  # fmt: skip
+    pol.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="the temperature you deploy at (default: the sessions' single one)",
+    )
     pol.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     pol.add_argument("--top", type=int, default=15, help="rows to print per draft (live ones always shown)")
     pol.add_argument("--prove", type=int, default=None, metavar="N",
@@ -49,10 +53,16 @@ def print_table(report: PolicyReport, top: int = 15, out: Any = None) -> None:
     out = out or sys.stdout
     for d in report.drafts:
         cm = d.cost
-        print(f"\n{d.draft} at T={d.temperature:g}: c={cm.c:.3f} (calibrated where measured), "
-              f"v(k) {'measured' if cm.verify_cost else 'assumed 1'}, {cm.regime}", file=out)  # fmt: skip
-        print(f"{'#':>3} {'policy':<30} {'setting':<34} {'tok/call':>8} {'calls/st':>8} {'speedup':>8} "
-              f"{'cost':>7} {'basis':<9} {'live tok/call':>13} {'live speedup':>12}", file=out)  # fmt: skip
+        print(
+            f"\n{d.draft} at T={d.temperature:g}: c={cm.c:.3f} (calibrated where measured), "
+            f"v(k) {'measured' if cm.verify_cost else 'assumed 1'}, {cm.regime}",
+            file=out,
+        )
+        print(
+            f"{'#':>3} {'policy':<30} {'setting':<34} {'tok/call':>8} {'calls/st':>8} {'speedup':>8} "
+            f"{'cost':>7} {'basis':<9} {'live tok/call':>13} {'live speedup':>12}",
+            file=out,
+        )
         for row in d.rows():
             if row["rank"] > top and not row["live"] and not row["best_fixed"]:
                 continue
@@ -73,13 +83,19 @@ def print_table(report: PolicyReport, top: int = 15, out: Any = None) -> None:
     best, fixed = report.best, report.best_fixed
     if best is not None and fixed is not None:
         gain = report.chosen.comparison.gain
-        print(f"\nbest for {report.objective}: {report.chosen.draft} {best.policy} ({best.setting}): "
-              f"{best.tokens_per_call:.2f} tokens per call, {best.predicted_speedup:.2f}× predicted; best fixed "
-              f"{fixed.policy}: {fixed.predicted_speedup:.2f}× — gain {gain * 100:+.1f}%", file=out)  # fmt: skip
+        print(
+            f"\nbest for {report.objective}: {report.chosen.draft} {best.policy} ({best.setting}): "
+            f"{best.tokens_per_call:.2f} tokens per call, {best.predicted_speedup:.2f}× predicted; best fixed "
+            f"{fixed.policy}: {fixed.predicted_speedup:.2f}× — gain {gain * 100:+.1f}%",
+            file=out,
+        )
     for note in report.notes:
         print(f"note: {note}", file=out)
-    print("exact: tokens per call and draft calls at temperature 0; predicted: speed and cost (c, v(k)); "
-          "estimated: everything at temperature > 0", file=out)  # fmt: skip
+    print(
+        "exact: tokens per call and draft calls at temperature 0; predicted: speed and cost (c, v(k)); "
+        "estimated: everything at temperature > 0",
+        file=out,
+    )
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
@@ -99,8 +115,10 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     if args.prove:
         new_id, specs = prove(store, report, args.prove)
-        print(f"queued session {new_id} running {', '.join(specs)} live; when it is done: "
-              f"python -m engine policies --session {new_id}")  # fmt: skip
+        print(
+            f"queued session {new_id} running {', '.join(specs)} live; when it is done: "
+            f"python -m engine policies --session {new_id}"
+        )
     return 0
 
 
@@ -147,12 +165,15 @@ def flatten_policy(flat: dict[str, Any], report: dict[str, Any], spec: str | Non
         return flat
     live = run.get("policy_live") or {}
     flat |= {
-        "gamma": None, "alpha": live.get("alpha"), "tokens_per_call": live.get("tokens_per_call"),
-        "speedup_measured": live.get("speedup_measured"), "speedup_measured_spread": live.get("speedup_spread"),
+        "gamma": None,
+        "alpha": live.get("alpha"),
+        "tokens_per_call": live.get("tokens_per_call"),
+        "speedup_measured": live.get("speedup_measured"),
+        "speedup_measured_spread": live.get("speedup_spread"),
         "draft_calls_per_step": live.get("draft_calls_per_step"),
         "speedup_predicted": (live.get("replayed") or {}).get("speedup"),
         "replayed": live.get("replayed"),  # what the replay of this run's own trace predicted for the policy
-    }  # fmt: skip
+    }
     return flat
 
 

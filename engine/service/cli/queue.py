@@ -36,10 +36,12 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     submit.add_argument("--serving-batch", type=int, default=1, help="batch size for regime detection")
     submit.add_argument("--no-regime", action="store_true", help="skip the batch sweep after the session")
     submit.add_argument(
-        "--sample", choices=["first", "stratified"], default=None,
+        "--sample",
+        choices=["first", "stratified"],
+        default=None,
         help="which --max-prompts prompts: the first in file order, or stratified by category "
         "(default: stratified when the file names two or more categories)",
-    )  # fmt: skip
+    )
     submit.add_argument(
         "--estimate",
         action="store_true",
@@ -54,10 +56,12 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
     )
     budget_cli.add_options(submit)
     submit.add_argument(
-        "--mode", choices=MODES, default="quick",
+        "--mode",
+        choices=MODES,
+        default="quick",
         help="quick (default): the target alone and each draft once at the widest --gamma, every γ and policy "
         "predicted from that pass, the best confirmed live; full: every draft × γ × policy measured",
-    )  # fmt: skip
+    )
     submit.add_argument(
         "--no-confirm",
         action="store_true",
@@ -65,9 +69,11 @@ def add_commands(sub: Any, add_run_options: Callable[[argparse.ArgumentParser, b
         "(by default a full session ends by confirming an extrapolated headline beside the target alone)",
     )
     submit.add_argument(
-        "--policy", action="append", default=None,
+        "--policy",
+        action="append",
+        default=None,
         help=f"a speculation policy also run live (full mode) or predicted (quick): {policy_grammar()} (repeatable)",
-    )  # fmt: skip
+    )
 
     requeue = sub.add_parser(
         "requeue",
@@ -109,17 +115,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
     drafts = _defaults(args.draft, "qwen2.5-coder-0.5b")
     gammas = _defaults(args.gamma, 4)
     temps = _defaults(args.temperature, 0.0)
-    settings = budget_cli.defaulted(args, why, lambda: spec_from_args(
+    settings = budget_cli.defaulted(
         args,
-        drafts=drafts,
-        gammas=gammas,
-        temperatures=temps,
-        serving_batch=args.serving_batch,
-        detect_regime=not args.no_regime,
-        mode=args.mode,
-        confirm=args.mode == "full" and not args.no_confirm,
-        policies=list(args.policy or []),
-    ))  # fmt: skip
+        why,
+        lambda: spec_from_args(
+            args,
+            drafts=drafts,
+            gammas=gammas,
+            temperatures=temps,
+            serving_batch=args.serving_batch,
+            detect_regime=not args.no_regime,
+            mode=args.mode,
+            confirm=args.mode == "full" and not args.no_confirm,
+            policies=list(args.policy or []),
+        ),
+    )
     if args.probe and not args.estimate:
         raise SettingsError("--probe goes with --estimate: it times the target for the estimate, and queues nothing")
     parsed = load_prompt_file(Path(args.prompts))
@@ -146,8 +156,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         first = chosen[0]
         done = estimate_with_probe(store, settings, count, PromptText("0", first.text, first.category))
-        print("not probed: a finished session on this machine gives the pace" if done.probe_s is None
-              else f"probed the target alone in {done.probe_s:.0f} s")  # fmt: skip
+        print(
+            "not probed: a finished session on this machine gives the pace"
+            if done.probe_s is None
+            else f"probed the target alone in {done.probe_s:.0f} s"
+        )
     sized = budget_cli.fit(store, settings, count, budget_s, args.keep_plan)
     if sized.cuts:  # the stratified sample of the sized count, from the same file
         settings, picked = sized.spec, sample_indices(categories, sized.n_prompts, settings.prompt_sample)
@@ -173,8 +186,10 @@ def cmd_requeue(args: argparse.Namespace) -> int:
     from engine.service.jobs import open_app_store
 
     if not open_app_store().requeue_session(args.session):
-        raise SpectuneError(f"session {args.session} is not interrupted: only an interrupted session (or one whose "
-                            "worker died) can be re-queued")  # fmt: skip
+        raise SpectuneError(
+            f"session {args.session} is not interrupted: only an interrupted session (or one whose "
+            "worker died) can be re-queued"
+        )
     print(f"session {args.session} queued again")
     return 0
 
@@ -191,8 +206,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             f"session {args.session} is {session['status']}: only a queued or running session can be cancelled"
         )
     now = store.get_session(args.session)["status"]
-    print(f"session {args.session} cancelled" if now == "cancelled" else
-          f"cancel requested for session {args.session}: its worker stops it at the next step")  # fmt: skip
+    print(
+        f"session {args.session} cancelled"
+        if now == "cancelled"
+        else f"cancel requested for session {args.session}: its worker stops it at the next step"
+    )
     return 0
 
 

@@ -37,14 +37,26 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     rec.add_argument("--export", choices=format_names(), default=None, help="print the config in this format")
     rec.add_argument("--out", default=None, type=output_file, help="write the export to this file instead of stdout")
-    rec.add_argument("--vllm-version", default=None, metavar="X.Y.Z",
-                     help=f"the vLLM you deploy, for the vLLM export (default: {VLLM_VERSION}, the one spectune "
-                          "checks against); its keys follow that version")  # fmt: skip
-    rec.add_argument("--engine", choices=sweep_cli_choices(), default=None,
-                     help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
-                          "include any, else spectune's loop)")  # fmt: skip
-    rec.add_argument("--policy-export", choices=[*format_names(), "all"], default=None,
-                     help="write the best speculation policy for this engine (all: every engine)")  # fmt: skip
+    rec.add_argument(
+        "--vllm-version",
+        default=None,
+        metavar="X.Y.Z",
+        help=f"the vLLM you deploy, for the vLLM export (default: {VLLM_VERSION}, the one spectune "
+        "checks against); its keys follow that version",
+    )
+    rec.add_argument(
+        "--engine",
+        choices=sweep_cli_choices(),
+        default=None,
+        help="whose measurements to use (default: llama.cpp's for a llama.cpp export when the sessions "
+        "include any, else spectune's loop)",
+    )
+    rec.add_argument(
+        "--policy-export",
+        choices=[*format_names(), "all"],
+        default=None,
+        help="write the best speculation policy for this engine (all: every engine)",
+    )
     rec.add_argument(
         "--policy-out", default=".", type=output_folder, help="folder for --policy-export files (default: here)"
     )
@@ -84,8 +96,10 @@ def print_decision(result: Recommended) -> None:
         return
     print(f"decision: {decision.headline()}")
     if decision.runner_up:
-        print(f"runner-up: {decision.runner_up['configuration']}, predicted "
-              f"{decision.runner_up['predicted_speedup']:.2f}×")  # fmt: skip
+        print(
+            f"runner-up: {decision.runner_up['configuration']}, predicted "
+            f"{decision.runner_up['predicted_speedup']:.2f}×"
+        )
     if decision.floor and not decision.floor["holds"]:
         print(f"floor: {decision.floor['sentence']}")
 
@@ -110,17 +124,21 @@ def print_recommendation(result: Recommended) -> None:
     if rec.off:
         print("recommendation: speculation OFF")
     else:
-        print(f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
-              f"{rec.headline_speedup:.2f}× {'measured' if rec.prefers_measurement else 'predicted'}, "
-              f"ops ×{rec.ops_multiplier:.2f}, cost per token {rec.cost_change:+.0%}")  # fmt: skip
+        print(
+            f"recommendation: {rec.draft_name} ({rec.method}) with γ={rec.gamma}: "
+            f"{rec.headline_speedup:.2f}× {'measured' if rec.prefers_measurement else 'predicted'}, "
+            f"ops ×{rec.ops_multiplier:.2f}, cost per token {rec.cost_change:+.0%}"
+        )
         if measured := rec.measured_sentence():
             print(f"measured: {measured}")
     print(rec.explanation)
     print(f"{'draft':<24} {'α':>6} {'c':>6} {'best γ':>7} {'speedup':>8} {'crossover':>9}")
     for row in rec.comparison:
         cross = rec.crossover.get(row.name)
-        print(f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
-              f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}")  # fmt: skip
+        print(
+            f"{row.name[:24]:<24} {row.alpha:>6.3f} {row.c:>6.3f} {row.best_gamma:>7} "
+            f"{row.best_speedup:>7.2f}× {('none' if cross is None else cross):>9}"
+        )
     if rec.schedule:
         measured = f" (measured at {', '.join(map(str, rec.schedule_measured))})" if rec.schedule_measured else ""
         print("γ by batch size: " + ", ".join(f"{b}→{g}" for b, g in rec.schedule.items()) + measured)

@@ -56,8 +56,10 @@ def cmd_backup(args: argparse.Namespace) -> int:
         print(f"backed up {store.where} to {written} (integrity_check: ok)")
         return 0
     print(f"backed up {store.where} to {written}, but the copy is damaged too (integrity_check: {problem})")
-    print("save what can still be read into a new file: python -m engine backup --recover --out NEW, then put it "
-          "in place with python -m engine restore NEW")  # fmt: skip
+    print(
+        "save what can still be read into a new file: python -m engine backup --recover --out NEW, then put it "
+        "in place with python -m engine restore NEW"
+    )
     return EXIT_DAMAGED_COPY
 
 
@@ -85,11 +87,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     database = _sqlite_database("restore")
     if pid := worker_alive():
-        raise SpectuneError(f"a worker is running (pid {pid}): stop it first (kill -TERM {pid}; it ends after the "
-                            "current step), then restore; nothing was changed")  # fmt: skip
+        raise SpectuneError(
+            f"a worker is running (pid {pid}): stop it first (kill -TERM {pid}; it ends after the "
+            "current step), then restore; nothing was changed"
+        )
     if busy := sessions_being_written(database, STALE_AFTER_S):
-        raise SpectuneError(f"{', '.join(busy)} is being written by a live worker: stop that worker first, then "
-                            "restore; nothing was changed")  # fmt: skip
+        raise SpectuneError(
+            f"{', '.join(busy)} is being written by a live worker: stop that worker first, then "
+            "restore; nothing was changed"
+        )
     kept = restore_from(Path(args.file).expanduser(), database)
     forget_check(database)
     open_app_store().close()  # a backup from an older version is migrated now, and checked on open

@@ -45,8 +45,12 @@ def add_commands(sub: Any) -> None:
     w.add_argument("--windows", type=int, default=None, metavar="K", help="stop after K windows (default: never)")
     w.add_argument("--deployment", default=None, help="the name windows are stored under (default: the URL)")
     w.add_argument("--draft", default=None, help="the deployed draft (default: the session's only draft)")
-    w.add_argument("--gamma", type=int, default=None, help="the deployed γ (default: as the server's per-position "
-                   "counters say, else the session's recommendation)")  # fmt: skip
+    w.add_argument(
+        "--gamma",
+        type=int,
+        default=None,
+        help="the deployed γ (default: as the server's per-position counters say, else the session's recommendation)",
+    )
     w.add_argument("--keep-days", type=float, default=None, help="delete stored windows older than this (default 30)")
     w.add_argument(
         "--serve-metrics",
@@ -109,8 +113,10 @@ def cmd_watch(args: argparse.Namespace, out: Callable[[str], None] = print) -> i
         if gamma is None:
             basis = f"the session's recommendation; {basis}"
         name = args.deployment or url
-        out(f"watching {name}: {dep.measurement.name} at γ={dep.gamma} ({basis}), session {args.session} "
-            f"(α measured {dep.alpha_band[0]:.2f}–{dep.alpha_band[1]:.2f}), {seconds:g} s windows")  # fmt: skip
+        out(
+            f"watching {name}: {dep.measurement.name} at γ={dep.gamma} ({basis}), session {args.session} "
+            f"(α measured {dep.alpha_band[0]:.2f}–{dep.alpha_band[1]:.2f}), {seconds:g} s windows"
+        )
         if exporter is not None:
             try:
                 port = exporter.serve(args.serve_metrics, args.serve_host)

@@ -94,8 +94,11 @@ class Decision:
         at = f"T={self.temperature:g}"
         if self.off:
             best = self.runner_up
-            why = (f"; the best candidate, {best['configuration']}, predicts {best['predicted_speedup']:.2f}×"
-                   if best and best.get("predicted_speedup") is not None else "")  # fmt: skip
+            why = (
+                f"; the best candidate, {best['configuration']}, predicts {best['predicted_speedup']:.2f}×"
+                if best and best.get("predicted_speedup") is not None
+                else ""
+            )
             return f"Speculation off at {at}: serve the target alone{why}."
         predicted = f"predicted {self.predicted_speedup:.2f}×" if self.predicted_speedup is not None else ""
         return f"{self.configuration} at {at}: {predicted}, {self.measured_words()}."
@@ -134,8 +137,12 @@ def decided(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_pro
         return kept
     analysis = analyse(store, ids, query, in_progress, recommended)
     decision = decide(store, ids, query, analysis) if analysis.policies.recommendation is not None else None
-    if decision is not None and in_progress is None and not getattr(store, "read_only", False) \
-            and _all_finished(store, ids):  # fmt: skip
+    if (
+        decision is not None
+        and in_progress is None
+        and not getattr(store, "read_only", False)
+        and _all_finished(store, ids)
+    ):
         kept = decision.to_dict() | {"analysis": analysis.to_dict(), "evidence_key": rows}
         try:
             store.save_decision(ids, query.key(), seen, kept)
@@ -212,8 +219,11 @@ def decide(store: Any, session_ids: Sequence[int], query: DecisionQuery, analysi
         runner_up = policy or _next_draft(rec)
     else:
         best = recommendation_for(report)
-        runner_up = None if best is None or best.draft_name is None else _option(
-            best.draft_name, best.gamma, None, best.predicted_speedup)  # fmt: skip
+        runner_up = (
+            None
+            if best is None or best.draft_name is None
+            else _option(best.draft_name, best.gamma, None, best.predicted_speedup)
+        )
     temperature = float(rec.temperature)
     runs = [r for sid in ids for r in store.list_runs(sid)]
     return Decision(

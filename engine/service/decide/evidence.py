@@ -94,9 +94,12 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
 
 
 def gather(
-    store: Any, session_ids: list[int], engine: str | None = None, temperature: float | None = None,
+    store: Any,
+    session_ids: list[int],
+    engine: str | None = None,
+    temperature: float | None = None,
     in_progress: int | None = None,
-) -> Evidence:  # fmt: skip
+) -> Evidence:
     """Collect measurements and regime evidence from finished sessions measured with `engine` (None: any), at the
     deployment `temperature` (None: the sessions' single temperature; SpectuneError asking for one when mixed).
     `in_progress`: a running session whose finished runs count (a quick session deciding what to confirm)."""
@@ -143,8 +146,11 @@ def gather(
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
     temperature = deployment_temperature({temp for _, temp in groups}, temperature)
-    measurements = [_measurement(draft, temp, runs, levels.get((draft, temp), []))
-                    for (draft, temp), runs in sorted(groups.items()) if abs(temp - temperature) < 1e-9]  # fmt: skip
+    measurements = [
+        _measurement(draft, temp, runs, levels.get((draft, temp), []))
+        for (draft, temp), runs in sorted(groups.items())
+        if abs(temp - temperature) < 1e-9
+    ]
     baseline_tps = [tps for temp, tps in baseline_tps if abs(temp - temperature) < 1e-9]
     label = (regime or {}).get("label") or UNKNOWN
     judged = judge_regime(regime, 1)
@@ -179,8 +185,12 @@ def deployment_temperature(measured: set[float], asked: float | None) -> float:
 
 def measured_temperatures(store: Any, session_ids: list[int]) -> list[float]:
     """The temperatures the sessions' finished speculative runs measured, lowest first."""
-    temps = {float(r["temperature"]) for sid in session_ids for r in store.list_runs(sid)
-             if r.get("status") == "done" and r["kind"] == "speculative"}  # fmt: skip
+    temps = {
+        float(r["temperature"])
+        for sid in session_ids
+        for r in store.list_runs(sid)
+        if r.get("status") == "done" and r["kind"] == "speculative"
+    }
     return sorted(temps)
 
 

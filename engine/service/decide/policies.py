@@ -141,9 +141,12 @@ def policy_verdict(report: PolicyReport, escape: Callable[[Any], str] = str) -> 
         )
         rec = report.recommendation
         if rec is not None and not rec.off and rec.draft_name != report.chosen.draft:  # one answer: the headline's
-            return (f"{head}. The recommendation is {escape(rec.draft_name)} at a fixed γ={rec.gamma} "
-                    f"({rec.predicted_speedup:.2f}× predicted), which has no policy to replay here: its exports are "
-                    "the Recommend page's.", False)  # fmt: skip
+            return (
+                f"{head}. The recommendation is {escape(rec.draft_name)} at a fixed γ={rec.gamma} "
+                f"({rec.predicted_speedup:.2f}× predicted), which has no policy to replay here: its exports are "
+                "the Recommend page's.",
+                False,
+            )
         return f"{head} — serve the target alone (its exports turn speculation off).", False
     if best.kind == "fixed":
         return (
@@ -216,13 +219,17 @@ def live_figures(store: Any, session_ids: list[int], draft: str, temperature: fl
             steps = summary.get("steps") or 0
             spec = FixedGamma(int(run["gamma"])).spec()
             figures = {
-                "policy": spec, "tokens_per_call": run.get("tokens_per_call"),
-                "tokens_per_s": run.get("tokens_per_s"), "speedup_measured": run.get("speedup_measured"),
-                "speedup_spread": summary.get("speedup_spread"), "speedup_flag": stored_speedup_flag(run),
+                "policy": spec,
+                "tokens_per_call": run.get("tokens_per_call"),
+                "tokens_per_s": run.get("tokens_per_s"),
+                "speedup_measured": run.get("speedup_measured"),
+                "speedup_spread": summary.get("speedup_spread"),
+                "speedup_flag": stored_speedup_flag(run),
                 "mean_drafted_per_step": summary.get("mean_drafted_per_step"),
-                "draft_calls_per_step": (summary["draft_calls"] / steps) if summary.get("draft_calls") and steps
+                "draft_calls_per_step": (summary["draft_calls"] / steps)
+                if summary.get("draft_calls") and steps
                 else None,
-            }  # fmt: skip
+            }
         figures["session_id"] = run["session_id"]
         figures["speedup"] = run_speedup(run)  # the run's one speedup, as every page shows it
         most = parse_policy(spec).max_draft()
@@ -281,8 +288,11 @@ def session_policies(
         )
         live = live_figures(store, ids, m.name, m.temperature)
         replayed = {r.policy for r in comparison.results}
-        extra = [replay(traces_of(m), parse_policy(spec), cost, m.temperature, llamacpp=m.llamacpp_loop)
-                 for spec in live if spec not in replayed]  # fmt: skip
+        extra = [
+            replay(traces_of(m), parse_policy(spec), cost, m.temperature, llamacpp=m.llamacpp_loop)
+            for spec in live
+            if spec not in replayed
+        ]
         if extra:  # live policies outside the grid get replayed too, so every live point has its prediction
             comparison.results = judged([*comparison.results, *extra], judge)
         drafts.append(DraftPolicies(m.name, m.temperature, comparison, cost, live, m, list(comparison.notes)))
@@ -353,9 +363,12 @@ def export_best(report: PolicyReport, fmt: str, vllm_version: str | None = None)
             replace(rec, gamma=0, explanation=why), best.policy, fmt, target=report.target, vllm_version=vllm_version
         )
     predicted = {
-        "tokens_per_call": best.tokens_per_call, "speedup": best.predicted_speedup,
-        "gain": report.chosen.comparison.gain, "best_fixed_gamma": closest, "basis": best.basis,
-    }  # fmt: skip
+        "tokens_per_call": best.tokens_per_call,
+        "speedup": best.predicted_speedup,
+        "gain": report.chosen.comparison.gain,
+        "best_fixed_gamma": closest,
+        "basis": best.basis,
+    }
     return export_policy(rec, best.policy, fmt, closest_gamma=closest, predicted=predicted, target=report.target,
                          vllm_version=vllm_version)  # fmt: skip
 

@@ -211,16 +211,20 @@ def with_measured_schedule(rec: Any, store: Any, session_ids: Sequence[int]) -> 
     rec.schedule = measured_schedule(rec.schedule, choices, rec.batch_size)
     rec.schedule_measured = [c.level for c in others]
     beyond = max(c.level for c in choices)
-    rec.notes.append(f"γ by batch size from the measured surface of {rec.draft_name}: concurrency "
-                     + "; ".join(c.text() for c in others)
-                     + f"; batch {rec.batch_size} keeps the headline's γ; past {beyond} predicted, capped at "
-                     f"{beyond}'s γ")  # fmt: skip
+    rec.notes.append(
+        f"γ by batch size from the measured surface of {rec.draft_name}: concurrency "
+        + "; ".join(c.text() for c in others)
+        + f"; batch {rec.batch_size} keeps the headline's γ; past {beyond} predicted, capped at "
+        f"{beyond}'s γ"
+    )
     rec.off_range_speedups = {c.level: c.speedup for c in choices if rec.schedule.get(c.level) == 0}
     if rec.off_range_speedups:  # where it speculates: the headline (predicted) and the measured levels that pay
         on = {c.level: c.speedup for c in others if rec.schedule.get(c.level)} | {rec.batch_size: rec.predicted_speedup}
         rec.notes.append(off_range_line(on, rec.off_range_speedups))
     serving = next((c for c in choices if c.level == rec.batch_size), None)
     if serving is not None and serving.gamma != rec.gamma:
-        rec.notes.append(f"at concurrency {rec.batch_size} the surface measured {serving.outcome()} "
-                         f"best among its measured γ; the headline's γ={rec.gamma} is the one model's choice over "
-                         "every γ (calibrated to those measurements)")  # fmt: skip
+        rec.notes.append(
+            f"at concurrency {rec.batch_size} the surface measured {serving.outcome()} "
+            f"best among its measured γ; the headline's γ={rec.gamma} is the one model's choice over "
+            "every γ (calibrated to those measurements)"
+        )

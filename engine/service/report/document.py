@@ -82,8 +82,10 @@ def session_report_html(
     parts += [recommendation_section(result, policies, why, len(recs) > 1) for result, policies, why in recs]
     title = f"spectune report — {_who(sessions)}"
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    subtitle = (f"Made {made} from the spectune store. Self-contained: the charts are drawn in the file, nothing is "
-                "fetched from a network.")  # fmt: skip
+    subtitle = (
+        f"Made {made} from the spectune store. Self-contained: the charts are drawn in the file, nothing is "
+        "fetched from a network."
+    )
     return document(title, subtitle, parts)
 
 
@@ -224,9 +226,13 @@ def session_notes(session: Mapping[str, Any]) -> list[Html]:
     if (loop := loop_note(summary)) is not None:
         out.append(note(loop, "info"))
     if summary.get("noisy_runs"):
-        out.append(note(f"Too noisy to calibrate to: {', '.join(map(str, summary['noisy_runs']))} — the per-prompt "
-                        "speedups straddle 1× or spread wider than 1.5× between prompts; the recommender does not fit "
-                        "to these measurements."))  # fmt: skip
+        out.append(
+            note(
+                f"Too noisy to calibrate to: {', '.join(map(str, summary['noisy_runs']))} — the per-prompt "
+                "speedups straddle 1× or spread wider than 1.5× between prompts; the recommender does not fit "
+                "to these measurements."
+            )
+        )
     return out
 
 

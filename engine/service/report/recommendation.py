@@ -18,8 +18,11 @@ from engine.service.decide.recommendations import Recommended, format_label
 from engine.service.report.html import Html, bullets, facts, note, number, table, tag
 from engine.service.report.svg import Series, line_chart
 
-OBJECTIVE_LABELS = {"latency": "latency (fastest decoding)", "cost": "cost per token",
-                    "latency_within_budget": "latency within a cost budget"}  # fmt: skip
+OBJECTIVE_LABELS = {
+    "latency": "latency (fastest decoding)",
+    "cost": "cost per token",
+    "latency_within_budget": "latency within a cost budget",
+}
 OFF_TEXT = "Speculation OFF"
 
 
@@ -50,12 +53,18 @@ def decision(result: Recommended) -> list[Html]:
                              f"{rec.ops_multiplier:.2f}× · cost per token {pct(rec.cost_change)} ({context(rec)})",
                              *([tag("span", f" — ⚠ {flag.message}", "flag")] if flag else [])],
                      "banner on")  # fmt: skip
-        rows = [("Draft", f"{rec.draft_name} ({rec.method})"), ("Recommended γ", str(rec.gamma)),
-                ("Measured speedup" if rec.prefers_measurement else "Predicted speedup",
-                 f"{rec.headline_speedup:.2f}×"),
-                ("Ops multiplier", f"{rec.ops_multiplier:.2f}×"), ("Cost per token", pct(rec.cost_change))]  # fmt: skip
-    rows += [("Temperature", f"{rec.temperature:g}"), ("Engine measured with", result.engine),
-             ("Sessions", ", ".join(f"#{i}" for i in result.evidence.session_ids))]  # fmt: skip
+        rows = [
+            ("Draft", f"{rec.draft_name} ({rec.method})"),
+            ("Recommended γ", str(rec.gamma)),
+            ("Measured speedup" if rec.prefers_measurement else "Predicted speedup", f"{rec.headline_speedup:.2f}×"),
+            ("Ops multiplier", f"{rec.ops_multiplier:.2f}×"),
+            ("Cost per token", pct(rec.cost_change)),
+        ]
+    rows += [
+        ("Temperature", f"{rec.temperature:g}"),
+        ("Engine measured with", result.engine),
+        ("Sessions", ", ".join(f"#{i}" for i in result.evidence.session_ids)),
+    ]
     if rec.cost_per_million_baseline is not None and rec.cost_per_million is not None:
         rows += [
             ("$ per million tokens, target alone", f"${rec.cost_per_million_baseline:,.4f}"),
@@ -150,8 +159,11 @@ def curve(result: Recommended) -> list[Html]:
         mark_x=None if rec.off else rec.gamma, mark_label="" if rec.off else f"recommended γ = {rec.gamma}", y_unit="×",
     )  # fmt: skip
     cross = crossover_from_curve(points)
-    caption = (f"{OFF_TEXT}: shown for the best candidate, {name}, for reference only; no γ of it pays."
-               if rec.off else f"The recommended draft, {name}.")  # fmt: skip
+    caption = (
+        f"{OFF_TEXT}: shown for the best candidate, {name}, for reference only; no γ of it pays."
+        if rec.off
+        else f"The recommended draft, {name}."
+    )
     crossing = f"γ = {cross}" if cross else "none up to γ = 32"
     caption += f" Crossover (ops multiplier above the speedup): {crossing}."
     rows = [(p.gamma, number(p.expected_tokens, "%.2f"), number(p.speedup_predicted, "%.2f×"),
@@ -183,16 +195,24 @@ def policy(report: PolicyReport | None, why_not: str | None, off: bool) -> list[
         return [head, tag("p", f"No drafting policy pays for {report.chosen.draft} either: serve the target alone.")]
     gain = report.chosen.comparison.gain
     if best.kind == "fixed":
-        line = (f"A fixed γ is already as good for {report.chosen.draft}: {best.policy} predicts "
-                f"{best.predicted_speedup:.2f}×; no policy beats it by more than 1%.")  # fmt: skip
+        line = (
+            f"A fixed γ is already as good for {report.chosen.draft}: {best.policy} predicts "
+            f"{best.predicted_speedup:.2f}×; no policy beats it by more than 1%."
+        )
     else:
-        line = (f"{best.policy} ({best.setting}) for {report.chosen.draft}: {best.tokens_per_call:.2f} tokens per "
-                f"call, {best.predicted_speedup:.2f}× predicted, {gain * 100:+.1f}% over the best fixed {fixed.policy} "
-                f"({fixed.predicted_speedup:.2f}×).")  # fmt: skip
+        line = (
+            f"{best.policy} ({best.setting}) for {report.chosen.draft}: {best.tokens_per_call:.2f} tokens per "
+            f"call, {best.predicted_speedup:.2f}× predicted, {gain * 100:+.1f}% over the best fixed {fixed.policy} "
+            f"({fixed.predicted_speedup:.2f}×)."
+        )
     parts = [head, tag("p", line), tag("p", report.to_dict()["exact"], "muted")]
     if off:
-        parts.append(note(f"The fixed-γ recommendation above is {OFF_TEXT}; this policy is what the policy replay "
-                          "judged on its own."))  # fmt: skip
+        parts.append(
+            note(
+                f"The fixed-γ recommendation above is {OFF_TEXT}; this policy is what the policy replay "
+                "judged on its own."
+            )
+        )
     return parts
 
 

@@ -18,8 +18,12 @@ from engine.core.policy import parse_policy
 from engine.measure.noise import stored_noisy
 from engine.session.summarise import run_speedup, run_spread, spread_above_bound, stored_speedup_flag
 
-VERDICT_LABELS = {"identical": "identical", "near-tie": "numerical near-tie", "bug": "bug",
-                  "not-applicable": "not applicable (sampled)"}  # fmt: skip
+VERDICT_LABELS = {
+    "identical": "identical",
+    "near-tie": "numerical near-tie",
+    "bug": "bug",
+    "not-applicable": "not applicable (sampled)",
+}
 FlagKey = tuple[str, float, int]  # (draft, temperature, γ)
 
 
@@ -157,8 +161,12 @@ def compared_baseline(runs: Sequence[Mapping[str, Any]], run: Mapping[str, Any] 
     if run is None:
         return bases[0] if bases else None
     warm = [r for r in bases if r.get("temperature") == run.get("temperature")]
-    same = [r for r in warm if run_concurrency(r) == run_concurrency(run)
-            and (r.get("id") is None or run.get("id") is None or r["id"] <= run["id"])]  # fmt: skip
+    same = [
+        r
+        for r in warm
+        if run_concurrency(r) == run_concurrency(run)
+        and (r.get("id") is None or run.get("id") is None or r["id"] <= run["id"])
+    ]
     if same:
         return same[-1]
     return (warm or bases or [None])[0]
@@ -190,8 +198,10 @@ def bound_flags(run: Mapping[str, Any], recommender: Mapping[FlagKey, str]) -> l
     if measured and (flag := stored_speedup_flag(run)) is not None:
         flags.append(flag)
     if above := spread_above_bound(run):
-        flags.append(f"per-prompt spread: {above_text(above)} — a prompt's ratio above that prompt's tokens per call "
-                     "÷ (v_min + the draft's share) is a measurement error, never a result")  # fmt: skip
+        flags.append(
+            f"per-prompt spread: {above_text(above)} — a prompt's ratio above that prompt's tokens per call "
+            "÷ (v_min + the draft's share) is a measurement error, never a result"
+        )
     return flags
 
 

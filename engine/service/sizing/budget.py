@@ -135,14 +135,19 @@ class SizedPlan:
             return []
         budget = minutes(self.budget_s)
         if self.pace is None or self.seconds is None:
-            return [f"No pace is known for this target, engine and dtype on this machine: the plan is not sized to "
-                    f"the {budget} budget; {PROBE_HINT}."]  # fmt: skip
+            return [
+                f"No pace is known for this target, engine and dtype on this machine: the plan is not sized to "
+                f"the {budget} budget; {PROBE_HINT}."
+            ]
         took = f"about {minutes(self.seconds)} ({self.pace.source})"
         if self.over and not self.fitted:
             return [f"{(self.warning() or '').rstrip('.')} ({self.pace.source})."]
         if self.over:
-            return [*self._cut_lines(budget), f"Over the {budget} budget: the plan takes {took}, even cut to the "
-                    "fewest prompts and tokens; a larger budget or a faster engine would fit it."]  # fmt: skip
+            return [
+                *self._cut_lines(budget),
+                f"Over the {budget} budget: the plan takes {took}, even cut to the "
+                "fewest prompts and tokens; a larger budget or a faster engine would fit it.",
+            ]
         if not self.cuts:
             return [f"Fits the {budget} budget: {took}."]
         return [*self._cut_lines(budget), f"The plan now takes {took}; widen any of it, the budget then only warns."]

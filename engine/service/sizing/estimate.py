@@ -54,10 +54,12 @@ class SessionEstimate:
             ]
         elif self.rough:  # a probe's pace: what is known is the target alone decoding
             least = self.seconds * (self.configurations - self.optional) / self.configurations
-            lines = [f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
-                     f"({self.source}); the session takes longer: its drafts' loads, v(k), the drafts' recorded "
-                     "pass, the batch sweep and any draft slower than it pays come on top, and a session run "
-                     "once gives the whole time."]  # fmt: skip
+            lines = [
+                f"{work}: the target alone would decode their tokens in about {_minutes(least)} here "
+                f"({self.source}); the session takes longer: its drafts' loads, v(k), the drafts' recorded "
+                "pass, the batch sweep and any draft slower than it pays come on top, and a session run "
+                "once gives the whole time."
+            ]
         else:
             least = self.seconds * (self.configurations - self.optional) / self.configurations
             took = _minutes(self.seconds) if not self.optional else f"{_minutes(least)} to {_minutes(self.seconds)}"
@@ -83,9 +85,13 @@ def pace(sessions: Sequence[Mapping[str, Any]], spec: SessionSpec, hardware: str
     """Seconds per configuration × prompt × token of the newest comparable finished session, and which it was."""
     fixed_weights = registry.get(spec.engine).fixed_weights
     for s in sessions:
-        same = (s.get("status") == "done" and s.get("hardware") == hardware and s.get("target") == spec.target
-                and session_engine(s) == spec.engine
-                and (s.get("dtype") == spec.dtype or fixed_weights))  # fmt: skip
+        same = (
+            s.get("status") == "done"
+            and s.get("hardware") == hardware
+            and s.get("target") == spec.target
+            and session_engine(s) == spec.engine
+            and (s.get("dtype") == spec.dtype or fixed_weights)
+        )
         summary = s.get("summary") or {}
         runs = len(summary.get("runs") or []) + len(summary.get("baselines") or [])
         work = runs * int(s.get("n_prompts") or 0) * int(s.get("max_new_tokens") or 0)
@@ -186,9 +192,12 @@ class ProbedEstimate:
 
 
 def estimate_with_probe(
-    store: Any, spec: SessionSpec, n_prompts: int, prompt: PromptText,
+    store: Any,
+    spec: SessionSpec,
+    n_prompts: int,
+    prompt: PromptText,
     on_progress: Callable[[ProbeProgress], None] | None = None,
-) -> ProbedEstimate:  # fmt: skip
+) -> ProbedEstimate:
     """The estimate after probing the target's pace on `prompt` (engine.service.sizing.pace_probe; `on_progress` told
     where it is while it runs), unless a finished comparable session already gives the pace: what the Run page's
     Probe and `submit --estimate --probe` show."""

@@ -136,9 +136,12 @@ def probe_spec(spec: SessionSpec) -> SessionSpec:
 
 
 def measure(
-    spec: SessionSpec, prompt: PromptText, hardware: str, bound_s: float = DECODE_BOUND_S,
+    spec: SessionSpec,
+    prompt: PromptText,
+    hardware: str,
+    bound_s: float = DECODE_BOUND_S,
     emit: Callable[[dict[str, Any]], None] = lambda progress: None,
-) -> PaceProbe:  # fmt: skip
+) -> PaceProbe:
     """The probe itself, in this process (the child's work): `emit` is told each stage and the tokens timed."""
     from engine.engines import registry
 
@@ -166,9 +169,13 @@ def _dtype(spec: SessionSpec) -> str:
 
 
 def run_probe(
-    spec: SessionSpec, prompt: PromptText, hardware: str, timeout_s: float = TIMEOUT_S,
-    on_progress: Callable[[ProbeProgress], None] | None = None, bound_s: float = DECODE_BOUND_S,
-) -> PaceProbe:  # fmt: skip
+    spec: SessionSpec,
+    prompt: PromptText,
+    hardware: str,
+    timeout_s: float = TIMEOUT_S,
+    on_progress: Callable[[ProbeProgress], None] | None = None,
+    bound_s: float = DECODE_BOUND_S,
+) -> PaceProbe:
     """The probe in a child process, kept for later estimates; `on_progress` is told where it is at least every
     TICK_S seconds while it runs. SpectuneError with the child's one-line reason when it fails, SettingsError while
     another probe runs here. A timeout or an interrupt ends the child before this returns; the child dies with this
@@ -318,15 +325,20 @@ def busy(store: Any) -> str | None:
     """Why a probe should wait now (a session running on this store's worker), or None."""
     running = store.list_sessions(status="running", limit=1)
     if running:
-        return (f"session #{running[0]['id']} is running: a probe now would slow it and be slowed by it; "
-                "probe once it has finished")  # fmt: skip
+        return (
+            f"session #{running[0]['id']} is running: a probe now would slow it and be slowed by it; "
+            "probe once it has finished"
+        )
     return None
 
 
 def probe_for(
-    store: Any, spec: SessionSpec, prompt: PromptText, n_prompts: int = 1,
+    store: Any,
+    spec: SessionSpec,
+    prompt: PromptText,
+    n_prompts: int = 1,
     on_progress: Callable[[ProbeProgress], None] | None = None,
-) -> tuple[PaceProbe, float]:  # fmt: skip
+) -> tuple[PaceProbe, float]:
     """Probe `spec`'s pace on this machine now and keep it; the probe and the seconds it took (`on_progress`: told
     where it is while it runs). The session `spec` over `n_prompts` is validated first, as Start would (what it
     would refuse is refused before minutes of probing); SettingsError while a session is running."""

@@ -224,12 +224,16 @@ def _stopped(store: Any, session_id: int, hooks: StoreHooks) -> str:
         _mark_open_run(store, hooks, "failed")
         return "failed"
     if hooks.replaced:  # written into the file the worker still has open: whoever restores it can requeue it
-        error = (f"{hooks.replaced}; what it measured is kept in that file (requeue: python -m engine "
-                 f"requeue --session {session_id})")  # fmt: skip
+        error = (
+            f"{hooks.replaced}; what it measured is kept in that file (requeue: python -m engine "
+            f"requeue --session {session_id})"
+        )
         return _end(store, session_id, hooks, "interrupted", error, runs="cancelled")
     if TERMINATING.is_set():
-        error = (f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
-                 f"{session_id})")  # fmt: skip
+        error = (
+            f"the worker was stopped; what it measured is kept (requeue: python -m engine requeue --session "
+            f"{session_id})"
+        )
         return _end(store, session_id, hooks, "interrupted", error, runs="cancelled")
     return _end(store, session_id, hooks, "cancelled", "cancelled by the user", runs="cancelled")
 
@@ -360,9 +364,12 @@ def _stop_for_a_replaced_file(store: Any, why: str, cut_short: int | None) -> No
         log.error("the worker stops: %s. %s", why, REPLACED_WAY_OUT)
         return
     spilled = store.spill_from_copy(saved, cut_short) if cut_short is not None else None
-    carried = (f" Session {cut_short}, which it was running, is spilled to {spilled}: it is replayed into the next "
-               "database at that path (a new one, or a backup put in place), ready to requeue."
-               if spilled is not None else "")  # fmt: skip
+    carried = (
+        f" Session {cut_short}, which it was running, is spilled to {spilled}: it is replayed into the next "
+        "database at that path (a new one, or a backup put in place), ready to requeue."
+        if spilled is not None
+        else ""
+    )
     log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
               "back with python -m engine restore %s.%s", why, saved, saved, carried)  # fmt: skip
 
@@ -370,8 +377,12 @@ def _stop_for_a_replaced_file(store: Any, why: str, cut_short: int | None) -> No
 def _note_failure(backoff: WriteBackoff, what: str, exc: StoreError) -> None:
     """Count a refused write; one log line when writes start failing (or fail for a new reason)."""
     if backoff.failed(what, str(exc)):
-        log.warning("the database refuses writes (%s): no session is started and pending session ends wait; "
-                    "retrying with a doubling wait, at most every %.0f s", exc, backoff.cap_s)  # fmt: skip
+        log.warning(
+            "the database refuses writes (%s): no session is started and pending session ends wait; "
+            "retrying with a doubling wait, at most every %.0f s",
+            exc,
+            backoff.cap_s,
+        )
 
 
 def _note_success(backoff: WriteBackoff, what: str) -> None:

@@ -129,8 +129,11 @@ class StoreHooks(Hooks):
             except Exception as exc:
                 log.warning(
                     "session %s run %s: %d buffered rows could not be written: %s",
-                    self.session_id, run_id, writer.pending, exc,
-                )  # fmt: skip
+                    self.session_id,
+                    run_id,
+                    writer.pending,
+                    exc,
+                )
 
     def run_failed(self, run: Any, message: str) -> None:
         self.discard_writer(run)

@@ -58,8 +58,10 @@ def _choices(
                 Choice("recommended", report.chosen.draft, 0, temperature, best.predicted_speedup, policy)
             )
         else:
-            decision.notes.append(f"T={temperature:g}: the best policy, {best.policy}, does not run in "
-                                  f"{entry.label}: its best fixed γ is confirmed instead")  # fmt: skip
+            decision.notes.append(
+                f"T={temperature:g}: the best policy, {best.policy}, does not run in "
+                f"{entry.label}: its best fixed γ is confirmed instead"
+            )
     decision.choices.append(fixed)
 
 
@@ -175,9 +177,11 @@ def changed_plan(
         policy = parse_policy(now.policy) if now.policy else None
         choice = Choice("recommended", now.draft, now.gamma, temperature, now.predicted_speedup, policy)
         was = [c.key().label() for c in decision.choices if c.temperature == temperature]
-        decision.notes.append(f"T={temperature:g}: what the confirmation measured ({', '.join(was)}) changed the "
-                              f"decision to {now.configuration} (predicted {now.predicted_speedup:.2f}×), which no "
-                              "run had measured: it was confirmed live too")  # fmt: skip
+        decision.notes.append(
+            f"T={temperature:g}: what the confirmation measured ({', '.join(was)}) changed the "
+            f"decision to {now.configuration} (predicted {now.predicted_speedup:.2f}×), which no "
+            "run had measured: it was confirmed live too"
+        )
         fresh.append(choice)
     decision.choices.extend(fresh)
     return confirm_plan(spec, ConfirmChoices(choices=fresh), measured, levels)
@@ -185,8 +189,11 @@ def changed_plan(
 
 def decision_record(report: SweepReport, decision: ConfirmChoices) -> dict[str, Any]:
     """What a session's summary keeps of a confirmation: each choice as measured, off per temperature, the notes."""
-    return {"confirmed": confirmed_rows(report, decision), "off": {str(t): off for t, off in decision.off.items()},
-            "notes": decision.notes}  # fmt: skip
+    return {
+        "confirmed": confirmed_rows(report, decision),
+        "off": {str(t): off for t, off in decision.off.items()},
+        "notes": decision.notes,
+    }
 
 
 def mark_floor(store: Any, session_id: int, report: SweepReport) -> None:
