@@ -37,26 +37,16 @@ with st.container(border=True):
     col_t, col_x, col_dt, col_p = st.columns([3, 3, 2, 3])
     target_choice = col_t.selectbox("Target model", rv.bundled_names(), index=rv.default_target_index(),
                                     format_func=rv.bundled_label, key="target_choice")  # fmt: skip
-    target_text = col_x.text_input(
-        "…or another target",
-        key="target_text",
-        placeholder=rv.TARGET_PLACEHOLDER,
-        help="When filled in, this replaces the target chosen on the left.",
-    )
+    target_text = col_x.text_input("…or another target", key="target_text", placeholder=rv.TARGET_PLACEHOLDER,
+                                   help="When filled in, this replaces the target chosen on the left.")  # fmt: skip
     dtype = col_dt.selectbox(
-        "dtype",
-        rv.DTYPES,
-        index=rv.DTYPES.index(rv.default_dtype(common.hardware())),
-        key="dtype",
+        "dtype", rv.DTYPES, index=rv.DTYPES.index(rv.default_dtype(common.hardware())), key="dtype",
         help="Default: bfloat16 on a GPU or a CPU with bf16 instructions, else float32. GGUF weights dequantise to it.",
-    )
+    )  # fmt: skip
     prompt_set_id = col_p.selectbox(
-        "Prompt set",
-        list(sets_by_id),
-        format_func=lambda i: data.prompt_set_label(sets_by_id[i]),
-        key="prompt_set",
+        "Prompt set", list(sets_by_id), format_func=lambda i: data.prompt_set_label(sets_by_id[i]), key="prompt_set",
         on_change=lambda: [st.session_state.pop(k, None) for k in ("n_prompts", "stratified")],
-    )
+    )  # fmt: skip
     categories = common.attempt(store.prompt_categories, prompt_set_id) if prompt_set_id is not None else None
     engine = st.radio("Engine", list(rv.ENGINE_LABELS), format_func=rv.ENGINE_LABELS.get, horizontal=True, key="engine")
     target = rv.effective_target(target_choice, target_text)
@@ -77,24 +67,16 @@ with st.container(border=True):
         col_d.text_input("…and other drafts (comma-separated)", key="drafts_text", placeholder=rv.DRAFTS_PLACEHOLDER)
         col_g.multiselect("γ values", rv.GAMMA_CHOICES, default=[1, 2, 4], key="gammas_choice")
         col_g.text_input("…or type γ values", key="gammas_text", placeholder="1,2,4,8 (replaces the selection)")
-        col_g.text_input(
-            "Drafting policies to run live (optional)",
-            key="policies_text",
-            help=rv.policy_help(),
-            placeholder="confidence:0.6:16:2 heuristic:4 adaptive",
-        )
+        col_g.text_input("Drafting policies to run live (optional)", key="policies_text", help=rv.policy_help(),
+                         placeholder="confidence:0.6:16:2 heuristic:4 adaptive")  # fmt: skip
         col_a, col_b, col_n, col_e = st.columns(4)
         col_a.text_input("Temperatures", value="0", key="temps_text", help="0 = greedy; several: 0, 0.7")
         col_b.number_input("Max new tokens", min_value=1, max_value=4096, value=64, step=8, key="max_new")
         largest, default_count = rv.prompt_count_limits((sets_by_id.get(prompt_set_id) or {}).get("n_prompts"))
         col_n.number_input(
-            "How many prompts",
-            min_value=1,
-            max_value=largest,
-            value=default_count,
-            key="n_prompts",
+            "How many prompts", min_value=1, max_value=largest, value=default_count, key="n_prompts",
             help=f"At most the {largest} prompt(s) of the chosen set.",
-        )
+        )  # fmt: skip
         col_n.checkbox("stratified by category", key="stratified", **rv.sample_option(categories))
         name = col_e.text_input("Session name (optional)", key="session_name", max_chars=200)
         with st.expander("Advanced"):
@@ -110,9 +92,8 @@ with st.container(border=True):
             b2.caption(md_escape(verify_cost))
             components.regime_switch(b3, engine, regime_cost)
             b4.number_input("serving batch size", min_value=1, max_value=1024, value=1, key="serving_batch")
-            st.text_input(
-                "Concurrency levels (engines that batch: vLLM)", key="concurrency_text", **rv.CONCURRENCY_INPUT
-            )
+            st.text_input("Concurrency levels (engines that batch: vLLM)", key="concurrency_text",
+                          **rv.CONCURRENCY_INPUT)  # fmt: skip
             c1, c2 = st.columns(2)
             c1.selectbox("Loop (spectune's engine)", rv.LOOP_CHOICES, key="loop", help=rv.LOOP_HELP)
             c2.number_input("Threads (0: the cores free at start)", 0, 1024, 0, key="threads", help=rv.THREADS_HELP)

@@ -139,10 +139,8 @@ def show_session(session: dict[str, Any]) -> None:
             st.altair_chart(charts.speedup_grouped(speed, "which"), width="stretch")
         surface = sv.concurrency_surface(runs)
         if not surface.empty:
-            st.markdown(
-                "**Speedup surface: γ × concurrency** (each against the target alone at the same level, "
-                "measured side by side)"
-            )
+            st.markdown("**Speedup surface: γ × concurrency** (each against the target alone at the same level, "
+                        "measured side by side)")  # fmt: skip
             st.altair_chart(charts.concurrency_surface(surface), width="stretch")
             st.markdown("\n".join(f"- {md_escape(line)}" for line in sv.stops_paying(runs)))
 

@@ -36,25 +36,21 @@ if not finished:
     st.stop()
 
 st.subheader("What to optimise")
-chosen_ids: list[int] = components.sessions_picker(
-    "Finished sessions to recommend from", finished, SESSIONS, default=[finished[0]["id"]], help=rv.HELP["sessions"]
-)
+chosen_ids: list[int] = components.sessions_picker("Finished sessions to recommend from", finished, SESSIONS,
+                                                   default=[finished[0]["id"]], help=rv.HELP["sessions"])  # fmt: skip
 c1, c2, c3, c4 = st.columns([1.5, 1, 1, 1.2])
 objective = c1.radio("Objective", list(rv.OBJECTIVE_LABELS), format_func=rv.OBJECTIVE_LABELS.get, key="rec_objective",
                      help=rv.HELP["objective"])  # fmt: skip
 budget_pct = None
 if objective == "latency_within_budget":
-    budget_pct = c1.slider(
-        "Cost budget (allowed rise in cost per token)", 0, 100, 20, 5, format="+%d%%", key="rec_budget"
-    )
-batch_size = c2.number_input(
-    "Serving batch size", min_value=1, max_value=4096, value=1, step=1, key="rec_batch", help=rv.HELP["batch"]
-)
+    budget_pct = c1.slider("Cost budget (allowed rise in cost per token)", 0, 100, 20, 5, format="+%d%%",
+                           key="rec_budget")  # fmt: skip
+batch_size = c2.number_input("Serving batch size", min_value=1, max_value=4096, value=1, step=1, key="rec_batch",
+                             help=rv.HELP["batch"])  # fmt: skip
 price = c3.number_input("Price per accelerator-hour ($)", min_value=0.0, max_value=10_000.0, value=0.0, step=0.5,
                         format="%.2f", key="rec_price", help=rv.HELP["price"])  # fmt: skip
-regime_choice = c4.selectbox(
-    "Regime", list(rv.REGIME_CHOICES), format_func=rv.REGIME_LABELS.get, key="rec_regime", help=rv.HELP["regime"]
-)
+regime_choice = c4.selectbox("Regime", list(rv.REGIME_CHOICES), format_func=rv.REGIME_LABELS.get, key="rec_regime",
+                             help=rv.HELP["regime"])  # fmt: skip
 if not chosen_ids:
     st.info("Pick at least one finished session above.")
     st.stop()
@@ -74,9 +70,8 @@ with common.guard("compute the recommendation"):
 
 def show_decision(rec: Any) -> None:
     st.subheader("Recommendation")
-    components.stored_decision(
-        store, chosen_ids, rec, objective, int(batch_size), temperature, budget, price_per_hour, override, engine
-    )
+    components.stored_decision(store, chosen_ids, rec, objective, int(batch_size), temperature, budget, price_per_hour,
+                               override, engine)  # fmt: skip
     if measured := rec.measured_sentence():  # a measured run of this configuration, beside the headline
         (st.warning if rec.prefers_measurement else st.info)(md_escape(measured), icon=common.ICONS["info"])
     st.markdown(md_escape(rec.explanation))
@@ -169,9 +164,8 @@ def _save(formats: list[str], result: api.Recommended, key: str) -> None:
 
 def show_exports(result: api.Recommended) -> None:
     st.subheader("Export")
-    st.columns([1, 3])[0].text_input(
-        "vLLM version you deploy", value=api.VLLM_VERSION, key=VLLM, max_chars=40, help=rv.HELP["vllm"]
-    )
+    st.columns([1, 3])[0].text_input("vLLM version you deploy", value=api.VLLM_VERSION, key=VLLM, max_chars=40,
+                                     help=rv.HELP["vllm"])  # fmt: skip
     for fmt, exc in result.failed.items():
         common.show_error(exc, f"export for {api.format_label(fmt)}")
     files = result.files
@@ -206,14 +200,12 @@ if result is not None:
                        mime="text/html", on_click="ignore",
                        help="The decision, its evidence, the runs, charts and every export, to share")  # fmt: skip
     for title, show, args in (
-        ("the recommendation", show_decision, (rec,)),
-        ("the regime", show_regime, (rec, ev, report)),
-        ("the crossover table", show_crossover, (rec, ev)),
-        ("the drafts and the γ schedule", show_drafts, (rec, ev)),
+        ("the recommendation", show_decision, (rec,)), ("the regime", show_regime, (rec, ev, report)),
+        ("the crossover table", show_crossover, (rec, ev)), ("the drafts and the γ schedule", show_drafts, (rec, ev)),
         ("the measured γ × concurrency surface", components.surface_section, (store, chosen_ids)),
         ("the drafting policy", components.policy_section, (result.policies, chosen_ids)),
         ("export the recommendation", show_exports, (result,)),
-    ):
+    ):  # fmt: skip
         with common.guard(title if title.startswith("export") else f"show {title}"):
             show(*args)
         if show is not components.surface_section:  # it draws its own divider, only when there is a surface

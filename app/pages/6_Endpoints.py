@@ -30,21 +30,15 @@ with st.container(border=True):
     c1, c2, c3 = st.columns([4, 3, 2])
     url = c1.text_input("Endpoint URL", key="ep_url", placeholder="http://gpu-host:8000  (or …/v1)")
     model = c2.text_input("Model", key="ep_model", placeholder="served model name (blank: the first listed)")
-    key_env = c3.text_input(
-        "API key variable",
-        key="ep_key_env",
-        placeholder="e.g. VLLM_API_KEY",
-        help="The NAME of an environment variable holding the key; blank for no key.",
-    )
+    key_env = c3.text_input("API key variable", key="ep_key_env", placeholder="e.g. VLLM_API_KEY",
+                            help="The NAME of an environment variable holding the key; blank for no key.")  # fmt: skip
     c4, c5, c6 = st.columns([2, 2, 5])
     kind = c4.selectbox("Engine", ev.KINDS, format_func=ev.KIND_LABELS.get, key="ep_kind")
     api = c5.selectbox("API", ev.API_CHOICES, key="ep_api", help="/v1/completions or /v1/chat/completions")
     baseline = c6.text_input(
-        "Baseline URL (optional)",
-        key="ep_baseline",
-        placeholder="the same model served without speculation",
+        "Baseline URL (optional)", key="ep_baseline", placeholder="the same model served without speculation",
         help="With a baseline, both are driven at every level: speedup and the flip are measured side by side.",
-    )
+    )  # fmt: skip
     c7, c8, c9, c10, c11 = st.columns(5)
     levels = c7.text_input("Concurrency levels", "1,2,4,8", key="ep_levels", help=ev.MAX_LEVELS_HELP)
     max_requests = c8.number_input("Requests per level (cap)", 1, 5000, 32, key="ep_max_requests")
@@ -55,12 +49,11 @@ with st.container(border=True):
     ttft_slo = c12.number_input("Target TTFT s (0 = none)", 0.0, 3600.0, 0.0, key="ep_ttft_slo",
                                 help="Goodput counts requests meeting the latency target.")  # fmt: skip
     tpot_slo = c13.number_input("Target time/token s (0 = none)", 0.0, 3600.0, 0.0, key="ep_tpot_slo")
-    ignore_eos = c14.checkbox(
-        "Exactly max new tokens", key="ep_ignore_eos", help="ignore_eos (vLLM, SGLang, llama.cpp)"
-    )
+    ignore_eos = c14.checkbox("Exactly max new tokens", key="ep_ignore_eos",
+                              help="ignore_eos (vLLM, SGLang, llama.cpp)")  # fmt: skip
     prompt_set_id = c15.selectbox(
         "Prompt set", list(sets_by_id), format_func=lambda i: data.prompt_set_label(sets_by_id[i]), key="ep_set"
-    )
+    )  # fmt: skip
     c16, c17 = st.columns([2, 6])
     available = int((sets_by_id.get(prompt_set_id) or {}).get("n_prompts") or 1)
     n_prompts = c16.number_input("Prompts", 1, max(available, 1), min(available, 16), key="ep_n_prompts")

@@ -29,13 +29,11 @@ if not finished:
     st.page_link(common.PAGES["Run"], label="Go to Run", icon=common.ICONS["Run"])
     st.stop()
 
-chosen_ids: list[int] = components.sessions_picker(
-    "Finished sessions", finished, "pol_sessions", default=[finished[0]["id"]]
-)
+chosen_ids: list[int] = components.sessions_picker("Finished sessions", finished, "pol_sessions",
+                                                   default=[finished[0]["id"]])  # fmt: skip
 c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-objective = c1.radio(
-    "Objective", list(pv.OBJECTIVE_LABELS), format_func=pv.OBJECTIVE_LABELS.get, horizontal=True, key="pol_objective"
-)
+objective = c1.radio("Objective", list(pv.OBJECTIVE_LABELS), format_func=pv.OBJECTIVE_LABELS.get,
+                     horizontal=True, key="pol_objective")  # fmt: skip
 budget = None
 if objective == "latency_within_budget":
     budget = c1.slider("Cost budget", 0, 100, 20, 5, format="+%d%%", key="pol_budget") / 100.0
@@ -67,9 +65,8 @@ if not report.drafts:
     st.stop()
 
 st.subheader("Best drafting policy")
-components.query_decision(
-    store, chosen_ids, objective, int(batch_size), temperature, budget, None, rv.override_or_none(regime_choice)
-)
+components.query_decision(store, chosen_ids, objective, int(batch_size), temperature, budget, None,
+                          rv.override_or_none(regime_choice))  # fmt: skip
 components.policy_headline(report)
 st.divider()
 
@@ -77,9 +74,8 @@ st.subheader("Policies against their setting")
 labels = [pv.draft_label(d) for d in report.drafts]
 index = labels.index(pv.draft_label(report.chosen)) if report.chosen in report.drafts else 0
 if len(labels) > 1:
-    index = st.selectbox(
-        "Draft", list(range(len(labels))), index=index, format_func=lambda i: labels[i], key="pol_draft"
-    )
+    index = st.selectbox("Draft", list(range(len(labels))), index=index, format_func=lambda i: labels[i],
+                         key="pol_draft")  # fmt: skip
 draft = report.drafts[index]
 k1, k2 = st.columns(2)
 kinds = pv.kinds_of(draft)
@@ -91,12 +87,8 @@ with common.guard("draw the policy chart"):
     label = f"best fixed {draft.comparison.best_fixed.policy}: {reference:.3f}"
     st.altair_chart(pv.policy_chart(frame, kind, metric, reference, label), width="stretch")
 cost = draft.cost
-st.caption(
-    md_escape(
-        f"c = {cost.c:.3f} per draft forward, v(k) {'measured' if cost.verify_cost else 'assumed 1'}, "
-        f"{cost.regime}; at T > 0 every figure is an estimate from β per position."
-    )
-)
+st.caption(md_escape(f"c = {cost.c:.3f} per draft forward, v(k) {'measured' if cost.verify_cost else 'assumed 1'}, "
+                     f"{cost.regime}; at T > 0 every figure is an estimate from β per position."))  # fmt: skip
 
 st.subheader("Replay table")
 show_all = st.toggle("Show every policy of the grid", key="pol_all")

@@ -25,9 +25,8 @@ if not deployments:
 
 asked = st.query_params.get("deployment")
 c1, c2 = st.columns([4, 2])
-chosen = c1.selectbox(
-    "Deployment", deployments, index=deployments.index(asked) if asked in deployments else 0, key="watch_deployment"
-)
+chosen = c1.selectbox("Deployment", deployments, index=deployments.index(asked) if asked in deployments else 0,
+                      key="watch_deployment")  # fmt: skip
 shown = c2.select_slider("Windows shown (newest)", [20, 100, 500, 2000], value=100, key="watch_limit")
 st.query_params["deployment"] = chosen
 rows = common.attempt(store.list_watch_windows, chosen, limit=int(shown), action="read the deployment's windows")
@@ -35,14 +34,12 @@ if not rows:
     st.stop()
 
 latest = rows[-1]
-getattr(st, wv.tone(str(latest["verdict"])))(
-    f"Latest window ({latest['ended_at']:%Y-%m-%d %H:%M:%S}): {wv.headline(latest)}"
-)
+getattr(st, wv.tone(str(latest["verdict"])))(f"Latest window ({latest['ended_at']:%Y-%m-%d %H:%M:%S}): "
+                                             f"{wv.headline(latest)}")  # fmt: skip
 judged = wv.last_judged(rows)
 if judged is not None and judged is not latest:
-    getattr(st, wv.tone(str(judged["verdict"])))(
-        f"Last judged window ({judged['ended_at']:%Y-%m-%d %H:%M:%S}): {wv.headline(judged)}"
-    )
+    getattr(st, wv.tone(str(judged["verdict"])))(f"Last judged window ({judged['ended_at']:%Y-%m-%d %H:%M:%S}): "
+                                                 f"{wv.headline(judged)}")  # fmt: skip
 figures = (judged or latest).get("figures") or {}
 m1, m2, m3, m4 = st.columns(4)
 m1.metric(
@@ -81,11 +78,8 @@ if offered is not None:
 st.subheader("Timeline")
 st.altair_chart(charts.watch_timeline(wv.timeline(rows)), use_container_width=True)
 if any(wv.tone(v) == "error" for v in counts):
-    st.page_link(
-        common.PAGES["Recommend"],
-        label="Recommend — the session's own answer and every export",
-        icon=common.ICONS["Recommend"],
-    )
+    st.page_link(common.PAGES["Recommend"], label="Recommend — the session's own answer and every export",
+                 icon=common.ICONS["Recommend"])  # fmt: skip
 
 st.subheader("Windows")
 st.dataframe(wv.windows_table(rows), hide_index=True, use_container_width=True)
