@@ -130,7 +130,7 @@ def test_no_decode_records_top_logits_and_the_target_top_is_asked_only_at_a_dive
     """No decode records top logits, the prime included: the timed baseline and its A/A twin do the same work. The
     target's top is asked for once where a greedy output leaves the baseline's, at that position, and the verdict
     reads its margin there; an output that never diverges asks for nothing."""
-    from engine.engines import spectune
+    from engine.engines.spectune import runner as spectune
 
     asked: list[int] = []
     decode = spectune.decode_prompt
@@ -172,7 +172,7 @@ def test_no_decode_records_top_logits_and_the_target_top_is_asked_only_at_a_dive
 def test_the_target_top_after_a_prefix_is_what_the_target_decodes_next():
     """reference_at reads the target's logits after the prompt and a prefix of its own greedy output: its best token
     is the one the target decoded there, at every position."""
-    from engine.engines import spectune
+    from engine.engines.spectune import runner as spectune
 
     runner = spectune.SpectuneRunner(ModelPool())
     spec = SessionSpec(target=TARGET, drafts=["ngram"], gammas=[3], max_new_tokens=10, dtype="float32",
@@ -206,7 +206,7 @@ def test_a_short_prime_leaves_a_shape_cost_the_floor_catches(monkeypatch):
     """The compiled loop's shapes are static, so its prime decodes only a few tokens. On a loop whose every new
     length costs a first pass (this test model's), those few tokens leave the cost on the timed decodes, and the A/A
     floor, on its subset of the prompts, catches it."""
-    from engine.engines import spectune
+    from engine.engines.spectune import runner as spectune
 
     prime = spectune.SpectuneRunner.prime
 
