@@ -92,7 +92,7 @@ def prompt_predictions(store, sid: int, engine: str, gammas: range = range(1, 9)
         traces, cost = traces_of(m), cost_of(m)
         if m.temperature == 0 and traces:
             for g in gammas:
-                out[(m.name, g)] = median(replay([t], FixedGamma(g), cost, llamacpp=m.llamacpp_loop).predicted_speedup
+                out[(m.name, g)] = median(replay([t], FixedGamma(g), cost, loop=m.drafting_loop).predicted_speedup
                                           for t in traces)  # fmt: skip
     return out
 

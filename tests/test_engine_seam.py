@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import pytest
 from processes import live_llama_servers
 
+from engine.analysis.prediction import DraftingLoop
 from engine.core.counters import SpecCounters, mean_acceptance_length, per_position_rates
 from engine.core.policy import FixedGamma
 from engine.core.records import PromptOutput, StepRecord
@@ -34,7 +35,7 @@ class ScriptedRunner:
 
     name: ClassVar[str] = "scripted"
     unavailable: ClassVar[tuple[str, ...]] = ("alpha",)
-    replays_like_llamacpp: ClassVar[bool] = False
+    drafting_loop: ClassVar[DraftingLoop] = DraftingLoop()
     dtype = "float32"
     device = "cpu"
 
@@ -187,7 +188,8 @@ def test_the_registry_is_the_one_place_an_engine_is_named() -> None:
         registry.validate(spec(engine="llama.cpp", drafts=["qwen2.5-coder-0.5b"], policies=["heuristic:8"]))
     assert type(registry.runner_for(spec(engine="endpoint"))).__name__ == "EndpointRunner"  # every engine: a Runner
     assert "endpoint" not in registry.sweep_engines() and registry.get("endpoint").deployment
-    assert registry.replays_like_llamacpp("llama.cpp") and not registry.replays_like_llamacpp("spectune")
+    assert registry.drafting_loop("llama.cpp") == DraftingLoop("top10", prompt_call=True, one_ngram_length=True)
+    assert registry.drafting_loop("spectune") == DraftingLoop()
     assert FixedGamma(2).spec() == "fixed:2"
 
 

@@ -35,6 +35,7 @@ from engine.analysis.export import (
     export,
 )
 from engine.analysis.recommend import Recommendation
+from engine.engines import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_PYTHON = ROOT / ".venv-check" / "bin" / "python"
@@ -60,7 +61,7 @@ def cases() -> dict[str, tuple[Recommendation, str | None, dict[int, int] | None
     gguf.model_ref = "/models/draft-q4_k_m.gguf"
     in_llamacpp = ngram_rec()  # measured in llama-server's ngram-simple: one n-gram length, min = max
     assert in_llamacpp.measurement is not None
-    in_llamacpp.measurement.llamacpp_loop = True
+    in_llamacpp.measurement.drafting_loop = registry.drafting_loop("llama.cpp")
     return {
         "draft-bundled": (bundled, TARGET, None),
         "draft-hub-id": (draft_rec(), None, None),

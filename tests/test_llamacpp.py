@@ -25,6 +25,7 @@ from engine.core.records import StepRecord
 from engine.engines.llamacpp import client
 from engine.engines.llamacpp.binaries import find_llama, parse_version
 from engine.engines.llamacpp.policy_flags import llamacpp_fields
+from engine.engines.llamacpp.runner import LlamaCppRunner
 from engine.engines.llamacpp.server import ManagedServer, ServerConfig, ServerError
 from engine.engines.registry import sweep
 from engine.errors import ModelError
@@ -216,18 +217,19 @@ def test_a_session_runs_a_confidence_stop_in_llama_server_beside_its_replay(
     assert same, "llama.cpp never reproduced its own target-alone output"
     measured = sum(len(o["token_ids"]) for _, o in same) / sum(o["steps"] for _, o in same)
     along = [trace[i] for i, _ in same]
-    predicted = replay(along, parse_policy(policy), llamacpp=True).tokens_per_call
+    predicted = replay(along, parse_policy(policy), loop=LlamaCppRunner.drafting_loop).tokens_per_call
     # llama.cpp's draft computes p with its Q4 kernels (repacked or not, by CPU), the trace with the dequantized
     # weights in fp32: a p within P_NOISE of the threshold may fall either side, so the live figure is held to the
     # replays at p_min ± P_NOISE (within 10%), a band that must still tell the stop from drafting n-max every step
-    band = [replay(along, parse_policy(f"confidence:{0.6 + d:g}:8:0"), llamacpp=True).tokens_per_call
+    loop = LlamaCppRunner.drafting_loop
+    band = [replay(along, parse_policy(f"confidence:{0.6 + d:g}:8:0"), loop=loop).tokens_per_call
             for d in (P_NOISE, -P_NOISE)]  # fmt: skip
     lo, hi = min(predicted, *band), max(predicted, *band)
     with capsys.disabled():
         print(f"confidence:0.6:8:0 in llama.cpp: {measured:.3f} tokens per call; replayed {predicted:.3f} "
               f"(p_min ± {P_NOISE}: {lo:.3f}–{hi:.3f})")  # fmt: skip
     assert lo * 0.9 <= measured <= hi * 1.1, (lo, predicted, hi, measured)
-    no_stop = replay(along, parse_policy("fixed:8"), llamacpp=True).tokens_per_call
+    no_stop = replay(along, parse_policy("fixed:8"), loop=LlamaCppRunner.drafting_loop).tokens_per_call
     assert not lo * 0.9 <= no_stop <= hi * 1.1, (lo, hi, no_stop)  # the band has power: ignoring p-min fails it
     if len(same) == len(PROMPTS):
         assert live["replayed"]["tokens_per_call"] == pytest.approx(predicted)

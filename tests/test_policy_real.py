@@ -28,6 +28,7 @@ from engine.core.decoder import decode_prompt
 from engine.core.policy import PolicyRun, parse_policy
 from engine.core.records import Divergence, PromptOutput
 from engine.drafts.model import ModelDraft
+from engine.engines import registry
 from engine.measure.agreement import draft_trace
 from engine.measure.fidelity import classify, served_output
 from engine.models.chat import encode_prompt
@@ -106,7 +107,7 @@ def check_against_replay(
     unusable = [i for i, t in enumerate(traces) if not trace_usable(t) or t["tokens"] != len(lives[i][0])]
     assert not unusable, f"{spec}: no draft trace along the speculative output of prompts {unusable}"
     tokens = sum(len(ids) for ids, _ in lives)
-    predicted = replay(traces, parse_policy(spec), llamacpp=True)
+    predicted = replay(traces, parse_policy(spec), loop=registry.drafting_loop("llama.cpp"))
     assert predicted.tokens == tokens, (spec, predicted.tokens, tokens)
     measured = tokens / sum(len(ids) / tpc for ids, tpc in lives)
     diverged = [(d.prompt_id, d.position, d.margin) for d in verdicts if not d.identical]
@@ -141,10 +142,10 @@ def _float32_draft():
 @real_model
 def test_llamacpp_against_the_replay():
     """llama-server with the policy's flags, against the replay along each speculative run's own output in llama.cpp's
-    loop (replay(llamacpp=True): its draft sampler's top-10 p; the first token from the prompt's forward). A fixed γ
-    replays llama.cpp's counters within 3%; the confidence stop within 10%: llama.cpp's draft computes p with its
-    quantized kernels, spectune's trace with the dequantized weights, so a p near the threshold can fall either
-    side. Every prompt is compared: see check_against_replay."""
+    drafting loop (its draft sampler's top-10 p; the first token from the prompt's forward). A fixed γ replays
+    llama.cpp's counters within 3%; the confidence stop within 10%: llama.cpp's draft computes p with its quantized
+    kernels, spectune's trace with the dequantized weights, so a p near the threshold can fall either side. Every
+    prompt is compared: see check_against_replay."""
     from engine.engines.llamacpp.binaries import llama_status
     from engine.service.decide.llamacpp_live import llamacpp_live
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.analysis.feasibility import Judge
-from engine.analysis.prediction import CostModel, Prediction, Tally, finish
+from engine.analysis.prediction import IN_PROCESS_LOOP, CostModel, DraftingLoop, Prediction, Tally, finish
 from engine.core.policy import DROP, KEEP, ConfidenceStop, FixedGamma, GridAsk, SpeculationPolicy
 from engine.core.policy import policy_grid as registered_grid
 from engine.drafts.kinds import draft_kinds, kind_of_method
@@ -224,19 +224,17 @@ def replay(
     policy: SpeculationPolicy,
     cost: CostModel | None = None,
     temperature: float = 0.0,
-    confidence: str = "full",
+    loop: DraftingLoop = IN_PROCESS_LOOP,
     simulations: int = SIMULATIONS,
     seed: int = 0,
-    llamacpp: bool = False,
 ) -> Prediction:
     """What the loop would do under `policy` over these prompts, in order (adaptive state carried over them).
 
     `traces`: one engine.measure.agreement.draft_trace per prompt (unusable ones are skipped); at
-    temperature > 0 each needs β at that temperature. `confidence` "top10" reads llama.cpp's p instead.
-    `llamacpp` replays llama-server's loop (temperature 0): its draft sampler's top-10 p, and the first token of
-    each output sampled from the prompt's forward (counted as a target call, as its n_decode counter does)."""
-    if llamacpp:
-        confidence = "top10"
+    temperature > 0 each needs β at that temperature. `loop`: the engine's drafting loop, whose draft confidence
+    a confidence stop reads, and whose first token of each output may come from the prompt's forward (counted as
+    a target call: temperature 0)."""
+    confidence = loop.confidence
     cost = cost or CostModel()
     usable = [t for t in traces if trace_usable(t)]
     if not usable:
@@ -253,7 +251,7 @@ def replay(
             f"temperature {key}: expected values from β per position along the target's greedy output (estimated)"
         )
     else:
-        tally = _greedy(usable, policy, confidence, cost, prefill=llamacpp)
+        tally = _greedy(usable, policy, confidence, cost, prefill=loop.prompt_call)
         exact, calls_exact = True, not tally.truncated
         if tally.truncated:
             notes.append("some drafts ran past the recorded continuation: draft calls assume the draft stayed sure")
@@ -328,12 +326,11 @@ def compare_policies(
     temperature: float = 0.0,
     judge: Judge | None = None,
     policies: Sequence[SpeculationPolicy] | None = None,
-    confidence: str = "full",
     max_gamma: int = 32,
-    llamacpp: bool = False,
+    loop: DraftingLoop = IN_PROCESS_LOOP,
 ) -> PolicyComparison:
     """Replay every policy of the grid (or `policies`) and rank them by `judge` (default: latency, memory-bound, any
-    depth); in llama-server's loop when `llamacpp` (see replay)."""
+    depth), in the engine's drafting `loop` (see replay)."""
     judge = judge or Judge()
     usable = [t for t in traces if trace_usable(t)]
     if not usable:
@@ -342,7 +339,7 @@ def compare_policies(
     grid = list(policies) if policies is not None else policy_grid(max_gamma, confidence=confident)
     if not any(p.fixed_gamma() is not None for p in grid):
         grid = [FixedGamma(g) for g in range(1, max_gamma + 1)] + grid
-    results = judged((replay(usable, p, cost, temperature, confidence, llamacpp=llamacpp) for p in grid), judge)
+    results = judged((replay(usable, p, cost, temperature, loop) for p in grid), judge)
     best = results[0]
     best_fixed = next(r for r in results if r.kind == "fixed")
     notes = []

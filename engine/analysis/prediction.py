@@ -32,6 +32,23 @@ _EXACT = 1e-9
 
 
 @dataclass(frozen=True)
+class DraftingLoop:
+    """How an engine's drafting loop reads a draft's confidence and counts its calls, as the replay models it.
+
+    `confidence`: "full" (the draft's own distribution) or "top10" (p over the draft's top 10 logits, as a
+    server's draft sampler reads it); `prompt_call`: the first output token comes from the prompt's forward and
+    counts as a target call (a server's n_decode counter); `one_ngram_length`: its n-gram lookup matches only the
+    window's longest length, with no shorter fallback. The defaults are spectune's own loop."""
+
+    confidence: str = "full"
+    prompt_call: bool = False
+    one_ngram_length: bool = False
+
+
+IN_PROCESS_LOOP = DraftingLoop()  # spectune's own loop: the draft's full distribution, every call counted
+
+
+@dataclass(frozen=True)
 class CostModel:
     """What a step costs: c per draft forward and v(k) per k-token verify, in units of one target step."""
 

@@ -42,7 +42,7 @@ def predict(m: DraftMeasurement, policy: SpeculationPolicy, cost: CostModel) -> 
     """What `policy` does with this draft at its temperature, predicted once, the same way for every caller."""
     traces = traces_of(m)
     if traces:
-        pred = replay(traces, policy, cost, m.temperature, llamacpp=m.llamacpp_loop)
+        pred = replay(traces, policy, cost, m.temperature, m.drafting_loop)
     elif (gamma := policy.fixed_gamma()) is not None:
         pred = positional(
             rates_of(m), m.drafting_fraction, gamma, cost, kind_of_method(m.method).costs_forwards, m.temperature

@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.analysis.feasibility import OBJECTIVES as OBJECTIVES
 from engine.analysis.feasibility import TIE as TIE
-from engine.analysis.prediction import Prediction
+from engine.analysis.prediction import DraftingLoop, Prediction
 from engine.analysis.step_overhead import StepOverhead
 from engine.drafts.refs import NGRAM_DEFAULT
 
@@ -47,7 +47,7 @@ class DraftMeasurement:
     drafting_fraction: float = 1.0
     # per prompt, the draft's recorded pass (engine.measure.agreement.draft_trace): what the one predictor replays
     traces: list[dict[str, Any]] = field(default_factory=list)
-    llamacpp_loop: bool = False  # measured in llama-server's drafting loop (the replay models that loop)
+    drafting_loop: DraftingLoop = DraftingLoop()  # the loop of the engine that measured it (the replay models it)
     c_values: list[float] = field(default_factory=list)  # c as each run measured it (its spread)
     step_overhead: StepOverhead = StepOverhead()  # the engine's cost per drafting step beyond its forwards
     c_in_loop: bool = False  # c and the step overhead were measured inside the engine's loop: not calibrated

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.analysis.prediction import DraftingLoop
 from engine.core.engine_options import EngineOptions
 from engine.engines.endpoint.entry import ENTRY as ENDPOINT
 from engine.engines.entry import EngineEntry
@@ -128,9 +129,9 @@ def engine_for_format(fmt: str) -> str | None:
     return next((name for name, entry in _ENTRIES.items() if entry.export_format == fmt), None)
 
 
-def replays_like_llamacpp(name: str) -> bool:
-    """Whether the engine drafts in llama-server's loop (the policy replay models that loop for its sessions)."""
-    return get(name).runner().replays_like_llamacpp
+def drafting_loop(name: str) -> DraftingLoop:
+    """How the engine's drafting loop reads confidence and counts calls (the policy replay models it)."""
+    return get(name).runner().drafting_loop
 
 
 def levels_of(spec: SessionSpec) -> list[int]:

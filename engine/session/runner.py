@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import LoopPoint
 from engine.core.counters import SpecCounters
 from engine.core.policy import SpeculationPolicy
@@ -143,7 +144,7 @@ class Runner(Protocol):
     dtype: str  # what the report says the numbers were computed in ("float32", "gguf", …)
     device: str
     unavailable: ClassVar[tuple[str, ...]]  # contract fields this engine cannot give (reported as None)
-    replays_like_llamacpp: ClassVar[bool]  # the policy replay models llama-server's drafting loop
+    drafting_loop: ClassVar[DraftingLoop]  # how its loop reads confidence and counts calls (the replay models it)
 
     def start(
         self, spec: SessionSpec, prompts: Sequence[PromptText], plan: list[RunKey], ctx: DecodeContext

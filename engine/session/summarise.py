@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.analysis.bounds import MEASURED_SLACK, BoundFlag, check_measured_speedup
-from engine.analysis.prediction import CostModel, positional
+from engine.analysis.prediction import IN_PROCESS_LOOP, CostModel, DraftingLoop, positional
 from engine.analysis.step_overhead import LoopPoint, StepOverhead
 from engine.analysis.theory import alpha_from_mean_accepted, fit_verify_cost, measured_verify_points
 from engine.core.counters import SpecCounters
@@ -369,10 +369,10 @@ def policy_live(
     traces: Sequence[dict[str, Any]] = (),
     temperature: float = 0.0,
     verify_cost: dict[int, float] | None = None,
-    llamacpp: bool = False,
+    loop: DraftingLoop = IN_PROCESS_LOOP,
 ) -> RunSummary:
     """A policy run's summary: its figures under `policy_live` (with what the replay of the session's own trace
-    predicted for it, `replayed`: in llama-server's loop when `llamacpp`), and the columns the fixed-γ recommender
+    predicted for it in its engine's drafting `loop`, `replayed`), and the columns the fixed-γ recommender
     reads (α, the measured and predicted speedups, acceptance by position) emptied, since its γ varies per step."""
     from engine.analysis.policy_replay import CostModel, replay
     from engine.core.policy import parse_policy
@@ -390,7 +390,7 @@ def policy_live(
     }  # fmt: skip
     try:
         cost = CostModel(summary.c, verify_cost or {}, overhead=StepOverhead.from_dict(summary.step_overhead))
-        predicted = replay(traces, parse_policy(spec), cost, temperature, llamacpp=llamacpp)
+        predicted = replay(traces, parse_policy(spec), cost, temperature, loop)
         summary.policy_live["replayed"] = {
             "tokens_per_call": predicted.tokens_per_call,
             "draft_calls_per_step": predicted.draft_calls_per_step,

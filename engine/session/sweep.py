@@ -331,7 +331,7 @@ def _report(
                 summary.agreement_runs = [[min(r, 32) for r in trace["runs"]] for trace in traces]
         if key.policy is not None:
             policy_live(summary, key.policy.spec(), traces or (), key.temperature, verify_cost,
-                        llamacpp=runner.replays_like_llamacpp)  # fmt: skip
+                        loop=runner.drafting_loop)  # fmt: skip
         if traces and key.draft not in traced:  # kept once per draft, on its first run
             summary.policy_trace = traces
             traced.add(key.draft)

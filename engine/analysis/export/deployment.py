@@ -100,11 +100,11 @@ class Deployment:
 @dataclass(frozen=True)
 class NgramLookup:
     """The n-gram lookup a recommendation was measured with: the draft's (shortest, longest) window, and whether
-    it ran in llama-server's ngram-simple, which its sessions launch with one length (ngram_simple_size)."""
+    the engine that measured it looks up one length only (llama-server's ngram-simple: ngram_simple_size)."""
 
     shortest: int
     longest: int
-    in_llamacpp: bool = False
+    one_length: bool = False
 
     @property
     def window(self) -> tuple[int, int]:
@@ -114,7 +114,7 @@ class NgramLookup:
     @property
     def looked_up(self) -> tuple[int, int]:
         """The (shortest, longest) n-gram lengths the measurement actually looked up."""
-        if self.in_llamacpp:
+        if self.one_length:
             size = ngram_simple_size(self.window)
             return size, size
         return self.window
@@ -122,7 +122,7 @@ class NgramLookup:
     def said(self) -> str:
         """What was measured, in words, for an export's comment."""
         lo, hi = self.looked_up
-        if self.in_llamacpp:
+        if self.one_length:
             return f"llama.cpp's ngram-simple, a lookup of exactly the last {hi} tokens (size-n {hi})"
         if lo == hi:
             return f"a lookup of exactly the last {hi} tokens"
@@ -133,7 +133,7 @@ def ngram_lookup(m: DraftMeasurement | None) -> NgramLookup:
     """The n-gram lookup of an n-gram measurement (the default window where there is none)."""
     if m is None:
         return NgramLookup(*NGRAM_DEFAULT)
-    return NgramLookup(m.ngram_min, m.ngram_max, m.llamacpp_loop)
+    return NgramLookup(m.ngram_min, m.ngram_max, m.drafting_loop.one_ngram_length)
 
 
 def varies(policy: SpeculationPolicy) -> bool:

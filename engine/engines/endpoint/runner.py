@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from engine.analysis.prediction import DraftingLoop
 from engine.core.counters import SpecCounters
 from engine.core.records import Cancelled, PromptOutput, StepRecord
 from engine.engines.endpoint.report import sweep_report
@@ -72,7 +73,7 @@ class EndpointRunner:
     name: ClassVar[str] = "endpoint"
     unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft", "verify_cost", "c",
                                               "fidelity")  # fmt: skip
-    replays_like_llamacpp: ClassVar[bool] = False
+    drafting_loop: ClassVar[DraftingLoop] = DraftingLoop()
     device = "remote"
     dtype = "as served"
 

@@ -22,6 +22,7 @@ from statistics import median
 from typing import Any, ClassVar
 
 from engine.analysis.export.refs import prepared_gguf
+from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
 from engine.core.records import Cancelled, PromptOutput, StepRecord
@@ -138,7 +139,9 @@ class LlamaCppRunner:
 
     name: ClassVar[str] = "llama.cpp"
     unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft")
-    replays_like_llamacpp: ClassVar[bool] = True
+    # llama-server's draft sampler stops on its top-10 p, n_decode counts the token sampled from the prompt's forward,
+    # and ngram-simple looks up one length (launch.ngram_simple_size)
+    drafting_loop: ClassVar[DraftingLoop] = DraftingLoop(confidence="top10", prompt_call=True, one_ngram_length=True)
     dtype = "gguf"
     device = "cpu"
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from statistics import median
 from typing import Any, ClassVar
 
+from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.compiled import use_compiled, use_eager
 from engine.core.counters import SpecCounters
@@ -53,7 +54,7 @@ class SpectuneRunner:
 
     name: ClassVar[str] = "spectune"
     unavailable: ClassVar[tuple[str, ...]] = ()
-    replays_like_llamacpp: ClassVar[bool] = False
+    drafting_loop: ClassVar[DraftingLoop] = DraftingLoop()
 
     def __init__(self, pool: ModelPool | None = None) -> None:
         self.pool = pool or ModelPool()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from engine.analysis.export.vllm import suffix_config, vllm_schedule
+from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
 from engine.core.records import Cancelled, PromptOutput, StepRecord
@@ -112,7 +113,7 @@ class VllmRunner:
 
     name: ClassVar[str] = "vllm"
     unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft", "verify_cost", "c")
-    replays_like_llamacpp: ClassVar[bool] = False
+    drafting_loop: ClassVar[DraftingLoop] = DraftingLoop()
     device = "cpu"
 
     def __init__(

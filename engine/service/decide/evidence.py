@@ -14,13 +14,14 @@ from typing import Any
 
 from engine.analysis.bounds import usable_verify_points
 from engine.analysis.policy_replay import trace_usable
+from engine.analysis.prediction import DraftingLoop
 from engine.analysis.recommend import OBJECTIVES, UNKNOWN, DraftMeasurement, Recommendation, recommend
 from engine.analysis.regime import RegimeReport, judge_regime
 from engine.analysis.step_overhead import StepOverhead
 from engine.analysis.theory import REGIMES
 from engine.drafts.kinds import draft_kind
+from engine.engines.registry import drafting_loop, sweep_engines
 from engine.engines.registry import get as get_engine
-from engine.engines.registry import replays_like_llamacpp, sweep_engines
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.models.bundled import parameter_count
@@ -141,7 +142,7 @@ def gather(
                 continue
             verify_cost |= usable_verify_points(run.get("verify_cost"))[0]
             run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"),
-                       llamacpp_loop=replays_like_llamacpp(session_engine(session)))  # fmt: skip
+                       drafting_loop=drafting_loop(session_engine(session)))  # fmt: skip
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
@@ -298,7 +299,7 @@ def _measurement(
         c_hat_source=c_hat_source,
         drafting_fraction=1.0 if summary.get("drafting_fraction") is None else float(summary["drafting_fraction"]),
         traces=traces_from_runs(runs),
-        llamacpp_loop=bool(widest.get("llamacpp_loop")),
+        drafting_loop=widest.get("drafting_loop") or DraftingLoop(),
         c_values=[float(x) for x in cs],
         step_overhead=_step_overhead(runs),
         c_in_loop=any((r.get("summary") or {}).get("verify_in_loop") for r in runs),

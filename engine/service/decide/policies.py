@@ -22,8 +22,8 @@ from engine.analysis.recommend import DraftMeasurement, Recommendation, judge_fo
 from engine.analysis.theory import MEMORY_BOUND, REGIMES
 from engine.core.policy import FixedGamma, parse_policy
 from engine.drafts.kinds import kind_of_method
+from engine.engines.entry import EngineEntry
 from engine.engines.registry import get as get_engine
-from engine.engines.registry import replays_like_llamacpp
 from engine.errors import SpectuneError
 from engine.measure import noise
 from engine.service.decide.evidence import choose_engine, recommend_from_store
@@ -265,7 +265,7 @@ def session_policies(
     runs count (a quick session deciding what to confirm)."""
     ids = [session_ids] if isinstance(session_ids, int) else list(session_ids)
     engine = choose_engine(store, ids, engine)
-    llamacpp = replays_like_llamacpp(engine)  # replayed in llama-server's own loop, as its sessions ran
+    entry = get_engine(engine)  # a session's policies are replayed in its engine's own loop, as it ran
     rec, ev, report = recommended or recommend_from_store(
         store, ids, objective, budget, batch_size, None, regime_override, engine=engine, temperature=temperature,
         in_progress=in_progress,
@@ -276,7 +276,7 @@ def session_policies(
     for m in ev.measurements:
         traces = [t for t in m.traces if t.get("runs")]
         if not traces:
-            notes.append(f"{m.name}: {_why_no_trace(m, llamacpp)}")
+            notes.append(f"{m.name}: {_why_no_trace(m, entry)}")
             continue
         if not traces_of(m):
             notes.append(f"{m.name} at T={m.temperature:g}: no β recorded at that temperature")
@@ -284,12 +284,12 @@ def session_policies(
         judge = judge_for(m, objective, budget, rec.regime_given, rec.batch_size, rec.knee_batch)
         cost = cost_of(m, regime=regime)
         comparison = compare_policies(
-            traces_of(m), cost, m.temperature, judge, max_gamma=max_gamma, llamacpp=m.llamacpp_loop
+            traces_of(m), cost, m.temperature, judge, max_gamma=max_gamma, loop=m.drafting_loop
         )
         live = live_figures(store, ids, m.name, m.temperature)
         replayed = {r.policy for r in comparison.results}
         extra = [
-            replay(traces_of(m), parse_policy(spec), cost, m.temperature, llamacpp=m.llamacpp_loop)
+            replay(traces_of(m), parse_policy(spec), cost, m.temperature, m.drafting_loop)
             for spec in live
             if spec not in replayed
         ]
@@ -305,13 +305,13 @@ def session_policies(
     return PolicyReport(ids, objective, budget, regime, drafts, rec, chosen, ev.target, notes)
 
 
-def _why_no_trace(m: DraftMeasurement, llamacpp: bool) -> str:
+def _why_no_trace(m: DraftMeasurement, entry: EngineEntry) -> str:
     kind = kind_of_method(m.method)
-    if llamacpp and not kind.reports_confidence:
-        return f"no policy to replay (llama.cpp's {kind.label} drafts up to a fixed n-max, without a confidence)"
-    if llamacpp:
-        return "no trace recorded (a session from before policies, or the draft did not load in PyTorch: see its notes)"
-    return "no trace recorded (a session from before policies, or another tokenizer)"
+    if entry.in_process or not entry.runs_policies:  # its traces come from the loop that measured it
+        return "no trace recorded (a session from before policies, or another tokenizer)"
+    if not kind.reports_confidence:
+        return f"no policy to replay ({entry.label}'s {kind.label} drafts up to a fixed n-max, without a confidence)"
+    return "no trace recorded (a session from before policies, or the draft did not load in PyTorch: see its notes)"
 
 
 def ranked_drafts(drafts: list[DraftPolicies], objective: str) -> list[DraftPolicies]:
