@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from foundation.processes import die_with_parent
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "e2e"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -82,7 +84,7 @@ def dashboard(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.serve", "--server.port", str(port), "--server.headless",
          "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,  # gone with the suite
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:

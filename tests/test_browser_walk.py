@@ -721,6 +721,8 @@ def walk(tmp_path_factory):
     sys.path.insert(0, str(ROOT / "tests"))
     from test_browser_e2e import _free_port, _stop, _wait_healthy
 
+    from foundation.processes import die_with_parent
+
     tmp = tmp_path_factory.mktemp("walk")
     home = tmp / "home"
     ids = make_sessions(home, tmp / "walk_prompts.txt")
@@ -731,7 +733,7 @@ def walk(tmp_path_factory):
         [sys.executable, "-m", "app.serve", "--server.port", str(port), "--server.headless",
          "true", "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"],
-        cwd=ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, env=_env(home), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
