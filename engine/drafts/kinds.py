@@ -62,6 +62,12 @@ class DraftKind:
         """Whether the engine registered as `engine` runs this kind."""
         return engine in self.engines
 
+    def refused_by(self, engine: str, ref: str) -> str | None:
+        """The one line refusing reference `ref` of this kind in `engine`, or None where the engine runs it."""
+        if self.runs_in(engine):
+            return None
+        return f"{engine} has no {self.label}: measure '{ref}' with the {' or '.join(sorted(self.engines))} engine"
+
 
 def check_by_parsing(parse: Callable[[str], Any]) -> Callable[[str], str | None]:
     """A kind's `check` from its parser: the parser's SettingsError as the reason, None when it parses."""

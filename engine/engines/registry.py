@@ -99,11 +99,11 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from_values(name: str, values: Mapping[str, Any]) -> EngineOptions | None:
     """The options of a session in engine `name`, from the CLI's arguments or the Run form's values by name. Every
     sweeping engine's own values are checked, so a bad one is refused even where another engine runs."""
-    chosen = None
+    wanted, chosen = get(name), None
     for entry in _ENTRIES.values():
         if entry.options is not None and not entry.deployment:
             options = entry.options.from_values(values).checked(None)
-            chosen = options if entry is get(name) else chosen
+            chosen = options if entry is wanted else chosen
     return chosen
 
 

@@ -113,7 +113,7 @@ class SessionSpec:
     def from_row(cls, row: Mapping[str, Any]) -> SessionSpec:
         """The spec a stored session was queued with (defaults for options an older row lacks)."""
         options = row.get("options") or {}
-        defaults = cls(target="", drafts=[], gammas=[], engine=str(options.get("engine") or "spectune"))
+        defaults = cls(target="", drafts=[], gammas=[], engine=session_engine(row))
         return cls(
             target=row["target"],
             drafts=list(row["drafts"]),
@@ -197,9 +197,8 @@ def check_drafts(engine: str, drafts: list[str]) -> None:
         kind = draft_kind(ref)
         if (why := kind.check(ref)) is not None:
             raise SettingsError(why)
-        if not kind.runs_in(engine):
-            where = " or ".join(sorted(kind.engines))
-            raise SettingsError(f"{engine} has no {kind.label}: measure '{ref}' with the {where} engine")
+        if (why := kind.refused_by(engine, ref)) is not None:
+            raise SettingsError(why)
 
 
 def check_time_budget(seconds: Any) -> None:

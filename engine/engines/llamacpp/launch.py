@@ -44,9 +44,7 @@ def server_for_draft(
         return speculative_server(model, draft=locate(ref, "draft"), policy=policy, **common)
     if kind.method in LOOKUPS:
         return speculative_server(model, policy=policy, **LOOKUPS[kind.method](ref), **common)
-    raise SettingsError(
-        f"llama.cpp has no {kind.label}: measure '{ref}' with the {' or '.join(sorted(kind.engines))} engine"
-    )
+    raise SettingsError(kind.refused_by("llama.cpp", ref) or f"llama-server has no lookup settings for {kind.label}")
 
 
 def speculative_server(
