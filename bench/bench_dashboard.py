@@ -44,6 +44,8 @@ for path in (ROOT, ROOT / "bench"):
 import psutil  # noqa: E402
 from soak import CHROMIUM, CHROMIUM_ARGS, SAMPLER_JS, VIEWPORT, _free_port, _stop_process  # noqa: E402
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 DEFAULT_OUT = ROOT / "bench" / "results" / "dashboard.json"
 
 
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="run the server as `python WRAPPER... run app/Home.py` (e.g. a profiling wrapper)",
     )
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     args = ap.parse_args(argv)
     results = []
     for variant in args.variants.split(","):
@@ -208,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     by = {r["variant"]: r["server_cpu_pct_of_one_core"] for r in results}
     if "old" in by and "new" in by and by["new"]:
         out["old_over_new"] = round(by["old"] / by["new"], 1)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_output(args.out, json.dumps(out, indent=2) + "\n", "--out")
     print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 DEFAULT_OUT = ROOT / "bench" / "results" / "drift.json"
 HOG_DEADLINE_S = 240.0  # the hog processes exit by themselves after this, whatever happens here
 
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--toggle-s", type=float, default=15.0)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--max-prompts", type=int, default=400)
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     args = ap.parse_args(argv)
 
     import torch
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             "hog_switches": int_switches,
         },  # fmt: skip
     }
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_output(args.out, json.dumps(result, indent=2) + "\n", "--out")
     print(f"{'schedule':<12} {'speedup':>8}  spread (min–max)   verdict")
     print(f"{'sequential':<12} {sequential:>7.3f}×  —                  (one number, no spread)")
     print(f"{'interleaved':<12} {spread.median:>7.3f}×  {spread.min:.3f}–{spread.max:.3f}×      {spread.verdict}")
@@ -192,4 +194,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

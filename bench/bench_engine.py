@@ -34,6 +34,7 @@ from engine.measure.verify_cost import verify_cost_curve  # noqa: E402
 from engine.models.chat import encode_prompt  # noqa: E402
 from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 
@@ -73,8 +74,14 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
+    ap.add_argument(
+        "--out",
+        type=output_file,
+        default=str(ROOT / "bench" / "results" / "engine.json"),
+        help="the JSON report to write",
+    )
     args = ap.parse_args()
+    out = Path(args.out)
 
     pool = ModelPool()
     target = pool.get("qwen2.5-coder-1.5b", args.dtype)
@@ -136,8 +143,7 @@ def main() -> int:
             "measured_vs_predicted_speedup": measured_decode / predicted,
         },
     }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_output(out, json.dumps(results, indent=2), "--out")
     r = results["ratios"]
     print()
     print("| comparison | this engine | transformers | ratio | goal |")
@@ -159,4 +165,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -28,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 GOAL_S = 600.0  # a first session answers within 10 minutes
 
 
@@ -122,7 +125,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per CLI call")
     parser.add_argument("--submit-args", default="", help="more submit arguments, e.g. a small target to try the "
                         "script: '--target smollm2-135m --draft ngram --max-prompts 2'")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "first-session.json")
+    parser.add_argument("--out", type=output_file, default=str(ROOT / "bench" / "results" / "first-session.json"))
     args = parser.parse_args()
     load = [os.getloadavg()]
     extra = shlex.split(args.submit_args)
@@ -130,9 +133,9 @@ def main() -> None:
     load.append(os.getloadavg())
     result = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": platform.processor() or platform.machine(),
               "cores": os.cpu_count(), "load_before_after": load, "rows": rows}  # fmt: skip
-    args.out.write_text(json.dumps(result, indent=2, default=str))
+    write_output(args.out, json.dumps(result, indent=2, default=str), "--out")
     print(table(rows))
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -27,6 +26,8 @@ from pathlib import Path
 from statistics import median
 
 from sqlalchemy import text
+
+from engine.service.outputs import output_file, run_command, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
@@ -108,7 +109,7 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--prompts-per-category", type=int, default=1)
     ap.add_argument("--categories", type=int, default=13, help="the first N Spec-Bench categories (of 13)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "llamacpp.json"))
+    ap.add_argument("--out", type=output_file, default=str(ROOT / "bench" / "results" / "llamacpp.json"))
     args = ap.parse_args()
     from engine.engines.llamacpp.binaries import find_llama
 
@@ -150,7 +151,7 @@ def main() -> int:
     result["seconds"] = round(time.time() - started, 1)
     base_tps = median(base)
     result["baseline_tokens_per_s_in_session"] = base_tps
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_output(args.out, json.dumps(result, indent=2), "--out")
     b = result["baseline"]
     print(f"llama.cpp {b['llamacpp_tokens_per_s']:.2f} tok/s vs PyTorch bf16 {b['pytorch_bf16_tokens_per_s']:.2f} "
           f"tok/s: ×{b['ratio']['median']:.2f} (prompts {b['ratio']['min']:.2f}–{b['ratio']['max']:.2f})")  # fmt: skip
@@ -171,4 +172,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_session_check import generate_ms_per_token, ms_per_token  # noqa: E402
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 
 def loops_row(ref: str, dtype: str, tokens: int, prompt: str) -> dict[str, Any]:
     """One dtype's row: every way of decoding the target alone, ms per token, and the ratios to the eager loop."""
@@ -86,28 +88,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--floor-sessions", type=int, default=3)
     parser.add_argument("--floor-target", default=None, help="the floor sessions' target (default: --target)")
-    parser.add_argument("--out", default="bench/results/loops.json")
+    parser.add_argument("--out", type=output_file, default="bench/results/loops.json", help="the JSON report to write")
     args = parser.parse_args(argv)
+    out = Path(args.out)
     from engine.measure.hardware import describe_hardware
 
     prompt = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
     report: dict[str, Any] = {"hardware": describe_hardware()["label"], "python": platform.python_version(),
                               "target": args.target, "tokens": args.tokens, "loops": []}  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
         row = loops_row(args.target, dtype, args.tokens, prompt)
         report["loops"].append(row)
         print(json.dumps(row), flush=True)
-        out.write_text(json.dumps(report, indent=1) + "\n")  # each row kept as soon as it is measured
+        write_output(out, json.dumps(report, indent=1) + "\n", "--out")  # each row kept as soon as it is measured
     if args.floor_sessions:
         report["floor"] = floor_sessions(args.floor_target or args.target, "float32", args.floor_sessions, 32)
         for row in report["floor"]:
             print(json.dumps(row), flush=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_output(out, json.dumps(report, indent=1) + "\n", "--out")
     print(f"written {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

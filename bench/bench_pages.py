@@ -49,6 +49,8 @@ from test_browser_walk import (  # noqa: E402
     make_sessions,
 )
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 DEFAULT_OUT = ROOT / "bench" / "results" / "pages.json"
 TARGET_S = 2.0
 STABLE_S = 1.0
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--extra", type=int, default=1, help="more tiny sessions stored beside the two")
     ap.add_argument("--chromium", default=CHROMIUM)
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             },  # fmt: skip
             "results": results,
         }
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        write_output(args.out, json.dumps(out, indent=2) + "\n", "--out")
         print(f"wrote {args.out}")
         print("| page | first visit (compile + compute) | median first paint | max | title shown (median) | ≤ 2 s |")
         print("|---|---|---|---|---|---|")
@@ -222,4 +224,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 TRANSFORMERS_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
@@ -106,8 +108,14 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--calibration", type=int, default=6, help="calibration prompts (every other category's second)")
     ap.add_argument("--llamacpp", action="store_true", help="also run the policy in llama-server")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "policies.json"))
+    ap.add_argument(
+        "--out",
+        type=output_file,
+        default=str(ROOT / "bench" / "results" / "policies.json"),
+        help="the JSON report to write",
+    )
     args = ap.parse_args()
+    out = Path(args.out)
     started = time.perf_counter()
     n = args.new_tokens
 
@@ -190,8 +198,7 @@ def main() -> int:
         "median_speedup": {k: overall(k) for k in ("fixed", "policy", "transformers")},
         "replay_vs_live": agreement, "llamacpp": llama, "wall_s": time.perf_counter() - started,
     }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2, default=str))
+    write_output(out, json.dumps(results, indent=2, default=str), "--out")
 
     print(f"\n| category | target alone | best fixed ({fixed.policy}) | policy ({policy.spec()}) | transformers "
           "default | best |")  # fmt: skip
@@ -214,4 +221,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command(main)

@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
 import sqlalchemy  # noqa: E402
 
 from engine.core.records import StepRecord  # noqa: E402
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
 from store import Store, open_store  # noqa: E402
 from store.writer import DEFAULT_BATCH_SIZE, DEFAULT_FLUSH_INTERVAL_S  # noqa: E402
 
@@ -115,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--repeats", type=int, default=3, help="best of N timings")
     parser.add_argument("--db", type=Path, help="database file (default: a temporary one)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     args = parser.parse_args(argv)
+    out = Path(args.out)
 
     records = make_records(args.steps)
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,13 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         f"of a {args.step_ms:g} ms step; a timer-driven commit costs {small_flush_s * 1000:.2f} ms per 0.5 s\n"
         f"dashboard queries on {args.steps} steps (ms): {readers_ms}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_out.replace(args.out)
+    write_output(out, json.dumps(result, indent=2) + "\n", "--out")  # replaced whole: a temporary file renamed
     print(f"wrote {args.out}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command(main)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.engines import registry
 from engine.measure import noise
 from engine.prompts import load_prompt_file
+from engine.service.outputs import output_file, run_command, write_output
 from engine.session.runner import DecodeContext, PromptText, RunKey
 from engine.session.spec import SessionSpec
 
@@ -38,7 +39,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prompts", default="samples/code.jsonl")
     parser.add_argument("--max-prompts", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", type=output_file, default=None, help="also write the report to this JSON file")
     args = parser.parse_args(argv)
     parsed = load_prompt_file(Path(args.prompts)).prompts[: args.max_prompts]
     prompts = [PromptText(str(i), p.text, p.category) for i, p in enumerate(parsed)]
@@ -74,9 +75,9 @@ def main(argv: list[str]) -> int:
             report["ratios"][f"{a}/{b}"] = spread.to_dict()
             print(f"{a} ÷ {b}: {spread.median:.2f}× ({spread.min:.2f}–{spread.max:.2f}, {spread.verdict})")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        write_output(args.json, json.dumps(report, indent=2) + "\n", "--json")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_command(main, sys.argv[1:])

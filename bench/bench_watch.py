@@ -35,6 +35,7 @@ for path in (ROOT, ROOT / "tests"):
 from watch_parts import complete, ngram_config, ngram_session, running_prometheus  # noqa: E402
 
 from engine.engines.llamacpp.server import ManagedServer  # noqa: E402
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
 from store import open_store  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "watch.json"
@@ -77,8 +78,9 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--source", choices=("metrics", "prometheus", "both"), default="both")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     args = parser.parse_args()
+    out = Path(args.out)
     result: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.node(),
                               "cpus": os.cpu_count(), "window_s": args.window, "windows": args.windows}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="spectune-bench-watch-") as tmp:
@@ -115,10 +117,9 @@ def main() -> int:
             stop.set()
             server.stop()
             driver.join(timeout=30)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_output(out, json.dumps(result, indent=2) + "\n", "--out")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -2,6 +2,11 @@
 
 Usage:  python bench/gpu_check.py [report.json]      (default: gpu_check.json)
 
+The report path is checked before anything runs: a folder, anything that is not a regular file (a device, a FIFO, a
+socket), a file in a folder that does not exist, a read-only file and spectune's store database are refused with
+one line and exit 2 (engine.service.outputs, which needs SQLAlchemy: carry it to a GPU host as for
+bench/gpu_session_check.py). The report replaces an existing file whole (a temporary file renamed over it).
+
 On a GPU machine it prints describe_hardware(), samples NVML every 0.5 s for ~6 s while torch
 runs a compute-bound phase (bf16 matmuls) and then a memory-bound phase (large copies), prints
 each sample (GPM metrics included when the GPU supports them, i.e. Hopper or newer), and writes
@@ -16,6 +21,7 @@ Runs in well under 2 min, plus the vLLM start.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import platform
@@ -33,6 +39,28 @@ from engine.measure.telemetry import GPM_METRICS, UtilisationSampler, nvml_avail
 INTERVAL_S = 0.5
 PHASE_S = 3.0
 PCT_METRICS = ("gpu_util_pct", "mem_ctrl_util_pct", *GPM_METRICS)
+DEFAULT_REPORT = "gpu_check.json"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: one optional report path, checked before anything runs (engine.service.outputs)."""
+    from engine.service.outputs import output_file  # SQLAlchemy: carried to a GPU host as gpu_session_check's is
+
+    parser = argparse.ArgumentParser(
+        prog="gpu_check.py",
+        description=(__doc__ or "").splitlines()[0],
+        epilog="Exit status: 0 when NVML worked or there is no NVIDIA GPU, 1 when a check failed, 2 for a bad "
+        "argument or a report that could not be written.",
+    )
+    parser.add_argument(
+        "report",
+        nargs="?",
+        type=output_file,
+        default=DEFAULT_REPORT,
+        help=f"the JSON report to write (default: {DEFAULT_REPORT} in the current folder); an existing file is "
+        "replaced whole",
+    )
+    return parser.parse_args(argv)
 
 
 def print_sample(t: float, source: str, metrics: dict[str, float]) -> None:
@@ -200,7 +228,8 @@ def vllm_step(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[1]) if len(argv) > 1 else Path("gpu_check.json")
+    """Check NVML (and vLLM where installed), write the report, print a summary; the exit status."""
+    out = parse_args(argv).report
     # INFO shows why GPM is off (e.g. "GPM unavailable on ...") and each metric NVML disables.
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     hw = describe_hardware()
@@ -235,17 +264,20 @@ def main(argv: list[str]) -> int:
         print("No NVIDIA GPU found: nothing to check (exit 0).")
         ok = True
     report["ok"] = ok
-    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
     for w in report["warnings"]:
         print(f"warning: {w}")
     for p in report["problems"]:
         print(f"PROBLEM: {p}")
     for name, means in report.get("phase_means", {}).items():
         print(f"{name}: " + ", ".join(f"{k}={v:.1f}" for k, v in means.items()))
+    from engine.service.outputs import write_output
+
+    write_output(out, json.dumps(report, indent=2, ensure_ascii=False) + "\n")  # OutputError: run_command says it
     print(f"{'OK' if ok else 'FAILED'}: report written to {out}")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from engine.service.outputs import run_command
+
+    run_command(main, sys.argv[1:])

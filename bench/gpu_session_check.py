@@ -475,8 +475,10 @@ def sampler_summary(sampler: Any) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; --budget PART=SECONDS overrides PART_BUDGET_S, part by part."""
+    from engine.service.outputs import output_file  # imports SQLAlchemy: not on importing this module
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--out", default="gpu_session_check.json")
+    parser.add_argument("--out", type=output_file, default="gpu_session_check.json", help="the JSON report to write")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer directory (SmolLM2's: vocabulary 49152)")
     parser.add_argument("--gguf", default=None, help="the bundled SmolLM2-135M GGUF, by path")
     parser.add_argument("--prompts", default=None, help="JSONL prompts (default: samples/prose.txt)")
@@ -545,6 +547,8 @@ PARTS: dict[str, Callable[[dict[str, Any], dict[str, Any]], None]] = {
 
 def run_part(name: str, budget: float, ctx: dict[str, Any], report: dict[str, Any], out_path: Path) -> None:
     """One part under its budget: what it measured is kept however it ends, and the JSON is written after it."""
+    from engine.service.outputs import write_output
+
     result: dict[str, Any] = {"budget_s": budget}
     report[name] = result
     started = time.perf_counter()
@@ -561,7 +565,7 @@ def run_part(name: str, budget: float, ctx: dict[str, Any], report: dict[str, An
     finally:
         ctx["check"] = lambda what: None
     result["part_s"] = round(time.perf_counter() - started, 1)
-    out_path.write_text(json.dumps(report, indent=1, default=str) + "\n")  # a time-out keeps what ran
+    write_output(out_path, json.dumps(report, indent=1, default=str) + "\n", "--out")  # a time-out keeps what ran
     shown = {k: v for k, v in result.items() if k not in ("steps", "per_call")}  # not the CLI's own output
     print(f"-- {name}: {result['part_s']:.0f} s {json.dumps(shown, default=str)[:2500]}", flush=True)
 
@@ -575,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.measure.hardware import describe_hardware
     from engine.measure.telemetry import UtilisationSampler
+    from engine.service.outputs import write_output
 
     gpu = torch.cuda.is_available() and not args.dry_run
     out_path = Path(args.out)
@@ -600,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     goals = [v for part in args.parts for v in _goals(report.get(part))]
     over = [p for p in args.parts if (report.get(p) or {}).get("over_budget")]
     report["ok"] = not report["errors"] and not over and all(goals)
-    out_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_output(out_path, json.dumps(report, indent=1, default=str) + "\n", "--out")
     print(json.dumps({k: report.get(k) for k in ("nvml", "seconds", "ok")}, default=str))
     print(f"{'OK' if report['ok'] else 'NOT OK'}: {args.out}")
     return 0 if report["ok"] else 1
@@ -624,4 +629,6 @@ def draft_model(gguf: str | None, shape: dict[str, Any], tokenizer: Any, device:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from engine.service.outputs import run_command
+
+    run_command(main)

@@ -8,6 +8,7 @@ logit difference per position. Writes bench/results/numerics_noise.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from engine.measure.fidelity import TOLERANCE  # noqa: E402
 from engine.models.chat import encode_prompt  # noqa: E402
 from engine.models.pool import ModelPool  # noqa: E402
 from engine.prompts import load_prompt_file  # noqa: E402
+from engine.service.outputs import run_command, write_output  # noqa: E402
 
 K = 9
 
@@ -37,7 +39,8 @@ def noise(model, ids: list[int]) -> list[float]:
     return (batched - single).abs().max(-1).values.tolist()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)  # --help; no options
     prompts = [p.text for p in load_prompt_file(ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl").prompts]
     chosen = prompts[:: max(1, len(prompts) // 5)][:5]
     results = {}
@@ -54,10 +57,9 @@ def main() -> int:
         )
         del model
     out = ROOT / "bench" / "results" / "numerics_noise.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_output(out, json.dumps(results, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

@@ -65,6 +65,8 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 DEFAULT_OUT = ROOT / "bench" / "results" / "soak.json"
 MB = 1024 * 1024
 
@@ -478,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=900, help="hard bound: the worker is killed after this")
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for the worker")
     ap.add_argument("--home", default=None, help="data directory (default: a fresh temporary one)")
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", type=output_file, default=str(DEFAULT_OUT), help="the JSON report to write")
     ap.add_argument(
         "--no-dashboard", dest="dashboard", action="store_false",
         help="skip the real dashboard (Streamlit server + headless Chromium on the live view)",
@@ -700,8 +702,7 @@ def _soak(
         },
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_output(out, json.dumps(result, indent=2) + "\n", "--out")
 
     rows = [
         ("session", f"{result['status']}{' (timed out)' if timed_out else ''}"),
@@ -825,4 +826,4 @@ def dashboard_after(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command(main)

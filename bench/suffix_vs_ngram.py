@@ -30,6 +30,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from engine.service.outputs import output_file, run_command, write_output  # noqa: E402
+
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench_question.jsonl"
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 FOLLOW_UP = "\n\nAnswer once more, exactly as before."
@@ -171,12 +174,12 @@ def main() -> int:
     parser.add_argument("--repetitive", type=int, default=3, help="prompts of the repetitive set (asked twice more)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--no-draft-model", action="store_true")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "suffix_vs_ngram.json"))
+    parser.add_argument("--out", type=output_file, default=str(ROOT / "bench" / "results" / "suffix_vs_ngram.json"))
     args = parser.parse_args()
     started = time.perf_counter()
     result = run(args)
     result["seconds"] = round(time.perf_counter() - started, 1)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_output(args.out, json.dumps(result, indent=2), "--out")
     print(markdown(result))
     print("\nsuffix grid, best by tokens per call (replayed from the baselines):")
     for g in result["grid_best"]:
@@ -185,4 +188,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

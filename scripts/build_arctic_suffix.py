@@ -11,6 +11,7 @@ Usage: python scripts/build_arctic_suffix.py WHEEL_DIR   (prints the wheel's pat
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import os
@@ -111,10 +112,11 @@ def _pack(src: Path, ext: Path, out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
-        return 2
-    wheels = Path(argv[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("wheel_dir", help="the folder the wheel is kept in (made when missing)")
+    wheels = Path(parser.parse_args(argv).wheel_dir)
+    if wheels.exists() and not wheels.is_dir():
+        parser.error(f"{wheels}: not a folder")
     out = wheels / _wheel_name()
     if out.exists():
         print(out)

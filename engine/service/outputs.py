@@ -14,7 +14,10 @@ import argparse
 import errno
 import os
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -163,3 +166,14 @@ def output_folder(value: str) -> str:
     except OutputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
+
+
+def run_command(main: Callable[..., int], *args: Any) -> NoReturn:
+    """Exit with `main(*args)`'s status; where its output could not be written after all (a full disk, say), one
+    line naming the file, exit 2."""
+    try:
+        status = main(*args)
+    except OutputError as exc:
+        print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
+        status = 2
+    sys.exit(status)
