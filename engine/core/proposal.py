@@ -26,6 +26,12 @@ class Proposal:
 
 
 class DraftSource(Protocol):
+    """A source of draft tokens. Beside these members a source may answer, where its kind needs it:
+    `speculates` (False: the target alone), `teacher_forced` (the model whose forward over the target's own tokens
+    gives what it proposes at each position: engine.measure.agreement traces it so), `trace(prompt_ids,
+    output_ids, cap)` (its own trace fields, where neither asking it nor teacher forcing gives them) and `fresh()`
+    (an empty copy, for a kind that learns across prompts)."""
+
     name: str
     method: str  # "draft_model" | "ngram" | "suffix" | "none"
 

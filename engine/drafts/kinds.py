@@ -12,6 +12,8 @@ declares what callers need of it, so they read a capability instead of asking wh
   every position of the target's output (engine.measure.agreement); a draft model and suffix decoding have traces
   of their own;
 - `engines`: the engines that sweep it (their registry names); another engine refuses it in one line;
+- `as_lookup`: how an engine's n-gram lookup runs it (`AsLookup`: the window looked up and, where the lookup only
+  stands in for it, what is lost), for the exports; None where a lookup cannot run it;
 - `fresh_per_run`: its source learns across prompts (suffix decoding's cache), so each run starts from an empty
   one (its source's `fresh()`), and a run's drafts depend only on that run's own prompts in their order;
 - `offered`: the reference a form offers for it (None: typed only, or a model chosen by name), and `help`, the
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.drafts.refs import is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
+from engine.drafts.refs import SuffixParams, is_ngram, is_suffix, parse_ngram_spec, parse_suffix_spec
 from engine.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -34,6 +36,21 @@ if TYPE_CHECKING:
     from engine.core.proposal import DraftSource
 
 Builder = Callable[[str, "LoadedModel", Callable[[str], Any], bool], "DraftSource"]
+
+
+@dataclass(frozen=True)
+class AsLookup:
+    """How an engine's n-gram lookup runs a kind of draft: the (shortest, longest) window it looks up for a
+    reference, and, where the lookup only stands in for the kind, what is lost (reference, engine, the engine's
+    closest method) -> a sentence; None where the lookup is the kind itself."""
+
+    window: Callable[[str], tuple[int, int]]
+    lost: Callable[[str, str, str], str] | None = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether the lookup is the kind itself (its measurement names the window looked up)."""
+        return self.lost is None
 
 
 @dataclass(frozen=True)
@@ -54,6 +71,7 @@ class DraftKind:
     fresh_per_run: bool = False
     measured_as: Callable[[str], dict[str, Any]] = lambda ref: {}  # the fields a measurement of it keeps (its window)
     engines: frozenset[str] = frozenset({"spectune"})
+    as_lookup: AsLookup | None = None
     offered: str | None = None
     help: str = ""
     note: str = ""  # what a recommendation of it should add, in a sentence
@@ -125,13 +143,36 @@ def _ngram_window(ref: str) -> dict[str, Any]:
 
 
 NGRAM = DraftKind("ngram", "n-gram lookup", is_ngram, check_by_parsing(parse_ngram_spec), _ngram, replays=True,
-                  measured_as=_ngram_window, engines=EVERY_ENGINE, offered="ngram",
-                  help="'ngram' drafts by prompt lookup")  # fmt: skip
+                  measured_as=_ngram_window, engines=EVERY_ENGINE, as_lookup=AsLookup(parse_ngram_spec),
+                  offered="ngram", help="'ngram' drafts by prompt lookup")  # fmt: skip
 SUFFIX_NOTE = (
     "suffix decoding needs no second model and adds no draft load at peak (c = 0); its global tree learns from "
     "earlier responses, so its acceptance depends on the traffic it has seen: the session recorded the prompts' "
     "order and how warm the cache was for each (suffix_cache)"
 )
+
+
+def _suffix_params(ref: str) -> SuffixParams:
+    """The parameters a suffix reference names (vLLM's defaults for one that names none)."""
+    return parse_suffix_spec(ref) if is_suffix(ref) else SuffixParams()
+
+
+def _suffix_window(ref: str) -> tuple[int, int]:
+    """The n-gram lookup closest to suffix decoding: matches of one up to its tree depth − 1 tokens."""
+    return 1, max(1, _suffix_params(ref).max_tree_depth - 1)
+
+
+def _suffix_lost(ref: str, engine: str, closest: str) -> str:
+    """What an engine without suffix decoding loses running `closest` instead."""
+    p = _suffix_params(ref)
+    return (
+        f"{engine} has no suffix decoding: {closest} is its closest method. Lost: the global tree of earlier "
+        f"responses (up to {p.max_cached_requests} requests), continuations scored by frequency (min token "
+        f"probability {p.min_token_prob:g}) and a draft length that grows with the match (spec factor "
+        f"{p.max_spec_factor:g} × match, depth {p.max_tree_depth}); expect lower acceptance on repetitive traffic"
+    )
+
+
 SUFFIX = DraftKind(
     "suffix",
     "suffix decoding",
@@ -140,6 +181,7 @@ SUFFIX = DraftKind(
     _suffix,
     note=SUFFIX_NOTE,
     engines=frozenset({"spectune", "vllm"}),
+    as_lookup=AsLookup(_suffix_window, _suffix_lost),
     offered="suffix",
     fresh_per_run=True,
     help="'suffix' by suffix decoding (a suffix tree of the prompt and of earlier responses, warm after the first "

@@ -33,6 +33,11 @@ class ModelDraft:
         self.cached_len = 0
         self.confidences: list[float] = []  # per token of the last proposal (only when a stop callback was given)
 
+    @property
+    def teacher_forced(self) -> LoadedModel:
+        """The model whose forward over the target's tokens gives, at each position, what this draft proposes."""
+        return self.draft
+
     def start(self, prompt_ids: list[int]) -> None:
         self.cache = sequence_cache(self.draft, "draft")
         self.cached_len = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -64,6 +65,15 @@ class SuffixDraft:
     @property
     def cached_requests(self) -> int:
         return len(self.cache.cached_requests)
+
+    def trace(self, prompt_ids: Sequence[int], output_ids: list[int], cap: int) -> dict[str, Any]:
+        """Its trace fields for the policy replay (engine.measure.agreement.draft_trace), from the cache as it
+        stands (this request is then learnt into it)."""
+        by_cap = suffix_runs(self, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
+        runs, proposable = by_cap[cap]
+        state = self.requests[-1]
+        return {"method": self.method, "runs": runs, "proposable": proposable, "order": state.order,
+                "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
 
     def start(self, prompt_ids: list[int]) -> None:
         """A new request: the previous one stops (its response stays cached); this prompt gets its own tree."""

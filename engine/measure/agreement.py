@@ -28,8 +28,6 @@ from engine.core.policy import MAX_DRAFT
 from engine.core.proposal import DraftSource, matching_run
 from engine.core.sampling import SamplingConfig, probabilities
 from engine.drafts.kinds import kind_of_method
-from engine.drafts.model import ModelDraft
-from engine.drafts.suffix import SuffixDraft, gamma_exceptions, suffix_runs
 
 TRACE_VERSION = 1
 LLAMACPP_TOP_K = 10  # llama.cpp's draft sampler keeps the top 10 candidates; its p-min compares their softmax
@@ -64,14 +62,20 @@ def _lookup_runs(proposals: list[list[int]], output_ids: list[int]) -> list[int]
     return [matching_run(proposal, output_ids[t:]) for t, proposal in enumerate(proposals)]
 
 
+def _teacher_forced(draft: DraftSource) -> LoadedModel | None:
+    """The model whose teacher-forced forward gives the draft's proposals (a draft model), or None."""
+    return getattr(draft, "teacher_forced", None)
+
+
 @torch.inference_mode()
 def agreement_runs(draft: DraftSource, prompt_ids: list[int], output_ids: list[int], cap: int = 32) -> list[int]:
     """Per output position, how many draft tokens from there match the target's greedy output."""
     if not output_ids:
         return []
-    if isinstance(draft, ModelDraft):
+    model = _teacher_forced(draft)
+    if model is not None:
         context = list(prompt_ids) + list(output_ids)
-        logits = forward_step(draft.draft, context[:-1], new_cache(draft.draft.model.config), len(output_ids))
+        logits = forward_step(model, context[:-1], new_cache(model.model.config), len(output_ids))
         predicted = logits.argmax(-1).tolist()
         return runs_from_matches([p == o for p, o in zip(predicted, output_ids, strict=True)], cap)
     if kind_of_method(draft.method).replays:
@@ -93,16 +97,6 @@ def _beta(target_logits: torch.Tensor, draft_logits: torch.Tensor, cfg: Sampling
     q = probabilities(draft_logits, cfg)
     v = min(p.shape[-1], q.shape[-1], vocab)
     return [round(float(x), _DIGITS) for x in torch.minimum(p[:, :v], q[:, :v]).sum(-1)]
-
-
-@torch.inference_mode()
-def _suffix_trace(draft: SuffixDraft, prompt_ids: Sequence[int], output_ids: list[int], cap: int) -> dict[str, Any]:
-    """A suffix draft's trace fields, from its cache as it stands (this request is then learnt into it)."""
-    by_cap = suffix_runs(draft, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
-    runs, proposable = by_cap[cap]
-    state = draft.requests[-1]
-    return {"method": "suffix", "runs": runs, "proposable": proposable, "order": state.order,
-            "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
 
 
 @torch.inference_mode()
@@ -151,19 +145,21 @@ def draft_trace(
     below `floor` (recorded, then stop) or `continuation` tokens, whichever first (only as far as a step could
     draft before max_new_tokens). With `target` and sampling configs at temperature > 0: `beta[str(T)]`, the
     acceptance probability Σ min(p, q) per position. N-gram lookup: `runs` and `proposable` (how many tokens
-    the lookup has at each position; a step drafts min(γ, proposable)). Suffix decoding: the same two, from the
-    draft's cache as it stands (this request is then learnt into it: call it on a run's prompts in their order),
-    plus `order` (requests before this one in the cache), `cached_before` (responses cached when it began;
-    0: cold) and `gamma_exceptions` (engine.drafts.suffix.gamma_exceptions: where a step allowed γ ≤ 16 tokens
-    drafts other than the first γ of the cap's draft). Other drafts: an empty trace."""
+    the lookup has at each position; a step drafts min(γ, proposable)). A draft with a `trace` of its own gives its
+    fields; suffix decoding's are the same two, from the draft's cache as it stands (this request is then learnt
+    into it: call it on a run's prompts in their order), plus `order` (requests before this one in the cache),
+    `cached_before` (responses cached when it began; 0: cold) and `gamma_exceptions`
+    (engine.drafts.suffix.gamma_exceptions: where a step allowed γ ≤ 16 tokens drafts other than the first γ of the
+    cap's draft). Other drafts: an empty trace."""
     output_ids = list(output_ids)
     n_out = len(output_ids)
     max_new = int(max_new_tokens) if max_new_tokens is not None else n_out
     trace: dict[str, Any] = {"version": TRACE_VERSION, "tokens": n_out, "max_new_tokens": max_new, "runs": []}
     if not output_ids:
         return trace
-    if isinstance(draft, SuffixDraft):
-        return trace | _suffix_trace(draft, prompt_ids, output_ids, cap)
+    own_trace = getattr(draft, "trace", None)
+    if own_trace is not None:
+        return trace | own_trace(prompt_ids, output_ids, cap)
     if kind_of_method(draft.method).replays:
         proposals = _lookups(draft, list(prompt_ids), output_ids, cap)
         trace |= {
@@ -172,10 +168,10 @@ def draft_trace(
             "proposable": [len(p) for p in proposals],
         }
         return trace
-    if not isinstance(draft, ModelDraft):
+    model = _teacher_forced(draft)
+    if model is None:
         trace["method"] = "unsupported"
         return trace
-    model = draft.draft
     context = list(prompt_ids) + output_ids
     n_prompt = len(prompt_ids)
     cache = new_cache(model.model.config)

@@ -24,8 +24,8 @@ from engine.analysis.export.versions import LLAMACPP_BUILD, VLLM_VERSION
 from engine.analysis.recommend import DraftMeasurement, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import FixedGamma, SpeculationPolicy, describe, parse_policy
-from engine.drafts.kinds import kind_of_method
-from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, is_suffix, parse_suffix_spec
+from engine.drafts.kinds import AsLookup, DraftKind, kind_of_method
+from engine.drafts.refs import NGRAM_DEFAULT
 from engine.engines.llamacpp.launch import ngram_simple_size
 
 
@@ -52,34 +52,38 @@ class Deployment:
         return self.gamma == 0
 
     @property
-    def ngram(self) -> bool:
-        """N-gram lookup; also suffix decoding where an engine has only n-gram lookup, its closest method."""
-        return self.rec.method in ("ngram", "suffix")
+    def kind(self) -> DraftKind:
+        """The kind of draft deployed (engine.drafts.kinds)."""
+        return kind_of_method(self.rec.method)
 
     @property
-    def suffix(self) -> bool:
-        return self.rec.method == "suffix"
+    def looks_up(self) -> bool:
+        """Whether an engine's n-gram lookup runs the draft: as itself, or standing in for a kind it lacks."""
+        return self.kind.as_lookup is not None
 
-    def suffix_params(self) -> SuffixParams:
-        """The measured suffix decoding's parameters (its draft reference names them)."""
-        name = self.rec.draft_name
-        return parse_suffix_spec(name) if is_suffix(name) else SuffixParams()
+    @property
+    def lookup_stands_in(self) -> bool:
+        """Whether an engine's n-gram lookup runs the draft only as its closest method (something is lost)."""
+        return self._stand_in is not None
+
+    @property
+    def _stand_in(self) -> AsLookup | None:
+        """How an n-gram lookup stands in for the draft, where it only stands in."""
+        as_lookup = self.kind.as_lookup
+        return None if as_lookup is None or as_lookup.exact else as_lookup
 
     def closest_fit(self, fit: Fit, engine: str, closest: str) -> Fit:
-        """`fit`, marked inexact with what is lost when suffix decoding runs as `engine`'s closest method."""
-        if not self.suffix:
-            return fit
-        return Fit(False, fit.runs, (*fit.lost, self.suffix_lost(engine, closest)), fit.remarks)
+        """`fit`, marked inexact with what is lost where `engine`'s n-gram lookup, its `closest` method, stands in
+        for the draft."""
+        lost = self.lookup_lost(engine, closest)
+        return fit if lost is None else Fit(False, fit.runs, (*fit.lost, lost), fit.remarks)
 
-    def suffix_lost(self, engine: str, closest: str) -> str:
-        """What an engine without suffix decoding loses running `closest` instead."""
-        p = self.suffix_params()
-        return (
-            f"{engine} has no suffix decoding: {closest} is its closest method. Lost: the global tree of earlier "
-            f"responses (up to {p.max_cached_requests} requests), continuations scored by frequency (min token "
-            f"probability {p.min_token_prob:g}) and a draft length that grows with the match (spec factor "
-            f"{p.max_spec_factor:g} × match, depth {p.max_tree_depth}); expect lower acceptance on repetitive traffic"
-        )
+    def lookup_lost(self, engine: str, closest: str) -> str | None:
+        """What `engine` loses running its n-gram lookup (`closest`) for the draft; None where nothing is."""
+        stand_in = self._stand_in
+        if stand_in is None or stand_in.lost is None:
+            return None
+        return stand_in.lost(self.rec.draft_name, engine, closest)
 
     @property
     def notes(self) -> list[str]:
@@ -91,9 +95,9 @@ class Deployment:
         return self.rec.model_ref
 
     def ngram_lookup(self) -> NgramLookup:
-        """The n-gram lookup the measurement ran (suffix decoding: matches of up to its depth − 1 tokens)."""
-        if self.suffix:
-            return NgramLookup(1, max(1, self.suffix_params().max_tree_depth - 1))
+        """The n-gram lookup the measurement ran, or the one that stands in for the draft (its kind's window)."""
+        if self._stand_in is not None:
+            return NgramLookup(*self._stand_in.window(self.rec.draft_name))
         return ngram_lookup(self.rec.measurement)
 
 
@@ -202,7 +206,7 @@ def recommended(
 def not_run_by(dep: Deployment, engine: str) -> Deployment:
     """`dep` for an engine that has no draft of its kind: speculation off, and the file says why (and nothing of
     the configuration it cannot run)."""
-    label = kind_of_method(dep.rec.method).label
+    label = dep.kind.label
     why = (
         f"{engine} has no {label} ({dep.rec.draft_name}): this file turns speculation off; the spectune record "
         "keeps the recommendation"

@@ -43,7 +43,7 @@ def config(dep: Deployment) -> FlagsFile:
         f"usage: eval \"llama-server -m {shlex.quote(model)} $(grep -v '^#' {FORMAT.filename})\"",
         *model_notes,
     ]
-    if dep.ngram:
+    if dep.looks_up:
         if legacy:
             comments.append(
                 f"no n-gram flags for builds before {LLAMACPP_SPEC_PARAMS_BUILD}: use build "
@@ -52,8 +52,8 @@ def config(dep: Deployment) -> FlagsFile:
             return FlagsFile((*comments, *notes), (), fit)
         lookup = dep.ngram_lookup()
         server = speculative_server(Path(model), ngram_window=lookup.window, policy=runnable)
-        comments.append(_ngram_comment(server.ngram_size_n or 0, None if dep.suffix else lookup))
-        if dep.suffix:
+        comments.append(_ngram_comment(server.ngram_size_n or 0, None if dep.lookup_stands_in else lookup))
+        if dep.lookup_stands_in:
             comments.append(fit.lost[-1])
     else:
         other, assumed = other_tokenizer(dep.rec.model_ref, dep.target)
@@ -105,7 +105,7 @@ def _fit(dep: Deployment) -> tuple[SpeculationPolicy, Fit]:
     """The policy llama-server runs (draft-simple: n-max, n-min and p-min; ngram-simple: a fixed m = γ) and how
     closely that runs the deployment's policy."""
     policy, gamma = dep.policy, dep.gamma
-    if dep.ngram:
+    if dep.looks_up:
         lost = (
             ()
             if not policy.varies_per_step

@@ -34,7 +34,7 @@ def config(dep: Deployment) -> FlagsFile:
         *model_notes,
     ]
     gamma = dep.gamma
-    if dep.ngram:
+    if dep.looks_up:
         lookup = dep.ngram_lookup()
         _, longest = lookup.looked_up
         flags = [
@@ -52,12 +52,12 @@ def config(dep: Deployment) -> FlagsFile:
             f"suffixes of up to {longest} tokens plus γ drafted in a trie of recent n-grams (trie depth "
             f"{longest}+γ), not spectune's prompt lookup, so acceptance can differ"
         )
-        if not dep.suffix:
+        if not dep.lookup_stands_in:
             comments.append(
                 f"measured: {lookup.said()}; SGLang {SGLANG_VERSION} cannot set the shortest match (the "
                 "--speculative-ngram-min-match-window-size flag was removed in 0.5.10): it matches any suffix length"
             )
-        if dep.suffix:
+        if dep.lookup_stands_in:
             comments.append(fit.lost[-1])
     else:
         other, assumed = other_tokenizer(dep.rec.model_ref, dep.target)

@@ -12,6 +12,7 @@ from engine.analysis.export.versions import SPECTUNE_FORMAT
 from engine.analysis.recommend import DraftMeasurement, GammaPoint, Recommendation
 from engine.analysis.regime import RegimeReport
 from engine.core.policy import describe
+from engine.drafts.kinds import kind_of_method
 
 
 def config(dep: Deployment) -> JsonFile:
@@ -114,7 +115,8 @@ def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:
 
 def _ngram_looked_up(m: DraftMeasurement) -> dict[str, Any]:
     """For n-gram lookup, the lengths the measurement looked up and where (its engine may look up fewer)."""
-    if m.method != "ngram":
+    as_lookup = kind_of_method(m.method).as_lookup
+    if as_lookup is None or not as_lookup.exact:
         return {}
     lookup = ngram_lookup(m)
     shortest, longest = lookup.looked_up

@@ -39,7 +39,7 @@ def config(dep: Deployment) -> JsonFile:
     sampling: dict[str, Any] = {"do_sample": rec.temperature > 0}
     if rec.temperature > 0:
         sampling["temperature"] = rec.temperature
-    assistant, fit = _assistant(dep) if not dep.ngram else ({}, _prompt_lookup_fit(dep))
+    assistant, fit = _assistant(dep) if not dep.looks_up else ({}, _prompt_lookup_fit(dep))
     fit = dep.closest_fit(fit, f"transformers {TRANSFORMERS_VERSION}", "prompt lookup (this prompt's n-grams)")
     if dep.off:
         doc = {
@@ -48,16 +48,16 @@ def config(dep: Deployment) -> JsonFile:
             "generate_kwargs": sampling,
             "note": f"No assistant model or prompt lookup: {rec.explanation}",
         }
-    elif dep.ngram:
+    elif dep.looks_up:
         doc = _prompt_lookup(dep, head, sampling)
-        if dep.suffix:
+        if dep.lookup_stands_in:
             doc |= {"speculation": "prompt_lookup", "lost": fit.lost[-1]}
     else:
         doc = _assisted(dep, head, assistant, sampling)
     if dep.as_policy:
         policy = {"spec": dep.policy.spec(), "exact": fit.exact, "runs": fit.runs, "lost": list(fit.lost),
                   "notes": list(fit.remarks)}  # fmt: skip
-        if dep.ngram:
+        if dep.looks_up:
             doc |= {"spectune": dep.headline, "policy": policy}
         else:
             doc |= {
@@ -77,7 +77,7 @@ def _prompt_lookup(dep: Deployment, head: dict[str, Any], sampling: dict[str, An
     kwargs = {"prompt_lookup_num_tokens": dep.gamma, "max_matching_ngram_size": longest, **sampling}
     doc = {**head, "spectune": dep.headline, "speculation": dep.rec.method, "generate_kwargs": kwargs,
            "note": PROMPT_LOOKUP_NOTE}  # fmt: skip
-    if shortest > 1 and not dep.suffix:
+    if shortest > 1 and not dep.lookup_stands_in:
         doc["comments"] = [
             f"measured: {lookup.said()}; transformers has no shortest match (prompt lookup tries "
             f"max_matching_ngram_size = {longest} down to 1 token), so it also drafts after matches shorter than "

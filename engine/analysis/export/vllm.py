@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from engine.analysis.export.deployment import Deployment
@@ -21,7 +22,7 @@ from engine.analysis.export.files import Fit, JsonFile, with_notes
 from engine.analysis.export.formats import BUILT_IN_DRAFTS, ExportFormat
 from engine.analysis.export.refs import engine_ref, other_tokenizer, target_value
 from engine.analysis.export.versions import VLLM_OLDEST, VLLM_SCHEDULE_SINCE, VLLM_VERSION
-from engine.drafts.refs import SuffixParams
+from engine.drafts.refs import SuffixParams, parse_suffix_spec
 from engine.errors import SettingsError
 
 # MAJOR.MINOR.PATCH with an optional pre-release, post-release, dev or local part (0.32.0, 0.11.0rc1,
@@ -153,7 +154,7 @@ def suffix_config(p: SuffixParams, gamma: int) -> dict[str, Any]:
 
 def _suffix_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     """vLLM's suffix decoding with the measured parameters, and what a deployer must know about it."""
-    config = suffix_config(dep.suffix_params(), dep.gamma)
+    config = suffix_config(parse_suffix_spec(dep.rec.draft_name), dep.gamma)
     comments = [
         "suffix decoding needs Arctic Inference in vLLM's environment (pip install arctic-inference; vLLM imports "
         "arctic_inference.suffix_decoding); spectune measured with Arctic Inference 0.3.0's suffix tree",
@@ -178,15 +179,20 @@ def _ngram_config(dep: Deployment) -> tuple[dict[str, Any], list[str]]:
     return config, comments
 
 
+# the kinds of draft vLLM runs as themselves, beyond its n-gram lookup and draft models (kind method -> config)
+OWN_METHODS: dict[str, Callable[[Deployment], tuple[dict[str, Any], list[str]]]] = {"suffix": _suffix_config}
+
+
 def _speculative_config(dep: Deployment, version: str) -> tuple[dict[str, Any], list[str], list[str]]:
     """vLLM's speculative_config, the comments on it, and the note when a γ schedule had to become a fixed γ
     (a vLLM before VLLM_SCHEDULE_SINCE)."""
     comments: list[str] = []
     notes: list[str] = []
     config: dict[str, Any]
-    if dep.suffix:
-        config, comments = _suffix_config(dep)
-    elif dep.ngram:
+    own = OWN_METHODS.get(dep.rec.method)
+    if own is not None:
+        config, comments = own(dep)
+    elif dep.looks_up:
         config, comments = _ngram_config(dep)
     else:
         draft = engine_ref(dep.draft_ref(), "hf")

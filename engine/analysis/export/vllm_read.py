@@ -8,6 +8,7 @@ speculative_config (engine.engines.vllm.runner.speculative_config); the check se
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from engine.analysis.export.refs import HF_ORIGIN
 from engine.analysis.export.vllm import ENGINE_HEADER
 from engine.core.policy import BatchSchedule
-from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams
+from engine.drafts.refs import NGRAM_DEFAULT, SuffixParams, suffix_ref
 from engine.errors import SettingsError
 
 
@@ -100,34 +101,44 @@ def _schedule(ranges: Any, cap: int) -> dict[int, int] | None:
     return schedule
 
 
+def _ngram_ref(config: dict[str, Any]) -> str:
+    lo, hi = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+    if (lo, hi) == NGRAM_DEFAULT:
+        return "ngram"
+    return f"ngram:{_positive(lo, 'prompt_lookup_min')}-{_positive(hi, 'prompt_lookup_max')}"
+
+
+def _model_ref(config: dict[str, Any]) -> str:
+    model = config.get("model")
+    if not isinstance(model, str) or not model:
+        raise SettingsError("the export's draft_model method names no model")
+    bundled = next((alias for alias, origin in HF_ORIGIN.items() if origin == model), None)
+    return bundled or (str(Path(model)) if Path(model).exists() else model)
+
+
+def _suffix_ref(config: dict[str, Any]) -> str:
+    d = SuffixParams()
+    return suffix_ref(
+        SuffixParams(
+            int(config.get("suffix_decoding_max_tree_depth", d.max_tree_depth)),
+            float(config.get("suffix_decoding_max_spec_factor", d.max_spec_factor)),
+            float(config.get("suffix_decoding_min_token_prob", d.min_token_prob)),
+            int(config.get("suffix_decoding_max_cached_requests", d.max_cached_requests)),
+        )
+    )
+
+
+# vLLM's speculative_config methods spectune measures -> the draft reference a config of that method names
+DRAFT_REFS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "ngram": _ngram_ref,
+    "draft_model": _model_ref,
+    "suffix": _suffix_ref,
+}
+
+
 def _draft(config: dict[str, Any]) -> str:
     method = config.get("method")
-    if method == "ngram":
-        lo, hi = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
-        if (lo, hi) == NGRAM_DEFAULT:
-            return "ngram"
-        return f"ngram:{_positive(lo, 'prompt_lookup_min')}-{_positive(hi, 'prompt_lookup_max')}"
-    if method == "draft_model":
-        model = config.get("model")
-        if not isinstance(model, str) or not model:
-            raise SettingsError("the export's draft_model method names no model")
-        bundled = next((alias for alias, origin in HF_ORIGIN.items() if origin == model), None)
-        return bundled or (str(Path(model)) if Path(model).exists() else model)
-    if method == "suffix":
-        return _suffix(config)
-    raise SettingsError(f"the export's method {method!r} is not one spectune measures (ngram, draft_model, suffix)")
-
-
-def _suffix(config: dict[str, Any]) -> str:
-    d = SuffixParams()
-    p = SuffixParams(
-        int(config.get("suffix_decoding_max_tree_depth", d.max_tree_depth)),
-        float(config.get("suffix_decoding_max_spec_factor", d.max_spec_factor)),
-        float(config.get("suffix_decoding_min_token_prob", d.min_token_prob)),
-        int(config.get("suffix_decoding_max_cached_requests", d.max_cached_requests)),
-    )
-    return (
-        "suffix"
-        if p == d
-        else f"suffix:{p.max_tree_depth}:{p.max_spec_factor:g}:{p.min_token_prob:g}:{p.max_cached_requests}"
-    )
+    read = DRAFT_REFS.get(method) if isinstance(method, str) else None
+    if read is None:
+        raise SettingsError(f"the export's method {method!r} is not one spectune measures ({', '.join(DRAFT_REFS)})")
+    return read(config)
