@@ -143,8 +143,7 @@ def endpoint_options(session: Mapping[str, Any]) -> dict[str, Any]:
 
 def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Every (endpoint, concurrency) level: the summary's entries once finished, else computed from requests."""
-    report = StoredSession.of(session).endpoint_report
-    entries = [level for e in report.get("endpoints") or [] for level in e.get("levels") or []]
+    entries = [dict(level) for e in StoredSession.of(session).measured_endpoints for level in e.levels]
     if entries:
         return entries
     options = endpoint_options(session)
@@ -166,9 +165,9 @@ def level_entries(session: Mapping[str, Any], requests: Sequence[Mapping[str, An
 
 
 def comparison(session: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    report = StoredSession.of(session).endpoint_report
-    if report.get("comparison"):
-        return report["comparison"]
+    stored = StoredSession.of(session).endpoint_comparison
+    if stored is not None:
+        return dict(stored)
     spec = [e for e in entries if e["endpoint"] == "speculative"]
     base = [e for e in entries if e["endpoint"] == "baseline"]
     return compare(spec, base) if spec and base else None
@@ -246,20 +245,18 @@ def requests_frame(requests: Sequence[Mapping[str, Any]], limit: int = 500) -> p
 
 
 def warnings_of(session: Mapping[str, Any]) -> list[str]:
-    report = StoredSession.of(session).endpoint_report
-    return [f"{e['label']}: {w}" for e in report.get("endpoints") or [] for w in e.get("warnings") or []]
+    return [f"{e.label}: {w}" for e in StoredSession.of(session).measured_endpoints for w in e.warnings]
 
 
 def servers_of(session: Mapping[str, Any]) -> list[dict[str, Any]]:
-    report = StoredSession.of(session).endpoint_report
     return [
         {
-            "endpoint": e["label"],
-            "url": e["url"],
-            "model": e.get("model"),
-            "engine": e.get("engine"),
-            "version": e.get("server_version"),
-            "API": e.get("api"),
+            "endpoint": e.label,
+            "url": e.url,
+            "model": e.model,
+            "engine": e.engine,
+            "version": e.server_version,
+            "API": e.api,
         }
-        for e in report.get("endpoints") or []
+        for e in StoredSession.of(session).measured_endpoints
     ]

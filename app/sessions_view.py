@@ -18,7 +18,6 @@ from engine.service.api import (
     floor_note,
     loop_note,
     overhead_note,
-    registry,
     run_spread,
     run_verdict,
     spread_text,
@@ -70,18 +69,16 @@ VERDICTS = ["identical", "numerical near-tie", "bug", "not applicable (sampled)"
 def facts(session: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) pairs for the line under a session's title; missing values are "—"."""
     temps = ", ".join(f"{float(t):g}" for t in session.get("temperatures") or [])
-    engine = StoredSession.of(session).engine
-    fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
-    weights = fixed or str(session.get("dtype") or "—")
+    stored = StoredSession.of(session)
     return [
-        ("engine", engine),
+        ("engine", stored.engine),
         ("Target", str(session.get("target") or "—")),
         ("drafts", ", ".join(map(str, session.get("drafts") or [])) or "—"),
         ("γ", ", ".join(map(str, session.get("gammas") or [])) or "—"),
-        *([("policies", ", ".join(policies))] if (policies := StoredSession.of(session).policies) else []),
+        *([("policies", ", ".join(stored.policies))] if stored.policies else []),
         ("T", temps or "—"),
         ("max new tokens", _or_dash(session.get("max_new_tokens"))),
-        ("weights" if fixed else "dtype", weights),
+        stored.weights,
         ("prompts", f"{_or_dash(session.get('n_prompts'))} (set #{_or_dash(session.get('prompt_set_id'))})"),
         *budget_facts(session),
     ]

@@ -77,7 +77,6 @@ from app.run_view.live import (
     speed_check,
     speed_delta,
     waiting_text,
-    whole_run_speedup,
 )
 from app.run_view.progress import (
     LONG_PHASE_POLL_S,
@@ -106,5 +105,5 @@ __all__ = [
     "probe_progress_text", "progress_bar", "prompt_count_limits", "quantisation", "quick_lines", "restore_form",
     "run_caption", "run_numbers", "sample_option", "save_form", "session_spec", "session_to_watch",
     "skip_gc_after_each_run", "speed_check", "speed_delta", "sweeps_regime", "target_note", "unchosen_gamma_lines",
-    "waiting_text", "whole_run_speedup",
+    "waiting_text",
 ]  # fmt: skip

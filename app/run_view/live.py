@@ -48,14 +48,6 @@ def speed_delta(tps: float | None, base_tps: float | None, flag: str | None = No
     return f"{tps / base_tps - 1:+.0%} vs baseline ({tps / base_tps:.2f}×{basis})"  # basis: short, the tile is narrow
 
 
-def whole_run_speedup(run: Mapping[str, Any]) -> float | None:
-    """A finished run's stored speedup over the whole run (tokens/s over every prompt ÷ the baseline's over the
-    same prompts; a live policy's under policy_live): the figure the one model predicts and the quick session
-    confirms, so a finished run's Tokens/s delta shows that one rather than a third ratio of its own."""
-    summary = run.get("summary") or {}
-    return summary.get("speedup_whole_run") or (summary.get("policy_live") or {}).get("speedup_whole_run")
-
-
 @dataclass(frozen=True)
 class SpeedCheck:
     """The Tokens/s metric's delta against the baseline, and the bound it breaks (then shown grey, no arrow)."""
@@ -76,7 +68,7 @@ def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[st
     """The live (or final) tokens/s ratio against the baseline, checked against the one bound a measured speedup
     has (engine.session.summarise.speedup_flag: tokens per call ÷ (v_min + the draft's share)); a finished run's own
     stored verdict (the flag its summary was stored with) counts too."""
-    from engine.service.api import speedup_flag, stored_speedup_flag
+    from engine.service.api import speedup_flag, stored_speedup_flag, whole_run_speedup
 
     tps, base_tps = now.get("tokens_per_s"), base.get("tokens_per_s")
     if run.get("kind") == "baseline" or not tps or not base_tps:

@@ -57,11 +57,16 @@ def sweep_cli_choices() -> tuple[str, ...]:
     return tuple(entry.cli for entry in _ENTRIES.values() if not entry.deployment)
 
 
+def find(name: str) -> EngineEntry | None:
+    """The entry for a stored name or a CLI spelling; None for a name no engine registers (a row from elsewhere)."""
+    return next((entry for entry in _ENTRIES.values() if name in (entry.name, entry.cli)), None)
+
+
 def get(name: str) -> EngineEntry:
     """The entry for a stored name or a CLI spelling; SettingsError naming the choices otherwise."""
-    for entry in _ENTRIES.values():
-        if name in (entry.name, entry.cli):
-            return entry
+    entry = find(name)
+    if entry is not None:
+        return entry
     raise SettingsError(f"engine '{name}': choose one of {', '.join(names())}")
 
 

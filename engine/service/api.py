@@ -90,7 +90,7 @@ from engine.service.worker.control import ensure_worker, worker_alive
 from engine.session.estimates import batch_sweep_eta_s, verify_cost_eta_s
 from engine.session.sampling import session_prompts
 from engine.session.spec import SessionSpec
-from engine.session.summarise import BestSpeedup, best_speedup, speedup_flag, stored_speedup_flag
+from engine.session.summarise import BestSpeedup, best_speedup, speedup_flag, stored_speedup_flag, whole_run_speedup
 from engine.watch.verdict import VERDICTS as WATCH_VERDICTS
 from engine.watch.window import STATES as WATCH_STATES
 
@@ -115,5 +115,5 @@ __all__ = [
     "run_verdict", "save_result", "session_error", "session_prompts", "size_to_budget", "sized_for",
     "speedup_flag", "spread_text", "stops_paying", "stored_noisy", "stored_speedup_flag", "submit_endpoint_session",
     "submit_session", "summarise", "surface_cells", "surfaces", "token_strings", "tokens_per_call",
-    "verify_cost_eta_s", "walltime_improvement", "watch_action_file", "worker_alive",
+    "verify_cost_eta_s", "walltime_improvement", "watch_action_file", "whole_run_speedup", "worker_alive",
 ]  # fmt: skip

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.engines import registry
 from engine.session.spec import session_engine, stored_engine_options
 
 
@@ -20,6 +21,34 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _mappings(value: Any) -> list[Mapping[str, Any]]:
     return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list | tuple) else []
+
+
+@dataclass(frozen=True)
+class MeasuredEndpoint:
+    """One endpoint an endpoint session measured, as its report keeps it."""
+
+    label: str
+    url: str
+    model: str | None = None
+    api: str | None = None
+    engine: str | None = None  # the serving engine it detected, where it could tell
+    server_version: str | None = None
+    warnings: tuple[str, ...] = ()
+    levels: tuple[Mapping[str, Any], ...] = ()  # one entry per concurrency level (engine.engines.endpoint.report)
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> MeasuredEndpoint:
+        """The record of one entry of a report's `endpoints`."""
+        return cls(
+            str(entry.get("label") or ""),
+            str(entry.get("url") or ""),
+            entry.get("model"),
+            entry.get("api"),
+            entry.get("engine"),
+            entry.get("server_version"),
+            tuple(str(w) for w in entry.get("warnings") or ()),
+            tuple(_mappings(entry.get("levels"))),
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,18 @@ class StoredSession:
         return int(self.options.get("serving_batch") or 1)
 
     @property
+    def fixed_weights(self) -> str | None:
+        """The weights its engine always runs, whatever the dtype asked (a GGUF's quantisation), or None."""
+        entry = registry.find(self.engine)
+        return entry.fixed_weights if entry is not None else None
+
+    @property
+    def weights(self) -> tuple[str, str]:
+        """(what the weights are called, what they were): its engine's fixed weights, else its dtype ("—" unset)."""
+        fixed = self.fixed_weights
+        return ("weights", fixed) if fixed else ("dtype", str(self.row.get("dtype") or "—"))
+
+    @property
     def engine_options(self) -> dict[str, Any]:
         """Its engine's own options as submitted, plain ({} where it has none; an endpoint's URLs and caps)."""
         return dict(stored_engine_options(self.engine, self.options))
@@ -61,6 +102,17 @@ class StoredSession:
     def endpoint_report(self) -> Mapping[str, Any]:
         """An endpoint session's measured report ({} before it ran, or for another engine)."""
         return _mapping(self.summary.get("endpoint"))
+
+    @property
+    def measured_endpoints(self) -> list[MeasuredEndpoint]:
+        """The endpoints its report measured, in the order measured ([] before it ran, or for another engine)."""
+        return [MeasuredEndpoint.of(entry) for entry in _mappings(self.endpoint_report.get("endpoints"))]
+
+    @property
+    def endpoint_comparison(self) -> Mapping[str, Any] | None:
+        """Its report's speculative-against-baseline comparison, where both were measured."""
+        comparison = self.endpoint_report.get("comparison")
+        return comparison if isinstance(comparison, Mapping) and comparison else None
 
     @property
     def hardware(self) -> Mapping[str, Any]:

@@ -101,9 +101,9 @@ def _format(store: Any, session_id: int, engine_seen: str | None) -> str:
             continue
         if engine in format_names():
             return engine
-        own = registry.get(engine).export_format if engine in registry.names() else None
-        if own is not None:
-            return own
+        entry = registry.find(engine)
+        if entry is not None and entry.export_format is not None:
+            return entry.export_format
     raise SettingsError(
         f"session {session_id} was measured in an engine with no deployable file of its own, and the "
         "window does not say which engine served it"

@@ -251,13 +251,23 @@ def run_speedup(run: Mapping[str, Any]) -> float | None:
     stored, else the median of its per-prompt ratios (a run stored before the whole-run figure existed); a live
     policy's under policy_live. `run`: a runs row (its summary JSON under "summary") or a run of a session
     summary (its fields at the top)."""
+    whole = whole_run_speedup(run)
+    if whole is not None:
+        return whole
+    live = (run.get("summary") or {}).get("policy_live") or run.get("policy_live") or {}
+    median = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get("speedup_measured")
+    return None if median is None else float(median)
+
+
+def whole_run_speedup(run: Mapping[str, Any]) -> float | None:
+    """A stored run's speedup over the whole run (run_speedup's first choice), or None where none was stored.
+    `run`: either shape run_speedup reads."""
     summary = run.get("summary") or {}
     live = summary.get("policy_live") or run.get("policy_live") or {}
     for where in (summary, run, live):
         if where.get("speedup_whole_run"):
             return float(where["speedup_whole_run"])
-    median = run.get("speedup_measured") if run.get("speedup_measured") is not None else live.get("speedup_measured")
-    return None if median is None else float(median)
+    return None
 
 
 def stored_speedup_flag(run: Mapping[str, Any]) -> str | None:

@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.engines import registry
 from engine.errors import SettingsError, SpectuneError
 from engine.service.decide.evidence import measured_temperatures
 from engine.service.decide.policies import PolicyReport
@@ -27,8 +26,8 @@ from engine.service.report.runs import RunFigures, run_figures
 from engine.service.report.session_status import ending_note
 from engine.service.report.svg import Bar, Series, bar_chart, line_chart
 from engine.service.sizing.budget import budget_facts
+from engine.service.stored_session import StoredSession
 from engine.session.sampling import session_prompts
-from engine.session.spec import session_engine
 
 PROMPT_PREVIEW = 600  # characters of each prompt shown
 
@@ -152,8 +151,8 @@ def recommendation_section(
 def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """The session's settings, as the Sessions page lists them, and the rest of its spec."""
     options = session.get("options") or {}
-    engine = session_engine(session)
-    fixed = registry.get(engine).fixed_weights if engine in registry.names() else None
+    stored = StoredSession.of(session)
+    engine = stored.engine
     joined = lambda xs: ", ".join(map(str, xs or [])) or "—"  # noqa: E731
     return [
         ("status", session.get("status")), ("engine", engine), ("target", session.get("target")),
@@ -162,7 +161,7 @@ def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ("temperatures", ", ".join(f"{float(t):g}" for t in session.get("temperatures") or []) or "—"),
         ("top-k / top-p", f"{session.get('top_k')} / {session.get('top_p')}"), ("seed", session.get("seed")),
         ("max new tokens", session.get("max_new_tokens")),
-        ("weights" if fixed else "dtype", fixed or session.get("dtype")), ("device", session.get("device")),
+        stored.weights, ("device", session.get("device")),
         ("prompts", f"{session.get('n_prompts') or '—'} (set #{session.get('prompt_set_id') or '—'})"),
         ("created / finished", f"{minute(session.get('created_at'))} / {minute(session.get('finished_at'))}"),
         *budget_facts(session),
