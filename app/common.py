@@ -170,12 +170,22 @@ def store_banner() -> None:
     except Exception:  # noqa: BLE001 - the banner never stops a page
         return
     for session_id, cause in stalled:
-        st.warning(md_escape(f"Session {session_id} is stalled: {cause}. Its end is written as soon as the disk "
-                             "has room; free some space."), icon=ICONS["warning"])  # fmt: skip
+        st.warning(
+            md_escape(
+                f"Session {session_id} is stalled: {cause}. Its end is written as soon as the disk "
+                "has room; free some space."
+            ),
+            icon=ICONS["warning"],
+        )
     if why is not None:
-        st.error(md_escape(f"The {why}: these pages show what the old file held, and nothing new can be stored. "
-                           "Put a backup in place with python -m engine restore FILE (no worker running), then "
-                           "reload."), icon=ICONS["warning"])  # fmt: skip
+        st.error(
+            md_escape(
+                f"The {why}: these pages show what the old file held, and nothing new can be stored. "
+                "Put a backup in place with python -m engine restore FILE (no worker running), then "
+                "reload."
+            ),
+            icon=ICONS["warning"],
+        )
     if notice:
         st.error(md_escape(f"The {notice[0].lower()}{notice[1:]}"), icon=ICONS["warning"])
 

@@ -73,17 +73,36 @@ CHARTS = [  # (level fields → series labels, y axis, title), drawn two per row
 
 
 def endpoint_settings(
-    url: str, model: str, api_key_env: str, kind: str, api: str, baseline_url: str, levels: str,
-    max_requests: int, max_duration_s: float, request_timeout_s: float, ignore_eos: bool, ttft_slo_s: float,
+    url: str,
+    model: str,
+    api_key_env: str,
+    kind: str,
+    api: str,
+    baseline_url: str,
+    levels: str,
+    max_requests: int,
+    max_duration_s: float,
+    request_timeout_s: float,
+    ignore_eos: bool,
+    ttft_slo_s: float,
     tpot_slo_s: float,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The form's values as the session's endpoint options (validated later by the engine, one clear line)."""
     return {
-        "url": url.strip(), "model": model.strip(), "api_key_env": api_key_env.strip(), "kind": kind, "api": api,
-        "baseline_url": baseline_url.strip(), "concurrency": parse_levels(levels), "max_requests": int(max_requests),
-        "max_duration_s": float(max_duration_s), "request_timeout_s": float(request_timeout_s),
-        "ignore_eos": bool(ignore_eos), "ttft_slo_s": float(ttft_slo_s), "tpot_slo_s": float(tpot_slo_s),
-    }  # fmt: skip
+        "url": url.strip(),
+        "model": model.strip(),
+        "api_key_env": api_key_env.strip(),
+        "kind": kind,
+        "api": api,
+        "baseline_url": baseline_url.strip(),
+        "concurrency": parse_levels(levels),
+        "max_requests": int(max_requests),
+        "max_duration_s": float(max_duration_s),
+        "request_timeout_s": float(request_timeout_s),
+        "ignore_eos": bool(ignore_eos),
+        "ttft_slo_s": float(ttft_slo_s),
+        "tpot_slo_s": float(tpot_slo_s),
+    }
 
 
 def submit(
@@ -119,10 +138,16 @@ def check_facts(found: EndpointCheck) -> list[tuple[str, str]]:
         ("Engine", KIND_LABELS.get(found.engine, found.engine or "—")),
         ("Version", found.version or "not reported"),
         ("Model", found.model or "none listed at /v1/models"),
-        ("Speculation counters", "exposed on /metrics" if counters else
-         "not exposed on /metrics (yet)" if counters is False else f"unknown: {found.metrics}"),
+        (
+            "Speculation counters",
+            "exposed on /metrics"
+            if counters
+            else "not exposed on /metrics (yet)"
+            if counters is False
+            else f"unknown: {found.metrics}",
+        ),
         ("Detected from", "the engine you chose" if found.detected_from == "given" else found.detected_from or "—"),
-    ]  # fmt: skip
+    ]
 
 
 def is_endpoint_session(session: Mapping[str, Any]) -> bool:
@@ -216,8 +241,14 @@ def speedup_long(comp: Mapping[str, Any] | None) -> pd.DataFrame:
             {"concurrency": p["concurrency"], "series": "measured speedup", "value": p["speedup"], "kind": "measured"}
         )
         if p.get("predicted_speedup") is not None:
-            rows.append({"concurrency": p["concurrency"], "series": "predicted (memory-bound theory)",
-                         "value": p["predicted_speedup"], "kind": "predicted"})  # fmt: skip
+            rows.append(
+                {
+                    "concurrency": p["concurrency"],
+                    "series": "predicted (memory-bound theory)",
+                    "value": p["predicted_speedup"],
+                    "kind": "predicted",
+                }
+            )
     return pd.DataFrame(rows, columns=["concurrency", "series", "value", "kind"])
 
 

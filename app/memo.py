@@ -40,22 +40,48 @@ def finished_key(store: Any, session_ids: Sequence[int]) -> tuple[Any, ...] | No
 
 def _recommend(key: tuple[Any, ...] | None, args: tuple[Any, ...], _store: Any) -> Recommended:
     ids, objective, budget, batch, price, override, engine, temperature, vllm_version = args
-    return recommend_and_export(_store, list(ids), objective, budget, batch, price, override, engine,
-                                temperature=temperature, vllm_version=vllm_version)  # fmt: skip
+    return recommend_and_export(
+        _store,
+        list(ids),
+        objective,
+        budget,
+        batch,
+        price,
+        override,
+        engine,
+        temperature=temperature,
+        vllm_version=vllm_version,
+    )
 
 
 _kept_recommendation = st.cache_resource(show_spinner=False, max_entries=MAX_ANSWERS)(_recommend)
 
 
 def recommended(
-    store: Any, session_ids: Sequence[int], objective: str, budget: float | None, batch_size: int,
-    price_per_hour: float | None, regime_override: str | None, engine: str | None, temperature: float | None,
+    store: Any,
+    session_ids: Sequence[int],
+    objective: str,
+    budget: float | None,
+    batch_size: int,
+    price_per_hour: float | None,
+    regime_override: str | None,
+    engine: str | None,
+    temperature: float | None,
     vllm_version: str | None,
-) -> Recommended:  # fmt: skip
+) -> Recommended:
     """engine.service.decide.recommendations.recommend_and_export (every format, not saved), kept while the sessions
     stay finished."""
-    args = (tuple(int(i) for i in session_ids), objective, budget, int(batch_size), price_per_hour, regime_override,
-            engine, temperature, vllm_version)  # fmt: skip
+    args = (
+        tuple(int(i) for i in session_ids),
+        objective,
+        budget,
+        int(batch_size),
+        price_per_hour,
+        regime_override,
+        engine,
+        temperature,
+        vllm_version,
+    )
     key = finished_key(store, session_ids)
     return _recommend(key, args, store) if key is None else _kept_recommendation(key, args, store)
 
@@ -70,14 +96,26 @@ _kept_policies = st.cache_resource(show_spinner=False, max_entries=MAX_ANSWERS)(
 
 
 def policies(
-    store: Any, session_ids: Sequence[int], objective: str = "latency", budget: float | None = None,
-    batch_size: int = 1, regime_override: str | None = None, engine: str | None = None,
+    store: Any,
+    session_ids: Sequence[int],
+    objective: str = "latency",
+    budget: float | None = None,
+    batch_size: int = 1,
+    regime_override: str | None = None,
+    engine: str | None = None,
     temperature: float | None = None,
-) -> PolicyReport:  # fmt: skip
+) -> PolicyReport:
     """The policy report the stored decision for these inputs was made from (engine.service.decide.decisions.decided),
     kept while the sessions stay finished."""
-    args = (tuple(int(i) for i in session_ids), objective, budget, int(batch_size), regime_override, engine,
-            temperature)  # fmt: skip
+    args = (
+        tuple(int(i) for i in session_ids),
+        objective,
+        budget,
+        int(batch_size),
+        regime_override,
+        engine,
+        temperature,
+    )
     key = finished_key(store, session_ids)
     return _replay(key, args, store) if key is None else _kept_policies(key, args, store)
 

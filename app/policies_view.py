@@ -97,8 +97,15 @@ def chart_frame(d: DraftPolicies, kind: str) -> pd.DataFrame:
             {"x": x, "series": series, "policy": r["policy"], "source": "replayed", **{m: r[m] for m in METRICS}}
         )
         if r["live"]:
-            records.append({"x": x, "series": series, "policy": r["policy"], "source": "live",
-                            **{m: r.get(LIVE_METRICS.get(m, ""), None) for m in METRICS}})  # fmt: skip
+            records.append(
+                {
+                    "x": x,
+                    "series": series,
+                    "policy": r["policy"],
+                    "source": "live",
+                    **{m: r.get(LIVE_METRICS.get(m, ""), None) for m in METRICS},
+                }
+            )
     return pd.DataFrame.from_records(records, columns=["x", "series", "policy", "source", *METRICS])
 
 
@@ -151,12 +158,18 @@ def best_metrics(report: PolicyReport) -> list[tuple[str, str, str]]:
         return []
     return [
         ("Best policy", best.policy, best.setting),
-        ("Tokens per call", f"{best.tokens_per_call:.2f}", f"{_basis_of(report, best.policy)} (best fixed: "
-         f"{fixed.tokens_per_call:.2f})"),
-        ("Predicted speedup", f"{best.predicted_speedup:.2f}×", f"best fixed {fixed.policy}: "
-         f"{fixed.predicted_speedup:.2f}×"),
+        (
+            "Tokens per call",
+            f"{best.tokens_per_call:.2f}",
+            f"{_basis_of(report, best.policy)} (best fixed: {fixed.tokens_per_call:.2f})",
+        ),
+        (
+            "Predicted speedup",
+            f"{best.predicted_speedup:.2f}×",
+            f"best fixed {fixed.policy}: {fixed.predicted_speedup:.2f}×",
+        ),
         ("Gain over fixed γ", f"{report.chosen.comparison.gain * 100:+.1f}%", f"objective: {report.objective}"),
-    ]  # fmt: skip
+    ]
 
 
 def _basis_of(report: PolicyReport, policy: str) -> str:

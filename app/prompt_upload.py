@@ -105,10 +105,15 @@ def lengths_frame(parsed: Parsed) -> pd.DataFrame:
 def sets_frame(sets: list[dict[str, Any]]) -> pd.DataFrame:
     """The stored prompt sets, newest first as the store lists them."""
     rows = [
-        {"id": s["id"], "name": s["name"], "file": s.get("source_filename") or "", "prompts": s.get("n_prompts") or 0,
-         "created": s.get("created_at")}
+        {
+            "id": s["id"],
+            "name": s["name"],
+            "file": s.get("source_filename") or "",
+            "prompts": s.get("n_prompts") or 0,
+            "created": s.get("created_at"),
+        }
         for s in sets
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=["id", "name", "file", "prompts", "created"])
 
 

@@ -45,8 +45,14 @@ def alpha_gamma_table(c: float = 0.0, c_hat: float = 0.0) -> pd.DataFrame:
     rows = []
     for alpha, gamma in ALPHA_GAMMA_ROWS:
         p = point(alpha, gamma, c, c_hat)
-        rows.append({"α": alpha, "γ": gamma, "Latency": f"{p['speedup']:.2f}× faster",
-                     "Arithmetic": f"{p['ops multiplier']:.2f}× more"})  # fmt: skip
+        rows.append(
+            {
+                "α": alpha,
+                "γ": gamma,
+                "Latency": f"{p['speedup']:.2f}× faster",
+                "Arithmetic": f"{p['ops multiplier']:.2f}× more",
+            }
+        )
     return pd.DataFrame(rows)
 
 

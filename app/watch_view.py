@@ -76,8 +76,13 @@ def timeline(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     records = []
     for row in rows:
         figures = row.get("figures") or {}
-        records.append({"ended": pd.to_datetime(row["ended_at"]), "verdict": str(row.get("verdict") or ""),
-                        **{name: _number(figures.get(name)) for name in TIMELINE_FIELDS}})  # fmt: skip
+        records.append(
+            {
+                "ended": pd.to_datetime(row["ended_at"]),
+                "verdict": str(row.get("verdict") or ""),
+                **{name: _number(figures.get(name)) for name in TIMELINE_FIELDS},
+            }
+        )
     columns = ["ended", "verdict", *TIMELINE_FIELDS]
     return pd.DataFrame.from_records(records, columns=columns)
 
@@ -87,16 +92,22 @@ def windows_table(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     out = []
     for row in reversed(rows):
         f = row.get("figures") or {}
-        out.append({
-            "ended": pd.to_datetime(row["ended_at"]).strftime("%Y-%m-%d %H:%M:%S"),
-            "verdict": row.get("verdict"), "predicted": _rounded(f.get("predicted_speedup"), 2, "×"),
-            "mean acceptance length": _rounded(f.get("mean_acceptance_length"), 2),
-            "draft acceptance rate": _rounded(f.get("draft_acceptance_rate"), 2), "α": _rounded(f.get("alpha"), 2),
-            "requests running": _rounded(f.get("requests_running"), 1),
-            "requests waiting": _rounded(f.get("requests_waiting"), 1),
-            "time per output token": _milliseconds(f.get("time_per_output_token_s")), "batch": _whole(f.get("batch")),
-            "regime": f.get("regime") or "", "why": f.get("why") or f.get("message") or "",
-        })  # fmt: skip
+        out.append(
+            {
+                "ended": pd.to_datetime(row["ended_at"]).strftime("%Y-%m-%d %H:%M:%S"),
+                "verdict": row.get("verdict"),
+                "predicted": _rounded(f.get("predicted_speedup"), 2, "×"),
+                "mean acceptance length": _rounded(f.get("mean_acceptance_length"), 2),
+                "draft acceptance rate": _rounded(f.get("draft_acceptance_rate"), 2),
+                "α": _rounded(f.get("alpha"), 2),
+                "requests running": _rounded(f.get("requests_running"), 1),
+                "requests waiting": _rounded(f.get("requests_waiting"), 1),
+                "time per output token": _milliseconds(f.get("time_per_output_token_s")),
+                "batch": _whole(f.get("batch")),
+                "regime": f.get("regime") or "",
+                "why": f.get("why") or f.get("message") or "",
+            }
+        )
     return pd.DataFrame(out)
 
 

@@ -107,8 +107,14 @@ def engine_picker(store: Any, sessions: Sequence[Mapping[str, Any]], help_text: 
     ids = [int(s["id"]) for s in sessions]
     engine = choose_engine(store, ids, None)
     if len({StoredSession.of(s).engine for s in sessions}) > 1:
-        engine = st.radio("Recommend from the measurements of", RECOMMEND_ENGINES, horizontal=True,
-                          key="rec_engine", index=RECOMMEND_ENGINES.index(engine), help=help_text)  # fmt: skip
+        engine = st.radio(
+            "Recommend from the measurements of",
+            RECOMMEND_ENGINES,
+            horizontal=True,
+            key="rec_engine",
+            index=RECOMMEND_ENGINES.index(engine),
+            help=help_text,
+        )
         with st.expander("Engines side by side: α should agree; c and speed belong to the engine", expanded=True):
             table(pd.DataFrame(engine_comparison(store, ids)), numbers=numbers)
     return engine
@@ -119,6 +125,11 @@ def temperature_picker(store: Any, session_ids: list[int], where: Any, key: str)
     temps = measured_temperatures(store, session_ids)
     if len(temps) <= 1:
         return None
-    return where.selectbox("Deployment temperature", temps, format_func=lambda t: f"T = {t:g}", key=key,
-                           help="The sessions measured several temperatures; acceptance, and so the answer, "
-                           "differs between them: choose the one you deploy at.")  # fmt: skip
+    return where.selectbox(
+        "Deployment temperature",
+        temps,
+        format_func=lambda t: f"T = {t:g}",
+        key=key,
+        help="The sessions measured several temperatures; acceptance, and so the answer, "
+        "differs between them: choose the one you deploy at.",
+    )

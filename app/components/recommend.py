@@ -98,6 +98,12 @@ def recommendation_history(store: Any) -> None:
         st.caption("No files were saved with this recommendation.")
     for col, item in zip(st.columns(len(exports or []) or 1), exports or [], strict=False):
         label = rv.history_download_label(format_label(item["format"]), by_rec[chosen])
-        col.download_button(label, data=item["content"] or "", file_name=item["filename"] or "export.txt",
-                            key=f"rec_hist_dl_{item['id']}", on_click="ignore", width="stretch",
-                            help=item["filename"])  # fmt: skip
+        col.download_button(
+            label,
+            data=item["content"] or "",
+            file_name=item["filename"] or "export.txt",
+            key=f"rec_hist_dl_{item['id']}",
+            on_click="ignore",
+            width="stretch",
+            help=item["filename"],
+        )

@@ -38,8 +38,14 @@ def estimate(store: Any, probe: bool) -> list[str] | None:
         where.caption(md_escape(run_view.probe_progress_text(progress)))
 
     with st.spinner("Timing the target alone…" if probe else "Estimating…"):
-        lines = common.attempt(run_view.estimate_lines, store, st.session_state, probe, probing if probe else None,
-                               action="estimate the session")  # fmt: skip
+        lines = common.attempt(
+            run_view.estimate_lines,
+            store,
+            st.session_state,
+            probe,
+            probing if probe else None,
+            action="estimate the session",
+        )
     where.empty()
     if lines:
         st.info(md_escape(" ".join(lines)))

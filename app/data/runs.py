@@ -209,7 +209,14 @@ def noisy_verdict(verdict: str | None, noisy: bool | None) -> str:
 def surface_frame(cells: Sequence[SurfaceCell]) -> pd.DataFrame:
     """engine.service.decide.surface's cells in long form for app.charts.concurrency_surface: configuration, γ,
     concurrency, speedup, verdict (an impossible speedup named so, a noisy one marked)."""
-    rows = [{"configuration": c.configuration, "γ": c.gamma, "concurrency": c.concurrency, "speedup": c.speedup,
-             "verdict": "impossible (a measurement error)" if c.flag else noisy_verdict(c.verdict, c.noisy)}
-            for c in cells]  # fmt: skip
+    rows = [
+        {
+            "configuration": c.configuration,
+            "γ": c.gamma,
+            "concurrency": c.concurrency,
+            "speedup": c.speedup,
+            "verdict": "impossible (a measurement error)" if c.flag else noisy_verdict(c.verdict, c.noisy),
+        }
+        for c in cells
+    ]
     return pd.DataFrame(rows, columns=["configuration", "γ", "concurrency", "speedup", "verdict"])

@@ -38,6 +38,12 @@ def utilisation_long(samples: Sequence[Mapping[str, Any]], percent_only: bool = 
         for name, value in (s.get("metrics") or {}).items():
             if percent_only and not str(name).endswith("_pct"):
                 continue
-            rows.append({"seconds": float(s["t"]) - t0, "metric": utilisation_label(str(name)), "value": float(value),
-                         "source": s.get("source")})  # fmt: skip
+            rows.append(
+                {
+                    "seconds": float(s["t"]) - t0,
+                    "metric": utilisation_label(str(name)),
+                    "value": float(value),
+                    "source": s.get("source"),
+                }
+            )
     return pd.DataFrame(rows, columns=["seconds", "metric", "value", "source"])

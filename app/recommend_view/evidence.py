@@ -287,10 +287,15 @@ def curve_view(rec: Recommendation, cands: Sequence[DraftMeasurement], index: in
                 "grows faster than the speed."
             )
     return {
-        "curve": curve, "highlight": highlight, "cross": cross, "table": table, "headline": headline,
-        "warning": warning, "recommended": index == winner and highlight is not None,
+        "curve": curve,
+        "highlight": highlight,
+        "cross": cross,
+        "table": table,
+        "headline": headline,
+        "warning": warning,
+        "recommended": index == winner and highlight is not None,
         "reference": reference_line(curve, m, highlight),
-    }  # fmt: skip
+    }
 
 
 def reference_line(curve: Sequence[GammaPoint], m: DraftMeasurement, gamma: int | None) -> str:

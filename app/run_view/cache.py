@@ -185,10 +185,18 @@ class LiveCache:
             None,
         )
         return LiveFrame(
-            session=self.session, runs=self.runs, current=current, baseline=baseline, now=numbers(current),
-            base=numbers(baseline), positions_spec=self.positions_spec, util_spec=self.util_spec, latest=latest,
-            other_cpu_pct=other, charts_rebuilt=rebuilt,
-        )  # fmt: skip
+            session=self.session,
+            runs=self.runs,
+            current=current,
+            baseline=baseline,
+            now=numbers(current),
+            base=numbers(baseline),
+            positions_spec=self.positions_spec,
+            util_spec=self.util_spec,
+            latest=latest,
+            other_cpu_pct=other,
+            charts_rebuilt=rebuilt,
+        )
 
 
 def live_positions(store: Any, run: Mapping[str, Any], counts: Mapping[tuple[int, int], int]) -> Any:

@@ -76,8 +76,14 @@ def speed_check(run: Mapping[str, Any], now: Mapping[str, Any], base: Mapping[st
     whole = whole_run_speedup(run) if final else None
     ratio, basis = (whole, " whole run") if whole else (tps / base_tps, "")
     flag = stored_speedup_flag(run) if final else None
-    flag = flag or speedup_flag(ratio, data.most_drafted(run), now.get("tokens_per_call"),
-                                float(run.get("c") or 0.0), None, run.get("verify_cost"))  # fmt: skip
+    flag = flag or speedup_flag(
+        ratio,
+        data.most_drafted(run),
+        now.get("tokens_per_call"),
+        float(run.get("c") or 0.0),
+        None,
+        run.get("verify_cost"),
+    )
     return SpeedCheck(speed_delta(ratio, 1.0, flag, basis), flag)
 
 

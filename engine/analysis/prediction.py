@@ -172,14 +172,29 @@ def finish(
     speedup = tally.tokens / tally.time if tally.time > 0 else 0.0
     ops = tally.ops / tally.tokens if tally.tokens else math.inf
     pred = Prediction(
-        policy=policy.spec(), kind=policy.kind, setting=describe(policy), temperature=float(temperature),
-        tokens=tally.tokens, steps=tally.steps, draft_calls=tally.forwards, drafted=tally.drafted,
-        tokens_per_call=tally.tokens / steps, draft_calls_per_step=tally.forwards / steps,
-        drafted_per_step=tally.drafted / steps, predicted_speedup=speedup, ops_multiplier=ops,
-        cost_multiplier=math.inf, exact=exact, calls_exact=calls_exact, most_drafted=int(policy.max_draft()),
-        c=cost.c, confidence=confidence, basis_name=basis, notes=list(notes),
+        policy=policy.spec(),
+        kind=policy.kind,
+        setting=describe(policy),
+        temperature=float(temperature),
+        tokens=tally.tokens,
+        steps=tally.steps,
+        draft_calls=tally.forwards,
+        drafted=tally.drafted,
+        tokens_per_call=tally.tokens / steps,
+        draft_calls_per_step=tally.forwards / steps,
+        drafted_per_step=tally.drafted / steps,
+        predicted_speedup=speedup,
+        ops_multiplier=ops,
+        cost_multiplier=math.inf,
+        exact=exact,
+        calls_exact=calls_exact,
+        most_drafted=int(policy.max_draft()),
+        c=cost.c,
+        confidence=confidence,
+        basis_name=basis,
+        notes=list(notes),
         verify_floor=fit.floor(int(policy.max_draft()) + 1) if (fit := cost.fit()) is not None else 1.0,
-    )  # fmt: skip
+    )
     return pred.judged_in(cost.regime)
 
 

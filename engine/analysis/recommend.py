@@ -179,8 +179,18 @@ def _baseline_money(price_per_hour: float | None, baseline_tokens_per_s: float |
 
 def _notes(ask: _Ask, table: _Table, m: DraftMeasurement | None, row: GammaPoint | None, regime: str) -> list[str]:
     """The notes of a recommendation (engine.analysis.explain.notes) from what recommend() was asked and compared."""
-    return notes(m, row, regime, ask.regime, ask.batch_size, ask.knee_batch, table.candidates, ask.objective,
-                 ask.votes, table.summaries)  # fmt: skip
+    return notes(
+        m,
+        row,
+        regime,
+        ask.regime,
+        ask.batch_size,
+        ask.knee_batch,
+        table.candidates,
+        ask.objective,
+        ask.votes,
+        table.summaries,
+    )
 
 
 def _off(ask: _Ask, table: _Table, regime_at: RegimeOf, baseline_money: float | None) -> Recommendation:
@@ -285,8 +295,14 @@ def recommend(
     with method "none" (baselines) are not candidates. `regime_votes` (engine.analysis.regime's RegimeReport.votes)
     let the notes say which evidence decided the regime and which took no side.
     """
-    ask = _Ask(objective=objective, regime=regime, budget=budget, batch_size=batch_size, knee_batch=knee_batch,
-               votes=regime_votes)  # fmt: skip
+    ask = _Ask(
+        objective=objective,
+        regime=regime,
+        budget=budget,
+        batch_size=batch_size,
+        knee_batch=knee_batch,
+        votes=regime_votes,
+    )
     gamma_list = _validated_gammas(measurements, ask, gammas)
     regime_at = regime_of(regime, batch_size, knee_batch)
     table = _compare([m for m in measurements if kind_of_method(m.method).speculates], gamma_list, ask)

@@ -136,8 +136,14 @@ def _combine(votes: Mapping[str, str], evidence: list[str]) -> tuple[str, bool]:
             first_side = first_side or side
     if first_side is None:
         label = "unknown"
-        missing = [what for source, what in (("batch sweep", "run a batch sweep at the serving batch"),
-                                              ("verify curve", "measure v(k)")) if source not in votes]  # fmt: skip
+        missing = [
+            what
+            for source, what in (
+                ("batch sweep", "run a batch sweep at the serving batch"),
+                ("verify curve", "measure v(k)"),
+            )
+            if source not in votes
+        ]
         todo = f"; to decide it, {' or '.join(missing)}" if missing else ""
         evidence.append(f"no decisive evidence — {evidence_said(votes)}{todo}")
     elif scores[MEMORY_BOUND] == scores[COMPUTE_BOUND]:
@@ -179,9 +185,15 @@ def regime_report(
         evidence += [f"roofline: {e}" for e in roof.evidence]
     label, agree = _combine(votes, evidence)
     return RegimeReport(
-        label=label, evidence=evidence, votes=votes, agree=agree, sweep=sweep, verify=verify, roof=roof,
+        label=label,
+        evidence=evidence,
+        votes=votes,
+        agree=agree,
+        sweep=sweep,
+        verify=verify,
+        roof=roof,
         flags=list(roof.flags) if roof is not None else [],
-    )  # fmt: skip
+    )
 
 
 _REJUDGED = ("batch sweep", "verify curve", "roofline", "sources disagree", "no decisive evidence")

@@ -183,8 +183,14 @@ def classify_verify_curve(verify_cost: Mapping[int, float], k: int = 8) -> Verif
     fraction = max((v_k - 1.0) / (k - 1.0), 0.0)
     flag = check_verify_cost(v_k, k)
     if flag is not None:
-        return VerifyCurveClassification(k=k, v_k=v_k, billed_fraction=fraction, label=MEASUREMENT_ERROR,
-                                         regime=MEASUREMENT_ERROR, evidence=[flag.message])  # fmt: skip
+        return VerifyCurveClassification(
+            k=k,
+            v_k=v_k,
+            billed_fraction=fraction,
+            label=MEASUREMENT_ERROR,
+            regime=MEASUREMENT_ERROR,
+            evidence=[flag.message],
+        )
     if fraction <= VERIFY_FREE_FRACTION:
         label, regime = "free", MEMORY_BOUND
     elif fraction >= VERIFY_BILLED_FRACTION:

@@ -72,8 +72,14 @@ class SuffixDraft:
         by_cap = suffix_runs(self, prompt_ids, output_ids, sorted({*range(1, min(cap, 16) + 1), cap}))
         runs, proposable = by_cap[cap]
         state = self.requests[-1]
-        return {"method": self.method, "runs": runs, "proposable": proposable, "order": state.order,
-                "cached_before": state.cached_before, "gamma_exceptions": gamma_exceptions(by_cap, cap)}  # fmt: skip
+        return {
+            "method": self.method,
+            "runs": runs,
+            "proposable": proposable,
+            "order": state.order,
+            "cached_before": state.cached_before,
+            "gamma_exceptions": gamma_exceptions(by_cap, cap),
+        }
 
     def start(self, prompt_ids: list[int]) -> None:
         """A new request: the previous one stops (its response stays cached); this prompt gets its own tree."""

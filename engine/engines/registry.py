@@ -145,10 +145,15 @@ def levels_of(spec: SessionSpec) -> list[int]:
 
 
 def sweep(
-    spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None, pool: ModelPool | None = None,
-    plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None, traces: bool = True,
+    spec: SessionSpec,
+    prompts: Sequence[PromptText],
+    hooks: Hooks | None = None,
+    pool: ModelPool | None = None,
+    plan: list[RunKey] | None = None,
+    verify_cost: dict[int, float] | None = None,
+    traces: bool = True,
     aa_check: bool = True,
-) -> SweepReport:  # fmt: skip
+) -> SweepReport:
     """Validate `spec` for its engine and run its sweep there: the engine's plan, or `plan` (a quick session's
     probe or confirmation); `verify_cost` measured before in the session is not measured again, nor the traces
     when `traces` is False, nor the A/A check when `aa_check` is False."""

@@ -118,8 +118,16 @@ def served_output(
     """An output as `classify` reads it, from a server's tokens (llama-server, vLLM) and, for a target-alone
     baseline, their top log-probs (a log-prob difference is a logit difference, so margins read the same)."""
     ids = [int(t) for t in token_ids]
-    out = PromptOutput(prompt_index=0, prompt_id=prompt_id, prompt_tokens=0, token_ids=ids, text="", from_draft=[],
-                       wall_time_s=0.0, steps=len(ids))  # fmt: skip
+    out = PromptOutput(
+        prompt_index=0,
+        prompt_id=prompt_id,
+        prompt_tokens=0,
+        token_ids=ids,
+        text="",
+        from_draft=[],
+        wall_time_s=0.0,
+        steps=len(ids),
+    )
     if top_logprobs is None:
         return out
     if len(top_logprobs) < len(ids):

@@ -219,9 +219,14 @@ class MeasurementOverhead:
 
     def to_dict(self) -> dict[str, object]:
         share = self.share
-        return {"prime_s": round(self.prime_s, 3), "aa_s": round(self.aa_s, 3), "decoding_s": round(self.decoding_s, 3),
-                "reference_s": round(self.reference_s, 3), "share": None if share is None else round(share, 4),
-                "sentence": self.sentence()}  # fmt: skip
+        return {
+            "prime_s": round(self.prime_s, 3),
+            "aa_s": round(self.aa_s, 3),
+            "decoding_s": round(self.decoding_s, 3),
+            "reference_s": round(self.reference_s, 3),
+            "share": None if share is None else round(share, 4),
+            "sentence": self.sentence(),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object] | None) -> MeasurementOverhead | None:

@@ -19,10 +19,17 @@ def endpoint_spec(endpoint: dict[str, Any], max_new_tokens: int = 64, temperatur
     settings = EndpointSessionSettings.from_dict(endpoint).validate(max_new_tokens, temperature)
     urls = [e.url for e in settings.endpoints()]
     spec = SessionSpec(
-        target=settings.model or urls[0], drafts=urls, gammas=[], temperatures=[float(temperature)],
-        max_new_tokens=int(max_new_tokens), engine="endpoint", engine_options=settings, chat_template=False,
-        measure_verify_cost=False, detect_regime=False,
-    )  # fmt: skip
+        target=settings.model or urls[0],
+        drafts=urls,
+        gammas=[],
+        temperatures=[float(temperature)],
+        max_new_tokens=int(max_new_tokens),
+        engine="endpoint",
+        engine_options=settings,
+        chat_template=False,
+        measure_verify_cost=False,
+        detect_regime=False,
+    )
     return registry.validate(spec)
 
 
@@ -87,8 +94,14 @@ class EndpointCheck:
 
     def to_dict(self) -> dict[str, Any]:
         """The raw answer, as the page folds it away."""
-        return {"engine": self.engine, "version": self.version, "model": self.model, "metrics": self.metrics,
-                "speculation counters": self.speculation_counters, "detected from": self.detected_from}  # fmt: skip
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "model": self.model,
+            "metrics": self.metrics,
+            "speculation counters": self.speculation_counters,
+            "detected from": self.detected_from,
+        }
 
 
 def check_endpoint(url: str, api_key_env: str, kind: str) -> EndpointCheck:

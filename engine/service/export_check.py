@@ -41,10 +41,17 @@ def export_check_spec(store: Any, session_id: int, exported: VllmExported) -> Se
         )
     policy = exported.policy()
     return replace(
-        source, drafts=[exported.draft], gammas=[exported.gamma], policies=[policy.spec()] if policy else [],
-        temperatures=source.temperatures[:1], mode="full", confirm=False, measure_verify_cost=False,
-        detect_regime=False, time_budget_s=None,
-    )  # fmt: skip  # it measures the file as it is: no headline of its own to confirm
+        source,
+        drafts=[exported.draft],
+        gammas=[exported.gamma],
+        policies=[policy.spec()] if policy else [],
+        temperatures=source.temperatures[:1],
+        mode="full",
+        confirm=False,
+        measure_verify_cost=False,
+        detect_regime=False,
+        time_budget_s=None,
+    )  # it measures the file as it is: no headline of its own to confirm
 
 
 def submit_export_check(store: Any, session_id: int, text: str, name: str | None = None) -> int:
@@ -53,8 +60,13 @@ def submit_export_check(store: Any, session_id: int, text: str, name: str | None
     exported = read_vllm_export(text)
     spec = export_check_spec(store, session_id, exported)
     session = store.get_session(int(session_id))
-    return submit_session(store, spec, session["prompt_set_id"], session.get("n_prompts"),
-                          name or f"vLLM export check against session #{session_id}")  # fmt: skip
+    return submit_session(
+        store,
+        spec,
+        session["prompt_set_id"],
+        session.get("n_prompts"),
+        name or f"vLLM export check against session #{session_id}",
+    )
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,14 @@ def _alpha_of(run: dict[str, Any]) -> float | None:
 
 def alpha_band(store: Any, session_id: int, draft: str) -> tuple[float, float] | None:
     """The lowest and highest α the session measured for this draft (over its finished speculative runs)."""
-    alphas = [a for r in store.list_runs(session_id)
-              if r.get("status") == "done" and r.get("kind") == "speculative" and r.get("draft") == draft
-              and (a := _alpha_of(r)) is not None]  # fmt: skip
+    alphas = [
+        a
+        for r in store.list_runs(session_id)
+        if r.get("status") == "done"
+        and r.get("kind") == "speculative"
+        and r.get("draft") == draft
+        and (a := _alpha_of(r)) is not None
+    ]
     return (min(alphas), max(alphas)) if alphas else None
 
 
@@ -104,16 +109,33 @@ def record(window: Window, verdict: Verdict, dep: Deployment | None = None) -> d
     """What is stored of a window: its figures, the predicted speedup, the verdict's reasons and the deployed
     configuration it was judged as (what its action file is made from: engine.service.watch_actions)."""
     deployed = {} if dep is None else {"session": dep.session_id, "draft": dep.measurement.name, "gamma": dep.gamma}
-    return {**window.figures(), "start": window.start, "state": window.state, "message": window.message,
-            "predicted_speedup": verdict.predicted_speedup, "alpha": verdict.alpha, "batch": verdict.batch,
-            "regime": verdict.regime, "action": verdict.action, "why": verdict.why, **deployed}  # fmt: skip
+    return {
+        **window.figures(),
+        "start": window.start,
+        "state": window.state,
+        "message": window.message,
+        "predicted_speedup": verdict.predicted_speedup,
+        "alpha": verdict.alpha,
+        "batch": verdict.batch,
+        "regime": verdict.regime,
+        "action": verdict.action,
+        "why": verdict.why,
+        **deployed,
+    }
 
 
 def watch(
-    store: Any, source: Source, dep: Deployment, deployment: str, seconds: float, count: int | None,
-    retention_days: float | None = RETENTION_DAYS, polls: int = 5, sleep: Callable[[float], None] = time.sleep,
+    store: Any,
+    source: Source,
+    dep: Deployment,
+    deployment: str,
+    seconds: float,
+    count: int | None,
+    retention_days: float | None = RETENTION_DAYS,
+    polls: int = 5,
+    sleep: Callable[[float], None] = time.sleep,
     exporter: Exporter | None = None,
-) -> Iterator[Judged]:  # fmt: skip
+) -> Iterator[Judged]:
     """Watch `source` for `count` windows of `seconds` (None: until stopped), judging and storing each (`sleep`
     waits between reads); `exporter` shows each window's verdict as Prometheus metrics."""
     windows = (

@@ -72,14 +72,26 @@ def action_file(store: Any, verdict: str, figures: Mapping[str, Any]) -> ActionF
         dep, rates, figures.get("drafting_fraction"), schedule_batches(batch, sorted(watched.schedule or {}))
     )
     if is_off(schedule):
-        return _off(watched, fmt, target, f"costing you: {why}; no γ is predicted above 1× even with one request "
-                    "in flight at this acceptance", session_id, verdict)  # fmt: skip
+        return _off(
+            watched,
+            fmt,
+            target,
+            f"costing you: {why}; no γ is predicted above 1× even with one request in flight at this acceptance",
+            session_id,
+            verdict,
+        )
     policy = BatchSchedule(tuple(schedule.items()))
     made = export_policy(watched, policy, fmt, target=target)
     if not made.exact:
         lost = "; ".join(made.lost)
-        return _off(watched, fmt, target, f"costing you: {why}; the schedule {policy.spec()} cannot run here "
-                    f"({lost})", session_id, verdict)  # fmt: skip
+        return _off(
+            watched,
+            fmt,
+            target,
+            f"costing you: {why}; the schedule {policy.spec()} cannot run here ({lost})",
+            session_id,
+            verdict,
+        )
     gammas = set(schedule.values())
     shape = (
         f"γ {gammas.pop()} at every batch"
@@ -118,8 +130,17 @@ def _watched(store: Any, dep: Deployment) -> tuple[Recommendation, str | None]:
     except SpectuneError as exc:
         raise SettingsError(f"session {dep.session_id}: {exc}") from exc
     m = dep.measurement
-    watched = replace(rec, draft_name=m.name, method=m.method, model_ref=m.model_ref, measurement=m,
-                      gamma=dep.gamma, notes=[], schedule=None, measured_check=None)  # fmt: skip
+    watched = replace(
+        rec,
+        draft_name=m.name,
+        method=m.method,
+        model_ref=m.model_ref,
+        measurement=m,
+        gamma=dep.gamma,
+        notes=[],
+        schedule=None,
+        measured_check=None,
+    )
     return watched, ev.target
 
 

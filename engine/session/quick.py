@@ -47,8 +47,13 @@ def probe_plan(spec: SessionSpec, levels: Sequence[int] = (1,), two_widths: bool
     """The target alone at each temperature, then each draft at its probe γs (probe_widths), at each level."""
     drafts = [d for d in spec.drafts if d != "none"]
     plan = [RunKey("none", 0, t, None, n) for n in levels for t in spec.temperatures]
-    return plan + [RunKey(d, g, t, None, n) for d in drafts for g in probe_widths(spec, d, two_widths)
-                   for n in levels for t in spec.temperatures]  # fmt: skip
+    return plan + [
+        RunKey(d, g, t, None, n)
+        for d in drafts
+        for g in probe_widths(spec, d, two_widths)
+        for n in levels
+        for t in spec.temperatures
+    ]
 
 
 @dataclass(frozen=True)
@@ -68,9 +73,15 @@ class Choice:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "configuration": self.key().label(), "draft": self.draft, "gamma": self.gamma,
-                "policy": self.policy.spec() if self.policy else None, "temperature": self.temperature,
-                "predicted_speedup": self.predicted_speedup}  # fmt: skip
+        return {
+            "role": self.role,
+            "configuration": self.key().label(),
+            "draft": self.draft,
+            "gamma": self.gamma,
+            "policy": self.policy.spec() if self.policy else None,
+            "temperature": self.temperature,
+            "predicted_speedup": self.predicted_speedup,
+        }
 
 
 @dataclass
@@ -122,14 +133,19 @@ def merged(probe: SweepReport, confirm: SweepReport | None) -> SweepReport:
     for name, seconds in confirm.phase_times_s.items():
         times[name] = round(times.get(name, 0.0) + seconds, 3)
     return replace(
-        confirm, verify_cost=probe.verify_cost, baselines=probe.baselines + confirm.baselines,
-        runs=probe.runs + confirm.runs, failed=probe.failed + confirm.failed,
-        notes=list(dict.fromkeys(probe.notes + confirm.notes)), noisy_runs=probe.noisy_runs + confirm.noisy_runs,
+        confirm,
+        verify_cost=probe.verify_cost,
+        baselines=probe.baselines + confirm.baselines,
+        runs=probe.runs + confirm.runs,
+        failed=probe.failed + confirm.failed,
+        notes=list(dict.fromkeys(probe.notes + confirm.notes)),
+        noisy_runs=probe.noisy_runs + confirm.noisy_runs,
         impossible_runs=probe.impossible_runs + confirm.impossible_runs,
-        phase_times_s=times, engine_info=probe.engine_info | confirm.engine_info,
+        phase_times_s=times,
+        engine_info=probe.engine_info | confirm.engine_info,
         measurement_floor=merged_floor(probe.measurement_floor, confirm.measurement_floor),
         measurement_overhead=merged_overhead(probe.measurement_overhead, confirm.measurement_overhead),
-    )  # fmt: skip
+    )
 
 
 def merged_overhead(*stored: dict | None) -> dict | None:

@@ -112,11 +112,18 @@ def summarise(
     counters = tally.counters
     tokens = tally.tokens
     common: dict[str, Any] = {
-        "tokens_per_s": tokens / tally.decode_s if tally.decode_s > 0 else 0.0, "steps": int(counters.target_calls),
-        "tokens": tokens, "tokens_per_call": counters.tokens_per_call(), "verify_cost": dict(verify_cost),
-        "machine_load": noise.load_summary(tally.loads), "wall_s": tally.wall_s, "engine": engine,
-        "concurrency": tally.key.concurrency, **latency(tally.ttft_s, "ttft"), **latency(tally.itl_s, "itl"),
-    }  # fmt: skip
+        "tokens_per_s": tokens / tally.decode_s if tally.decode_s > 0 else 0.0,
+        "steps": int(counters.target_calls),
+        "tokens": tokens,
+        "tokens_per_call": counters.tokens_per_call(),
+        "verify_cost": dict(verify_cost),
+        "machine_load": noise.load_summary(tally.loads),
+        "wall_s": tally.wall_s,
+        "engine": engine,
+        "concurrency": tally.key.concurrency,
+        **latency(tally.ttft_s, "ttft"),
+        **latency(tally.itl_s, "itl"),
+    }
     if tally.key.kind == "baseline":
         return RunSummary(**common)
     gamma = tally.key.most_drafted
@@ -124,8 +131,13 @@ def summarise(
     drafting = counters.drafting_fraction()
     whole = tally.whole_run(baseline)
     steps = int(counters.target_calls)
-    bound = SpeedupBound(gamma, c, tally.draft_calls / steps if steps else None, verify_cost,
-                         loop_point.v if loop_point is not None else None)  # fmt: skip
+    bound = SpeedupBound(
+        gamma,
+        c,
+        tally.draft_calls / steps if steps else None,
+        verify_cost,
+        loop_point.v if loop_point is not None else None,
+    )
     above = prompts_above_bound(tally, baseline, bound)
     spread = in_bound_spread(tally, baseline, above)
     if spread is not None and floor is not None and not floor.holds:
@@ -133,8 +145,13 @@ def summarise(
     measured = spread.median if spread else None
     overhead = overhead or StepOverhead()
     cost = CostModel(c, verify_cost or None, overhead=overhead)
-    predicted = positional(per_pos, 1.0 if drafting is None else drafting, gamma, cost,
-                           draft_kind(tally.key.draft).costs_forwards) if gamma else None  # fmt: skip
+    predicted = (
+        positional(
+            per_pos, 1.0 if drafting is None else drafting, gamma, cost, draft_kind(tally.key.draft).costs_forwards
+        )
+        if gamma
+        else None
+    )
     return RunSummary(
         **common,
         alpha=tally.stats.alpha(),
@@ -223,10 +240,15 @@ def verify_floor_of(verify_cost: Mapping[Any, float] | None, widest: int, loop_v
 
 
 def speedup_flag(
-    speedup: float | None, most_drafted: int, tokens_per_call: float | None, c: float,
-    draft_calls_per_step: float | None, verify_cost: Mapping[Any, float] | None = None,
-    whole_run: float | None = None, loop_v: float | None = None,
-) -> str | None:  # fmt: skip
+    speedup: float | None,
+    most_drafted: int,
+    tokens_per_call: float | None,
+    c: float,
+    draft_calls_per_step: float | None,
+    verify_cost: Mapping[Any, float] | None = None,
+    whole_run: float | None = None,
+    loop_v: float | None = None,
+) -> str | None:
     """Why a measured speedup is impossible, or None when it stands (or none was measured): SpeedupBound's check
     of the whole-run speedup where there is one (a median of per-prompt ratios can exceed it honestly), else of
     `speedup`."""
@@ -296,8 +318,13 @@ def stored_bound(run: Mapping[str, Any]) -> SpeedupBound:
     most = parse_policy(policy).max_draft() if policy else int(run.get("gamma") or 0)
     steps, calls = summary.get("steps") or run.get("steps") or 0, summary.get("draft_calls") or run.get("draft_calls")
     loop = summary.get("verify_in_loop") or run.get("verify_in_loop") or {}
-    return SpeedupBound(most, float(run.get("c") or 0.0), calls / steps if calls and steps else 0.0,
-                        run.get("verify_cost") or summary.get("verify_cost"), loop.get("v"))  # fmt: skip
+    return SpeedupBound(
+        most,
+        float(run.get("c") or 0.0),
+        calls / steps if calls and steps else 0.0,
+        run.get("verify_cost") or summary.get("verify_cost"),
+        loop.get("v"),
+    )
 
 
 def spread_above_bound(run: Mapping[str, Any]) -> list[dict[str, float]]:
@@ -390,14 +417,22 @@ def policy_live(
     steps = summary.steps or 1
     summary.policy = spec
     summary.policy_live = {
-        "policy": spec, "tokens_per_call": summary.tokens_per_call, "tokens_per_s": summary.tokens_per_s,
-        "speedup_measured": summary.speedup_measured, "speedup_whole_run": summary.speedup_whole_run,
-        "speedup_spread": summary.speedup_spread, "speedup_above_bound": summary.speedup_above_bound,
-        "speedup_flag": summary.speedup_flag, "alpha": summary.alpha,
-        "draft_acceptance_rate": summary.draft_acceptance_rate, "steps": summary.steps,
-        "tokens": summary.tokens, "mean_drafted_per_step": summary.mean_drafted_per_step,
-        "draft_calls": summary.draft_calls, "draft_calls_per_step": (summary.draft_calls or 0) / steps,
-    }  # fmt: skip
+        "policy": spec,
+        "tokens_per_call": summary.tokens_per_call,
+        "tokens_per_s": summary.tokens_per_s,
+        "speedup_measured": summary.speedup_measured,
+        "speedup_whole_run": summary.speedup_whole_run,
+        "speedup_spread": summary.speedup_spread,
+        "speedup_above_bound": summary.speedup_above_bound,
+        "speedup_flag": summary.speedup_flag,
+        "alpha": summary.alpha,
+        "draft_acceptance_rate": summary.draft_acceptance_rate,
+        "steps": summary.steps,
+        "tokens": summary.tokens,
+        "mean_drafted_per_step": summary.mean_drafted_per_step,
+        "draft_calls": summary.draft_calls,
+        "draft_calls_per_step": (summary.draft_calls or 0) / steps,
+    }
     try:
         cost = CostModel(summary.c, verify_cost or {}, overhead=StepOverhead.from_dict(summary.step_overhead))
         predicted = replay(traces, parse_policy(spec), cost, temperature, loop)

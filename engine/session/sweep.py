@@ -45,6 +45,7 @@ from engine.session.runner import (
 )
 from engine.session.spec import SessionSpec, gammas_and_policies, widest_draft
 from engine.session.summarise import RunTally, policy_live, public_run, summarise
+from engine.session.summary import RunSummary
 
 __all__ = ["Hooks", "PromptText", "SweepReport", "run_sweep"]
 
@@ -86,10 +87,16 @@ class SweepReport:
 
 
 def run_sweep(
-    runner: Runner, spec: SessionSpec, prompts: Sequence[PromptText], hooks: Hooks | None = None,
-    levels: Sequence[int] = (1,), plan: list[RunKey] | None = None, verify_cost: dict[int, float] | None = None,
-    traces: bool = True, aa_check: bool = True,
-) -> SweepReport:  # fmt: skip
+    runner: Runner,
+    spec: SessionSpec,
+    prompts: Sequence[PromptText],
+    hooks: Hooks | None = None,
+    levels: Sequence[int] = (1,),
+    plan: list[RunKey] | None = None,
+    verify_cost: dict[int, float] | None = None,
+    traces: bool = True,
+    aa_check: bool = True,
+) -> SweepReport:
     """`plan` (by default the baseline at each temperature + every draft × γ × temperature + every draft × policy ×
     temperature, each at every concurrency of `levels`) measured in `runner`, which is stopped on the way out,
     whatever happens; `verify_cost` given (measured before, in the same session) is not measured again, nor the
@@ -150,9 +157,14 @@ def _restore(tallies: dict[RunKey, RunTally], hooks: Hooks) -> dict[RunKey, set[
 
 
 def _decode_all(
-    runner: Runner, prompts: Sequence[PromptText], tallies: dict[RunKey, RunTally], hooks: Hooks, clock: PhaseClock,
-    restored: dict[RunKey, set[int]] | None = None, aa_check: bool = True,
-) -> tuple[MeasurementFloor | None, MeasurementOverhead]:  # fmt: skip
+    runner: Runner,
+    prompts: Sequence[PromptText],
+    tallies: dict[RunKey, RunTally],
+    hooks: Hooks,
+    clock: PhaseClock,
+    restored: dict[RunKey, set[int]] | None = None,
+    aa_check: bool = True,
+) -> tuple[MeasurementFloor | None, MeasurementOverhead]:
     """Every configuration on prompt 1, then on prompt 2, …: each prompt primed untimed (as far as the engine's loop
     needs it), then every configuration, the baselines included and, on the prompts the A/A check covers, a second
     measurement of the target alone, in an order that rotates per prompt (engine.session.aa_check), so that whatever
@@ -296,10 +308,17 @@ def step_overheads(points: dict[RunKey, LoopPoint], verify_cost: dict[int, float
 
 
 def _report(
-    runner: Runner, spec: SessionSpec, tallies: dict[RunKey, RunTally], baselines: dict[RunKey, RunTally],
-    verify_cost: dict[int, float], notes: list[str], extra: EngineOutputs, hooks: Hooks, clock: PhaseClock,
+    runner: Runner,
+    spec: SessionSpec,
+    tallies: dict[RunKey, RunTally],
+    baselines: dict[RunKey, RunTally],
+    verify_cost: dict[int, float],
+    notes: list[str],
+    extra: EngineOutputs,
+    hooks: Hooks,
+    clock: PhaseClock,
     floor: MeasurementFloor | None = None,
-) -> SweepReport:  # fmt: skip
+) -> SweepReport:
     """Every run summarised the same way (noise verdict and measurement floor included), handed to the hooks, and
     the report."""
     planned = any(key.kind == "baseline" for key in tallies)
@@ -308,11 +327,21 @@ def _report(
     first = next((t for key, t in baselines.items() if key.temperature == 0.0), next(iter(baselines.values()), None))
     public_bases: list[dict[str, Any]] = []
     report = SweepReport(
-        target=spec.target, engine=runner.name, dtype=runner.dtype, device=str(runner.device),
-        settings=spec.to_dict(), verify_cost=verify_cost, baseline={}, baselines=public_bases, notes=notes,
-        unavailable=list(runner.unavailable), engine_info=runner.describe(), stopped=extra.stopped,
-        hardware=extra.hardware, measurement_floor=floor.to_dict() if floor is not None else None,
-    )  # fmt: skip
+        target=spec.target,
+        engine=runner.name,
+        dtype=runner.dtype,
+        device=str(runner.device),
+        settings=spec.to_dict(),
+        verify_cost=verify_cost,
+        baseline={},
+        baselines=public_bases,
+        notes=notes,
+        unavailable=list(runner.unavailable),
+        engine_info=runner.describe(),
+        stopped=extra.stopped,
+        hardware=extra.hardware,
+        measurement_floor=floor.to_dict() if floor is not None else None,
+    )
     if floor is not None and not floor.holds:
         report.notes.append(floor.sentence())
     traced: set[str] = set()
@@ -322,16 +351,8 @@ def _report(
             report.failed.append({**key.as_dict(), "error": tally.failed})
             continue
         baseline = baselines.get(key.baseline())
-        summary = summarise(tally, baseline, extra.draft_costs.get(key.draft, 0.0), verify_cost, runner.name,
-                            overheads.get(key.draft), extra.loop_points.get(key), floor)  # fmt: skip
+        summary = _run_summary(runner, key, tally, baseline, verify_cost, extra, overheads.get(key.draft), floor)
         traces = extra.traces.get(key.draft)
-        if key.kind != "baseline":
-            summary.method = _method(key)
-            if traces:
-                summary.agreement_runs = [[min(r, 32) for r in trace["runs"]] for trace in traces]
-        if key.policy is not None:
-            policy_live(summary, key.policy.spec(), traces or (), key.temperature, verify_cost,
-                        loop=runner.drafting_loop)  # fmt: skip
         if traces and key.draft not in traced:  # kept once per draft, on its first run
             summary.policy_trace = traces
             traced.add(key.draft)
@@ -352,6 +373,37 @@ def _report(
     report.machine_note = noise.busy_note(report.machine_load)
     report.phase_times_s = clock.finish()
     return report
+
+
+def _run_summary(
+    runner: Runner,
+    key: RunKey,
+    tally: RunTally,
+    baseline: RunTally | None,
+    verify_cost: dict[int, float],
+    extra: EngineOutputs,
+    overhead: StepOverhead | None,
+    floor: MeasurementFloor | None,
+) -> RunSummary:
+    """One run summarised: its figures, its drafting method and agreement runs, and a live policy's replay."""
+    summary = summarise(
+        tally,
+        baseline,
+        extra.draft_costs.get(key.draft, 0.0),
+        verify_cost,
+        runner.name,
+        overhead,
+        extra.loop_points.get(key),
+        floor,
+    )
+    traces = extra.traces.get(key.draft)
+    if key.kind != "baseline":
+        summary.method = _method(key)
+        if traces:
+            summary.agreement_runs = [[min(r, 32) for r in trace["runs"]] for trace in traces]
+    if key.policy is not None:
+        policy_live(summary, key.policy.spec(), traces or (), key.temperature, verify_cost, loop=runner.drafting_loop)
+    return summary
 
 
 def _method(key: RunKey) -> str:

@@ -74,9 +74,14 @@ def predicted_speedup(
     predicted speedup memory-bound, 1 ÷ the operations multiplier compute-bound."""
     if regime not in REGIMES:
         regime = MEMORY_BOUND
-    live = replace(m, per_position_acceptance=[float(r) for r in rates], alpha=float(rates[0]) if rates else 0.0,
-                   traces=[], agreement_runs=[],
-                   drafting_fraction=m.drafting_fraction if drafting is None else drafting)  # fmt: skip
+    live = replace(
+        m,
+        per_position_acceptance=[float(r) for r in rates],
+        alpha=float(rates[0]) if rates else 0.0,
+        traces=[],
+        agreement_runs=[],
+        drafting_fraction=m.drafting_fraction if drafting is None else drafting,
+    )
     c = cost_of(m).c  # calibrated to the session's own acceptance and speedups, once
     pred = predict(live, FixedGamma(gamma), cost_of(live, c=c, regime=regime))
     return 1.0 / pred.cost_in(regime)
@@ -109,25 +114,50 @@ def judge(window: Window, dep: Deployment, earlier: Sequence[float | None] = ())
     said = regime if regime in REGIMES else f"regime {regime}: read as {MEMORY_BOUND}"
     alpha = observed_alpha(window, dep.gamma)
     if collapsed(window):
-        return Verdict(COLLAPSED, None, alpha, batch, regime, action="turn speculation off",
-                       why=f"mean acceptance length {window.mean_acceptance_length:.2f} with "
-                           f"{window.num_drafts:.0f} drafts proposed: the draft accepts nothing")  # fmt: skip
+        return Verdict(
+            COLLAPSED,
+            None,
+            alpha,
+            batch,
+            regime,
+            action="turn speculation off",
+            why=f"mean acceptance length {window.mean_acceptance_length:.2f} with "
+            f"{window.num_drafts:.0f} drafts proposed: the draft accepts nothing",
+        )
     rates = window.per_position_acceptance or ([alpha] if alpha is not None else [])
     gain = predicted_speedup(dep.measurement, dep.gamma, rates, window.drafting_fraction, regime)
     run = [*list(earlier)[-(dep.costing_windows - 1) :], gain] if dep.costing_windows > 1 else [gain]
     if len(run) >= dep.costing_windows and all(g is not None and g < 1.0 for g in run):
-        return Verdict(COSTING, gain, alpha, batch, regime, action=_instead(dep, rates, window, batch),
-                       why=f"predicted {gain:.2f}× at batch {batch} ({said}) for {dep.costing_windows} windows "
-                           "in a row")  # fmt: skip
+        return Verdict(
+            COSTING,
+            gain,
+            alpha,
+            batch,
+            regime,
+            action=_instead(dep, rates, window, batch),
+            why=f"predicted {gain:.2f}× at batch {batch} ({said}) for {dep.costing_windows} windows in a row",
+        )
     lo, hi = dep.alpha_band
     if alpha is not None and not lo - BAND_MARGIN <= alpha <= hi + BAND_MARGIN:
-        return Verdict(DRIFTED, gain, alpha, batch, regime, action="measure a new session on today's traffic",
-                       why=f"α {alpha:.2f} is outside the session's measured {lo:.2f}–{hi:.2f}")  # fmt: skip
+        return Verdict(
+            DRIFTED,
+            gain,
+            alpha,
+            batch,
+            regime,
+            action="measure a new session on today's traffic",
+            why=f"α {alpha:.2f} is outside the session's measured {lo:.2f}–{hi:.2f}",
+        )
     if gain < 1.0:
         below = next((i for i, g in enumerate(reversed(run)) if g is None or g >= 1.0), len(run))
-        return Verdict(BELOW, gain, alpha, batch, regime,
-                       why=f"predicted {gain:.2f}× at batch {batch} ({said}): {below} of "
-                           f"{dep.costing_windows} windows below 1×")  # fmt: skip
+        return Verdict(
+            BELOW,
+            gain,
+            alpha,
+            batch,
+            regime,
+            why=f"predicted {gain:.2f}× at batch {batch} ({said}): {below} of {dep.costing_windows} windows below 1×",
+        )
     return Verdict(PAYING, gain, alpha, batch, regime, why=f"predicted {gain:.2f}× at batch {batch} ({said})")
 
 

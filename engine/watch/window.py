@@ -104,18 +104,32 @@ def window_of(
     down = _went_down(delta, emitted)
     if reset or down:
         why = f"counters went down ({', '.join(down)})" if down else "counters were reset"
-        return Window(start, end, RESET, f"{why}: the server restarted; this window has no figures",
-                      requests_running=running, requests_waiting=waiting)  # fmt: skip
+        return Window(
+            start,
+            end,
+            RESET,
+            f"{why}: the server restarted; this window has no figures",
+            requests_running=running,
+            requests_waiting=waiting,
+        )
     if delta.accepted_per_position and not _positions_agree(delta):
         delta = replace(delta, accepted_per_position={})
     w = Window(
-        start, end, num_drafts=delta.drafts, num_draft_tokens=delta.draft_tokens,
-        num_accepted_tokens=delta.accepted_tokens, num_accepted_tokens_per_pos=dict(delta.accepted_per_position),
-        emitted_tokens=emitted, mean_acceptance_length=delta.mean_acceptance_length(),
-        draft_acceptance_rate=delta.draft_acceptance_rate(), per_position_acceptance=delta.per_position_acceptance(),
-        requests_running=running, requests_waiting=waiting, time_per_output_token_s=tpot_s,
+        start,
+        end,
+        num_drafts=delta.drafts,
+        num_draft_tokens=delta.draft_tokens,
+        num_accepted_tokens=delta.accepted_tokens,
+        num_accepted_tokens_per_pos=dict(delta.accepted_per_position),
+        emitted_tokens=emitted,
+        mean_acceptance_length=delta.mean_acceptance_length(),
+        draft_acceptance_rate=delta.draft_acceptance_rate(),
+        per_position_acceptance=delta.per_position_acceptance(),
+        requests_running=running,
+        requests_waiting=waiting,
+        time_per_output_token_s=tpot_s,
         engine=next(iter(delta.engines)) if len(delta.engines) == 1 else None,
-    )  # fmt: skip
+    )
     if emitted and delta.drafts:
         w.drafting_fraction = delta.as_spec(int(round(emitted))).drafting_fraction()
     if w.mean_acceptance_length is None:

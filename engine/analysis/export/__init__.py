@@ -106,8 +106,15 @@ def export_policy(
     if rec.off:
         filename, text = export(rec, fmt, target=target, llamacpp_build=llamacpp_build, vllm_version=vllm_version)
         return PolicyExport(fmt, filename, text, True, "speculation off", [])
-    dep = for_policy(rec, policy, closest_gamma=closest_gamma, predicted=predicted, target=target,
-                     llamacpp_build=llamacpp_build, vllm_version=vllm_version)  # fmt: skip
+    dep = for_policy(
+        rec,
+        policy,
+        closest_gamma=closest_gamma,
+        predicted=predicted,
+        target=target,
+        llamacpp_build=llamacpp_build,
+        vllm_version=vllm_version,
+    )
     file = engine_file(dep, fmt)
     return PolicyExport(fmt, filename, file.render(), file.fit.exact, file.fit.runs, list(file.fit.lost))
 

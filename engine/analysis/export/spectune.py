@@ -22,8 +22,13 @@ def config(dep: Deployment) -> JsonFile:
     if not dep.as_policy:
         return JsonFile(doc)
     policy = dep.policy
-    doc["policy"] = {"spec": policy.spec(), "setting": describe(policy), "kind": policy.kind,
-                     "predicted": dict(dep.predicted), "closest_fixed_gamma": dep.gamma}  # fmt: skip
+    doc["policy"] = {
+        "spec": policy.spec(),
+        "setting": describe(policy),
+        "kind": policy.kind,
+        "predicted": dict(dep.predicted),
+        "closest_fixed_gamma": dep.gamma,
+    }
     return JsonFile(doc, Fit(True, policy.spec()))
 
 
@@ -80,13 +85,22 @@ def _comparison_row(summary: Any) -> dict[str, Any]:
 def curve_row(p: GammaPoint) -> dict[str, Any]:
     """One γ of the curve as the record keeps it: the one model's figures, the measurement, the reference line."""
     return {
-        "gamma": p.gamma, "expected_tokens": p.expected_tokens, "speedup_predicted": p.speedup_predicted,
-        "ops_multiplier": p.ops_multiplier, "draft_calls_per_step": p.draft_calls_per_step,
-        "verify_cost": p.verify_cost, "basis": p.expected_tokens_source, "extrapolated": p.extrapolated,
-        "verify_extrapolated": p.verify_extrapolated, "measured_speedup": p.measured_speedup,
-        "measured_flag": p.measured_flag, "measured_noisy": p.measured_noisy, "speedup_one_alpha": p.speedup_one_alpha,
-        "expected_tokens_one_alpha": p.expected_tokens_one_alpha, "flags": list(p.flags),
-    }  # fmt: skip
+        "gamma": p.gamma,
+        "expected_tokens": p.expected_tokens,
+        "speedup_predicted": p.speedup_predicted,
+        "ops_multiplier": p.ops_multiplier,
+        "draft_calls_per_step": p.draft_calls_per_step,
+        "verify_cost": p.verify_cost,
+        "basis": p.expected_tokens_source,
+        "extrapolated": p.extrapolated,
+        "verify_extrapolated": p.verify_extrapolated,
+        "measured_speedup": p.measured_speedup,
+        "measured_flag": p.measured_flag,
+        "measured_noisy": p.measured_noisy,
+        "speedup_one_alpha": p.speedup_one_alpha,
+        "expected_tokens_one_alpha": p.expected_tokens_one_alpha,
+        "flags": list(p.flags),
+    }
 
 
 def _measurement(m: DraftMeasurement | None) -> dict[str, Any] | None:

@@ -55,8 +55,13 @@ def config(dep: Deployment) -> JsonFile:
     else:
         doc = _assisted(dep, head, assistant, sampling)
     if dep.as_policy:
-        policy = {"spec": dep.policy.spec(), "exact": fit.exact, "runs": fit.runs, "lost": list(fit.lost),
-                  "notes": list(fit.remarks)}  # fmt: skip
+        policy = {
+            "spec": dep.policy.spec(),
+            "exact": fit.exact,
+            "runs": fit.runs,
+            "lost": list(fit.lost),
+            "notes": list(fit.remarks),
+        }
         if dep.looks_up:
             doc |= {"spectune": dep.headline, "policy": policy}
         else:
@@ -75,8 +80,13 @@ def _prompt_lookup(dep: Deployment, head: dict[str, Any], sampling: dict[str, An
     lookup = dep.ngram_lookup()
     shortest, longest = lookup.looked_up
     kwargs = {"prompt_lookup_num_tokens": dep.gamma, "max_matching_ngram_size": longest, **sampling}
-    doc = {**head, "spectune": dep.headline, "speculation": dep.rec.method, "generate_kwargs": kwargs,
-           "note": PROMPT_LOOKUP_NOTE}  # fmt: skip
+    doc = {
+        **head,
+        "spectune": dep.headline,
+        "speculation": dep.rec.method,
+        "generate_kwargs": kwargs,
+        "note": PROMPT_LOOKUP_NOTE,
+    }
     if shortest > 1 and not dep.lookup_stands_in:
         doc["comments"] = [
             f"measured: {lookup.said()}; transformers has no shortest match (prompt lookup tries "
@@ -108,8 +118,15 @@ def _assisted(
         comments.append(
             "if the draft's tokenizer differs from the target's, also pass tokenizer= and assistant_tokenizer="
         )
-    doc = {**head, "spectune": dep.headline, "speculation": dep.rec.method, "assistant_generation_config": assistant,
-           "generate_kwargs": kwargs, "load": load, "note": NOTE}  # fmt: skip
+    doc = {
+        **head,
+        "spectune": dep.headline,
+        "speculation": dep.rec.method,
+        "assistant_generation_config": assistant,
+        "generate_kwargs": kwargs,
+        "load": load,
+        "note": NOTE,
+    }
     if comments:
         doc["comments"] = comments
     return doc

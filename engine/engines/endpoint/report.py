@@ -105,9 +105,16 @@ def counter_fields(level: LevelResult) -> dict[str, Any]:
     """The server-counter part of a level's entry: null where the server does not report it."""
     c = level.counters
     if c is None or not c.speculates:
-        return {"drafts": None, "draft_tokens": None, "accepted_tokens": None, "draft_acceptance_rate": None,
-                "mean_acceptance_length": None, "per_position_acceptance": None, "acceptance_source": None,
-                "verify_calls": None}  # fmt: skip
+        return {
+            "drafts": None,
+            "draft_tokens": None,
+            "accepted_tokens": None,
+            "draft_acceptance_rate": None,
+            "mean_acceptance_length": None,
+            "per_position_acceptance": None,
+            "acceptance_source": None,
+            "verify_calls": None,
+        }
     return {
         "drafts": c.drafts,
         "draft_tokens": c.draft_tokens,

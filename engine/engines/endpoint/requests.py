@@ -75,8 +75,14 @@ def _server_figures(event: dict[str, Any], result: RequestResult) -> None:
         result.verify_calls = int(details.get("spec_verify_ct") or 0)
 
 
-def measure_stream(conn: Connection, path: str, body: dict, result: RequestResult, timeout_s: float,
-                   stop: Callable[[], bool] | None = None) -> None:  # fmt: skip
+def measure_stream(
+    conn: Connection,
+    path: str,
+    body: dict,
+    result: RequestResult,
+    timeout_s: float,
+    stop: Callable[[], bool] | None = None,
+) -> None:
     """Stream one request into `result` (timings, tokens, text, server figures); EndpointError on failure."""
     start = time.perf_counter()
     times: list[float] = []  # arrival of every chunk carrying text
@@ -109,8 +115,15 @@ def measure_stream(conn: Connection, path: str, body: dict, result: RequestResul
     result.ok = True
 
 
-def send(conn: Connection, path: str, body: dict, result: RequestResult, limits: SweepLimits,
-         stopping: Callable[[], bool], wait: threading.Event) -> RequestResult:  # fmt: skip
+def send(
+    conn: Connection,
+    path: str,
+    body: dict,
+    result: RequestResult,
+    limits: SweepLimits,
+    stopping: Callable[[], bool],
+    wait: threading.Event,
+) -> RequestResult:
     """One request into `result`, retried on 429/503 (`wait` is set to cut a back-off short); never raises."""
     for attempt in range(limits.max_retries + 1):
         try:

@@ -71,8 +71,14 @@ class EndpointRunner:
     """A running deployment (and its optional baseline) behind the Runner interface."""
 
     name: ClassVar[str] = "endpoint"
-    unavailable: ClassVar[tuple[str, ...]] = ("alpha", "beta_per_position", "from_draft", "verify_cost", "c",
-                                              "fidelity")  # fmt: skip
+    unavailable: ClassVar[tuple[str, ...]] = (
+        "alpha",
+        "beta_per_position",
+        "from_draft",
+        "verify_cost",
+        "c",
+        "fidelity",
+    )
     drafting_loop: ClassVar[DraftingLoop] = DraftingLoop()
     device = "remote"
     dtype = "as served"
@@ -152,17 +158,33 @@ class EndpointRunner:
     def _decoded(self, rnd: Round, index: int, ctx: DecodeContext) -> Decoded:
         ok: list[RequestResult] = rnd.ok
         counters = _counters(rnd)
-        ctx.on_step(StepRecord(
-            prompt_index=index, step_index=0, gamma=int(counters.draft_tokens), accepted=int(counters.accepted_tokens),
-            accept_mask=[], beta=[], draft_time_s=0.0, verify_time_s=rnd.wall_s, draft_forwards=0,
-            emitted=int(counters.emitted), target_calls=int(counters.target_calls),
-        ))  # fmt: skip
+        ctx.on_step(
+            StepRecord(
+                prompt_index=index,
+                step_index=0,
+                gamma=int(counters.draft_tokens),
+                accepted=int(counters.accepted_tokens),
+                accept_mask=[],
+                beta=[],
+                draft_time_s=0.0,
+                verify_time_s=rnd.wall_s,
+                draft_forwards=0,
+                emitted=int(counters.emitted),
+                target_calls=int(counters.target_calls),
+            )
+        )
         mine = next((r for r in ok if r.prompt_index == index), ok[0])
         output = PromptOutput(
-            prompt_index=index, prompt_id=self.prompts[index].prompt_id, prompt_tokens=0, token_ids=[],
-            text=mine.text, from_draft=[], wall_time_s=mine.duration_s, steps=int(counters.target_calls),
+            prompt_index=index,
+            prompt_id=self.prompts[index].prompt_id,
+            prompt_tokens=0,
+            token_ids=[],
+            text=mine.text,
+            from_draft=[],
+            wall_time_s=mine.duration_s,
+            steps=int(counters.target_calls),
             prefill_time_s=mine.ttft_s or 0.0,
-        )  # fmt: skip
+        )
         return Decoded(
             output,
             counters,

@@ -222,12 +222,17 @@ class EndpointSessionSettings(EngineOptions):
 
     def limits(self, max_new_tokens: int, temperature: float) -> SweepLimits:
         return SweepLimits(
-            concurrency=list(self.concurrency), max_requests=int(self.max_requests),
-            max_duration_s=float(self.max_duration_s), max_new_tokens=int(max_new_tokens),
-            temperature=float(temperature), request_timeout_s=float(self.request_timeout_s),
-            ignore_eos=bool(self.ignore_eos), warmup_requests=int(self.warmup_requests),
-            max_retries=int(self.max_retries), max_consecutive_errors=int(self.max_consecutive_errors),
-        )  # fmt: skip
+            concurrency=list(self.concurrency),
+            max_requests=int(self.max_requests),
+            max_duration_s=float(self.max_duration_s),
+            max_new_tokens=int(max_new_tokens),
+            temperature=float(temperature),
+            request_timeout_s=float(self.request_timeout_s),
+            ignore_eos=bool(self.ignore_eos),
+            warmup_requests=int(self.warmup_requests),
+            max_retries=int(self.max_retries),
+            max_consecutive_errors=int(self.max_consecutive_errors),
+        )
 
     def checked(self, spec: Any) -> EndpointSessionSettings:
         """Checked for a session decoding `spec.max_new_tokens` at its first temperature."""

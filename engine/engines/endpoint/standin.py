@@ -84,8 +84,13 @@ class _Counters:
                     self.per_pos.labels(**self.labels, position=str(p))
         elif flavor == "sglang":
             labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
-            self.labels = {"model_name": MODEL, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0",
-                           "moe_ep_rank": "0"}  # fmt: skip
+            self.labels = {
+                "model_name": MODEL,
+                "engine_type": "unified",
+                "tp_rank": "0",
+                "pp_rank": "0",
+                "moe_ep_rank": "0",
+            }
             self.verify = Counter(
                 "sglang:spec_verify_calls",
                 "Number of speculative decoding verification calls.",
@@ -132,8 +137,16 @@ class _Server(ThreadingHTTPServer):
 class StandIn:
     """`with StandIn(flavor="vllm") as server:` → server.url (http://127.0.0.1:PORT)."""
 
-    def __init__(self, mode: str = "ok", flavor: str = "openai", tokens: int = 8, delay_s: float = 0.0,
-                 metrics: str = "prometheus", fail_first: int = 0, api_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        mode: str = "ok",
+        flavor: str = "openai",
+        tokens: int = 8,
+        delay_s: float = 0.0,
+        metrics: str = "prometheus",
+        fail_first: int = 0,
+        api_key: str | None = None,
+    ) -> None:
         self.mode, self.flavor, self.tokens, self.delay_s = mode, flavor, tokens, delay_s
         self.metrics, self.fail_first, self.api_key = metrics, fail_first, api_key
         self.counters = _Counters(flavor)

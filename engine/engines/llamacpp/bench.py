@@ -20,9 +20,14 @@ from engine.engines.llamacpp.server import ServerError
 
 
 def _round(
-    build: LlamaBuild, model: Path, order: list[int], threads: int | None, depth: int, warm: bool,
+    build: LlamaBuild,
+    model: Path,
+    order: list[int],
+    threads: int | None,
+    depth: int,
+    warm: bool,
     should_stop: Callable[[], bool] = lambda: False,
-) -> dict[int, float]:  # fmt: skip
+) -> dict[int, float]:
     """One llama-bench run: seconds of one k-token batch for each k, in the given order; killed at once when
     `should_stop` says so (ServerError)."""
     command = [str(build.tool("llama-bench")), "-m", str(model), "-p", ",".join(map(str, order)), "-n", "0",
@@ -71,9 +76,14 @@ def _run(command: list[str], timeout_s: float, should_stop: Callable[[], bool]) 
 
 
 def batch_times(
-    build: LlamaBuild, model: Path, ks: list[int], rounds: int = 5, threads: int | None = None, depth: int = 64,
+    build: LlamaBuild,
+    model: Path,
+    ks: list[int],
+    rounds: int = 5,
+    threads: int | None = None,
+    depth: int = 64,
     should_stop: Callable[[], bool] = lambda: False,
-) -> dict[int, list[float]]:  # fmt: skip
+) -> dict[int, list[float]]:
     """Seconds of a k-token batch per round, for each k (rounds in alternating order; the first one warmed up);
     ServerError as soon as `should_stop` says so."""
     if 1 not in ks:

@@ -43,8 +43,13 @@ class LlamaBuild:
         return path
 
     def describe(self) -> dict[str, object]:
-        return {"version": self.version, "build": self.build, "commit": self.commit, "sha256": self.server_sha256,
-                "no_repack": repack_broken(self.server_sha256)}  # fmt: skip
+        return {
+            "version": self.version,
+            "build": self.build,
+            "commit": self.commit,
+            "sha256": self.server_sha256,
+            "no_repack": repack_broken(self.server_sha256),
+        }
 
 
 def _bin_dir() -> Path:

@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.core.counters import SpecCounters
+from engine.core.records import PromptOutput, StepRecord
 from engine.engines.llamacpp.server import ServerError
 
 SPEC_COUNTERS = {  # llama-server /metrics names (counters, exposed with _total) → our names
@@ -41,6 +42,37 @@ class Completion:
     draft_n_accepted: int
     stop_type: str
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # per output token: (id, logprob)
+
+    def step_record(self, index: int, draft_ms: float, forwards: int, calls: int) -> StepRecord:
+        """The request as one step record of prompt `index`, covering all its `calls` target calls; the draft's
+        share of its time is `draft_ms` where the server logged it."""
+        return StepRecord(
+            prompt_index=index,
+            step_index=0,
+            gamma=self.draft_n,
+            accepted=self.draft_n_accepted,
+            accept_mask=[],
+            beta=[],
+            draft_time_s=draft_ms / 1000.0,
+            verify_time_s=(self.predicted_ms - draft_ms) / 1000.0,
+            draft_forwards=forwards,
+            emitted=self.predicted_n,
+            target_calls=calls,
+        )
+
+    def prompt_output(self, index: int, prompt_id: str, wall_time_s: float, calls: int) -> PromptOutput:
+        """The request's output as prompt `index`'s (which tokens came from the draft is not reported)."""
+        return PromptOutput(
+            prompt_index=index,
+            prompt_id=prompt_id,
+            prompt_tokens=self.prompt_n,
+            token_ids=self.token_ids,
+            text=self.text,
+            from_draft=[],
+            wall_time_s=wall_time_s,
+            steps=calls,
+            prefill_time_s=self.prompt_ms / 1000.0,
+        )
 
 
 def _request(url: str, body: dict[str, Any] | None, timeout_s: float) -> bytes:
@@ -90,9 +122,16 @@ def complete(
     """Generate up to `n_predict` tokens (no prompt cache, so every request does the same work); `prompt` is a text,
     or a text followed by token ids (llama-server tokenizes the text as it would alone and appends the ids)."""
     body: dict[str, Any] = {
-        "prompt": prompt, "n_predict": n_predict, "temperature": temperature, "seed": seed, "top_k": top_k,
-        "top_p": top_p, "cache_prompt": False, "return_tokens": True, "n_probs": n_probs,
-    }  # fmt: skip
+        "prompt": prompt,
+        "n_predict": n_predict,
+        "temperature": temperature,
+        "seed": seed,
+        "top_k": top_k,
+        "top_p": top_p,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "n_probs": n_probs,
+    }
     if temperature == 0:
         body["top_k"] = 1  # greedy: argmax of the target, as spectune's own loop
     reply = _json(f"{base_url}/completion", body, timeout_s)

@@ -67,8 +67,15 @@ def speculative_server(
         gamma = policy.fixed_gamma()
         if gamma is None:
             raise SettingsError(f"llama.cpp's n-gram lookup drafts a fixed γ, not {policy.spec()}")
-        return ServerConfig(model, spec_type="ngram-simple", draft_n_max=gamma, draft_n_min=0,
-                            ngram_size_n=ngram_simple_size(ngram_window), ngram_size_m=gamma, **common)  # fmt: skip
+        return ServerConfig(
+            model,
+            spec_type="ngram-simple",
+            draft_n_max=gamma,
+            draft_n_min=0,
+            ngram_size_n=ngram_simple_size(ngram_window),
+            ngram_size_m=gamma,
+            **common,
+        )
     fields = llamacpp_fields(policy)
     if fields is None:
         raise SettingsError(unmappable(policy))

@@ -25,7 +25,7 @@ from engine.analysis.export.refs import prepared_gguf
 from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.policy import FixedGamma
-from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.core.records import Cancelled, PromptOutput
 from engine.drafts.kinds import draft_kind
 from engine.drafts.model import ModelDraft
 from engine.engines.llamacpp import client
@@ -364,19 +364,11 @@ class LlamaCppRunner:
         forwards = draft_forwards(delta, 1, config.draft_p_min) if costs else 0
         draft_ms = drafted.ms if drafted is not None else 0.0
         if drafted is not None and drafted.calls > 0:
-            self.in_loop.setdefault(key, []).append(InLoop(
-                index, done.predicted_ms - draft_ms, draft_ms, drafted.calls, max(0, calls - 1 - drafted.calls),
-                delta.draft_tokens, forwards))  # fmt: skip
-        ctx.on_step(StepRecord(
-            prompt_index=index, step_index=0, gamma=done.draft_n, accepted=done.draft_n_accepted, accept_mask=[],
-            beta=[], draft_time_s=draft_ms / 1000.0, verify_time_s=(done.predicted_ms - draft_ms) / 1000.0,
-            draft_forwards=forwards, emitted=done.predicted_n, target_calls=calls,
-        ))  # fmt: skip
-        output = PromptOutput(
-            prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_n, token_ids=done.token_ids,
-            text=done.text, from_draft=[], wall_time_s=time.time() - t0, steps=calls,
-            prefill_time_s=done.prompt_ms / 1000.0,
-        )  # fmt: skip
+            target_ms, plain_calls = done.predicted_ms - draft_ms, max(0, calls - 1 - drafted.calls)
+            step = InLoop(index, target_ms, draft_ms, drafted.calls, plain_calls, delta.draft_tokens, forwards)
+            self.in_loop.setdefault(key, []).append(step)
+        ctx.on_step(done.step_record(index, draft_ms, forwards, calls))
+        output = done.prompt_output(index, self.prompt_ids[index], time.time() - t0, calls)
         return Decoded(output, delta, done.predicted_ms / 1000.0)
 
     def _draft_stats(self, config: ServerConfig) -> DraftStats:

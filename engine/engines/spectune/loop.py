@@ -130,10 +130,16 @@ def probe(target: LoadedModel, ids: list[int], need: int, widest: int, hardware:
 
 
 def choose_loop(
-    asked: str, target: LoadedModel, ids: list[int], need: int, widest: int, hardware: str,
-    phase: Callable[[str], None] = lambda text: None, tokens: int | None = None,
+    asked: str,
+    target: LoadedModel,
+    ids: list[int],
+    need: int,
+    widest: int,
+    hardware: str,
+    phase: Callable[[str], None] = lambda text: None,
+    tokens: int | None = None,
     to_compile: Callable[[], int] = lambda: 0,
-) -> LoopChoice:  # fmt: skip
+) -> LoopChoice:
     """The loop for a session that asked for `asked` (eager, compiled or auto): as asked; for auto, SPECTUNE_LOOP,
     else this machine's kept probe for the target, else a probe now (kept), the compiled loop only where it pays
     back over the sweep's `tokens` the `to_compile()` widths still to compile (pays_back)."""
@@ -187,8 +193,14 @@ def setup_note(spec: Any, hardware: str) -> str | None:
     if asked == "eager" or (asked == "auto" and os.environ.get(OVERRIDE, "").strip() == "eager"):
         return None
     device = "cuda" if str(spec.device).startswith("cuda") else spec.device
-    found = [p for p in kept() if p.hardware == hardware and p.target == spec.target and p.dtype == spec.dtype
-             and (device == "auto" or p.device.startswith(device))]  # fmt: skip
+    found = [
+        p
+        for p in kept()
+        if p.hardware == hardware
+        and p.target == spec.target
+        and p.dtype == spec.dtype
+        and (device == "auto" or p.device.startswith(device))
+    ]
     if asked == "auto" and not found:
         return (
             "Compiling: the first session with this target and dtype here probes the eager loop against the "

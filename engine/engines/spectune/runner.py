@@ -123,9 +123,17 @@ class SpectuneRunner:
         need = max(len(ids) for _, ids in self.encoded) + self.spec.max_new_tokens + widest + 1
         hardware = str(describe_hardware()["label"])
         pending = lambda: sum(widths_to_compile(m, need, widest) for m in self.models)  # noqa: E731
-        self.loop = choose_loop(asked, self.target, self.encoded[0][1], need, widest, hardware,
-                                phase=lambda text: ctx.phase(text, 0, 1, None), tokens=tokens,
-                                to_compile=pending)  # fmt: skip
+        self.loop = choose_loop(
+            asked,
+            self.target,
+            self.encoded[0][1],
+            need,
+            widest,
+            hardware,
+            phase=lambda text: ctx.phase(text, 0, 1, None),
+            tokens=tokens,
+            to_compile=pending,
+        )
         if self.loop.loop != "compiled":
             for model in self.models:
                 use_eager(model)
@@ -203,9 +211,16 @@ class SpectuneRunner:
 
         source = self.run_drafts.get(key, NoDraft())
         out, _ = decode_prompt(
-            self.target, source, ids, self._config(key), prompt_index=index, prompt_id=prompt.prompt_id,
-            on_step=on_step, should_stop=ctx.should_stop, policy_run=self.policy_runs.get(key),
-        )  # fmt: skip
+            self.target,
+            source,
+            ids,
+            self._config(key),
+            prompt_index=index,
+            prompt_id=prompt.prompt_id,
+            on_step=on_step,
+            should_stop=ctx.should_stop,
+            policy_run=self.policy_runs.get(key),
+        )
         decode_s = out.wall_time_s - out.prefill_time_s
         if key.kind != "baseline" or reference:  # the A/A decode (no reference) is the floor's alone
             self._time_split(key, index, records, decode_s)
@@ -225,9 +240,17 @@ class SpectuneRunner:
         draft_ms = 1000.0 * sum(r.draft_time_s for r in forward)
         forwards = sum(r.draft_forwards for r in forward)
         drafting = sum(1 for r in records if r.gamma > 0)
-        self.in_loop.setdefault(key, []).append(InLoop(
-            index, decode_s * 1000.0 - draft_ms, draft_ms, drafting, len(records) - drafting,
-            float(sum(r.gamma for r in records)), forwards))  # fmt: skip
+        self.in_loop.setdefault(key, []).append(
+            InLoop(
+                index,
+                decode_s * 1000.0 - draft_ms,
+                draft_ms,
+                drafting,
+                len(records) - drafting,
+                float(sum(r.gamma for r in records)),
+                forwards,
+            )
+        )
 
     def side_measure(self, index: int) -> None:
         pass
@@ -261,8 +284,14 @@ class SpectuneRunner:
         primed none), and the suffix drafts' cache state."""
         threads = self.threads
         primed = self.first_pass.to_dict(len(self.encoded)) if self.first_pass.prime_ms else None
-        values = (self.loop.loop, self.loop.basis, round(self.compile_s, 1), threads.threads if threads else None,
-                  threads.basis if threads else None, primed)  # fmt: skip
+        values = (
+            self.loop.loop,
+            self.loop.basis,
+            round(self.compile_s, 1),
+            threads.threads if threads else None,
+            threads.basis if threads else None,
+            primed,
+        )
         loop = dict(zip(LOOP_FIELDS, values, strict=True))
         prompt_ids = [p.prompt_id for p, _ in self.encoded]
         return loop | suffix_state({k.label(): s for k, s in self.run_drafts.items()}, prompt_ids)

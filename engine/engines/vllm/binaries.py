@@ -62,8 +62,13 @@ class VllmInstall:
         return [str(self.python), "-m", SERVER_MODULE]
 
     def describe(self) -> dict[str, object]:
-        return {"version": self.version, "dist": self.dist, "build": self.build, "torch": self.torch,
-                "python": str(self.python)}  # fmt: skip
+        return {
+            "version": self.version,
+            "dist": self.dist,
+            "build": self.build,
+            "torch": self.torch,
+            "python": str(self.python),
+        }
 
 
 def vllm_python() -> Path:

@@ -78,12 +78,23 @@ def _top(logprobs: Any) -> list[list[tuple[int, float]]]:
 
 
 def complete(
-    conn: Connection, model: str, prompt: list[int] | str, sampling: dict[str, Any], top_logprobs: int,
-    timeout_s: float, stop: Callable[[], bool] | None = None,
-) -> Completion:  # fmt: skip
+    conn: Connection,
+    model: str,
+    prompt: list[int] | str,
+    sampling: dict[str, Any],
+    top_logprobs: int,
+    timeout_s: float,
+    stop: Callable[[], bool] | None = None,
+) -> Completion:
     """Stream one completion; EndpointError when the server fails it."""
-    body: dict[str, Any] = {"model": model, "prompt": prompt, "stream": True, "return_token_ids": True,
-                            "stream_options": {"include_usage": True}, **sampling}  # fmt: skip
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "stream": True,
+        "return_token_ids": True,
+        "stream_options": {"include_usage": True},
+        **sampling,
+    }
     if top_logprobs:
         body |= {"logprobs": top_logprobs, "return_tokens_as_token_ids": True}
     done = Completion(top=[] if top_logprobs else None)
@@ -121,9 +132,14 @@ def _settled(url: str, model: str) -> ServerCounters:
 
 
 def batch(
-    url: str, model: str, prompts: Sequence[list[int] | str], sampling: dict[str, Any], top_logprobs: int,
-    timeout_s: float, stop: Callable[[], bool] | None = None,
-) -> Batch:  # fmt: skip
+    url: str,
+    model: str,
+    prompts: Sequence[list[int] | str],
+    sampling: dict[str, Any],
+    top_logprobs: int,
+    timeout_s: float,
+    stop: Callable[[], bool] | None = None,
+) -> Batch:
     """All `prompts` in flight at once (one thread and connection each); the first failure is raised."""
     before = _settled(url, model)
     results: list[Completion | BaseException | None] = [None] * len(prompts)

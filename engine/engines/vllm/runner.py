@@ -138,9 +138,15 @@ class VllmRunner:
         assert self.spec is not None
         spec = speculative_config(key, drafts.get(key.draft))
         options = VllmOptions.of(self.spec)
-        common = {"dtype": self.dtype, "threads": self.threads or options.threads, "seed": self.spec.seed,
-                  "max_num_seqs": max(self.spec.concurrency), "max_model_len": options.max_model_len,
-                  "kv_cache_mib": options.kv_cache_mib, "enforce_eager": options.enforce_eager}  # fmt: skip
+        common = {
+            "dtype": self.dtype,
+            "threads": self.threads or options.threads,
+            "seed": self.spec.seed,
+            "max_num_seqs": max(self.spec.concurrency),
+            "max_model_len": options.max_model_len,
+            "kv_cache_mib": options.kv_cache_mib,
+            "enforce_eager": options.enforce_eager,
+        }
         return VllmConfig.with_speculation(Path(target), spec, **common)
 
     def start(
@@ -208,8 +214,14 @@ class VllmRunner:
         model, prompt = str(server.config.model), self.prompts[index]
         try:
             ids = prompt if isinstance(prompt, list) else client.tokenize(server.url, model, prompt)
-            done = client.batch(server.url, model, [[*ids, *prefix]], self._sampling(0.0) | {"max_tokens": 1},
-                                TOP_LOGPROBS, self.request_timeout_s).completions[0]  # fmt: skip
+            done = client.batch(
+                server.url,
+                model,
+                [[*ids, *prefix]],
+                self._sampling(0.0) | {"max_tokens": 1},
+                TOP_LOGPROBS,
+                self.request_timeout_s,
+            ).completions[0]
         except EndpointError as exc:
             raise RunFailed(str(exc)) from None
         return TargetTop.of_pairs(done.top[0]) if done.top else None
@@ -217,8 +229,14 @@ class VllmRunner:
     def _sampling(self, temperature: float) -> dict[str, Any]:
         assert self.spec is not None
         s = self.spec
-        return {"max_tokens": s.max_new_tokens, "temperature": temperature, "seed": s.seed, "top_p": s.top_p,
-                "top_k": s.top_k if s.top_k > 0 else -1, "ignore_eos": False}  # fmt: skip
+        return {
+            "max_tokens": s.max_new_tokens,
+            "temperature": temperature,
+            "seed": s.seed,
+            "top_p": s.top_p,
+            "top_k": s.top_k if s.top_k > 0 else -1,
+            "ignore_eos": False,
+        }
 
     def _batch(self, key: RunKey, index: int, top: int, ctx: DecodeContext) -> client.Batch:
         config = self.configs[key]
@@ -228,8 +246,15 @@ class VllmRunner:
         order = [(index + j) % len(self.prompts) for j in range(key.concurrency)]
         prompts = [self.prompts[i] for i in order]
         try:
-            return client.batch(server.url, str(config.model), prompts, self._sampling(key.temperature), top,
-                                self.request_timeout_s, ctx.should_stop)  # fmt: skip
+            return client.batch(
+                server.url,
+                str(config.model),
+                prompts,
+                self._sampling(key.temperature),
+                top,
+                self.request_timeout_s,
+                ctx.should_stop,
+            )
         except EndpointError as exc:
             tail = server.log_tail()
             if exc.kind != "timeout" and server.alive() and server.healthy():
@@ -244,16 +269,32 @@ class VllmRunner:
         batch = self._batch(key, index, 0, ctx)
         done = batch.completions[0]
         counters = batch.counters
-        ctx.on_step(StepRecord(
-            prompt_index=index, step_index=0, gamma=int(counters.draft_tokens), accepted=int(counters.accepted_tokens),
-            accept_mask=[], beta=[], draft_time_s=0.0, verify_time_s=batch.wall_s, draft_forwards=0,
-            emitted=int(counters.emitted), target_calls=int(counters.target_calls),
-        ))  # fmt: skip
+        ctx.on_step(
+            StepRecord(
+                prompt_index=index,
+                step_index=0,
+                gamma=int(counters.draft_tokens),
+                accepted=int(counters.accepted_tokens),
+                accept_mask=[],
+                beta=[],
+                draft_time_s=0.0,
+                verify_time_s=batch.wall_s,
+                draft_forwards=0,
+                emitted=int(counters.emitted),
+                target_calls=int(counters.target_calls),
+            )
+        )
         output = PromptOutput(
-            prompt_index=index, prompt_id=self.prompt_ids[index], prompt_tokens=done.prompt_tokens,
-            token_ids=done.token_ids, text=done.text, from_draft=[], wall_time_s=time.time() - t0,
-            steps=int(counters.target_calls), prefill_time_s=done.ttft_s or 0.0,
-        )  # fmt: skip
+            prompt_index=index,
+            prompt_id=self.prompt_ids[index],
+            prompt_tokens=done.prompt_tokens,
+            token_ids=done.token_ids,
+            text=done.text,
+            from_draft=[],
+            wall_time_s=time.time() - t0,
+            steps=int(counters.target_calls),
+            prefill_time_s=done.ttft_s or 0.0,
+        )
         ttft = [c.ttft_s for c in batch.completions if c.ttft_s is not None]
         itl = [gap for c in batch.completions for gap in c.itl_s]
         self._time_split(key, index, counters, batch.wall_s)

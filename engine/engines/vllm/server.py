@@ -143,8 +143,14 @@ class VllmServer:
         env = {**os.environ, **self.config.environment(self.install.build), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)  # fmt: skip
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
         _LIVE.add(self)
         try:
             self._wait_healthy()

@@ -144,11 +144,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
     out_path = Path(args.json_out)
     check_output(out_path, "--json")
     settings = {
-        "url": args.url, "model": args.model, "api_key_env": args.api_key_env, "kind": args.kind, "api": args.api,
-        "baseline_url": args.baseline_url, "concurrency": args.concurrency, "max_requests": args.max_requests,
-        "max_duration_s": args.max_duration_s, "request_timeout_s": args.timeout_s, "ignore_eos": args.ignore_eos,
-        "ttft_slo_s": args.ttft_slo, "tpot_slo_s": args.tpot_slo, "warmup_requests": args.warmup,
-    }  # fmt: skip
+        "url": args.url,
+        "model": args.model,
+        "api_key_env": args.api_key_env,
+        "kind": args.kind,
+        "api": args.api,
+        "baseline_url": args.baseline_url,
+        "concurrency": args.concurrency,
+        "max_requests": args.max_requests,
+        "max_duration_s": args.max_duration_s,
+        "request_timeout_s": args.timeout_s,
+        "ignore_eos": args.ignore_eos,
+        "ttft_slo_s": args.ttft_slo,
+        "tpot_slo_s": args.tpot_slo,
+        "warmup_requests": args.warmup,
+    }
     prompts = _prompt_texts(args.prompts)
 
     def phase(name: str, done: int, total: int) -> None:

@@ -155,8 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     draft = args.draft
     policy, gammas = policy_cli.run_policy(args) if draft != "none" else (None, [1])
-    settings = spec_from_args(args, drafts=[draft], gammas=gammas, policies=[policy] if policy else [],
-                              temperatures=[args.temperature], measure_verify_cost=True)  # fmt: skip
+    settings = spec_from_args(
+        args,
+        drafts=[draft],
+        gammas=gammas,
+        policies=[policy] if policy else [],
+        temperatures=[args.temperature],
+        measure_verify_cost=True,
+    )
     registry.validate(settings)
     out_path = Path(args.json_out)
     prompts = _load_prompts(args.prompts, args.max_prompts)

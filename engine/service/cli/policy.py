@@ -41,8 +41,13 @@ def add_commands(sub: Any) -> None:
     )
     pol.add_argument("--regime", choices=["memory-bound", "compute-bound"], default=None, help="override")
     pol.add_argument("--top", type=int, default=15, help="rows to print per draft (live ones always shown)")
-    pol.add_argument("--prove", type=int, default=None, metavar="N",
-                     help="queue a session running the best N policies and the best fixed γ live")  # fmt: skip
+    pol.add_argument(
+        "--prove",
+        type=int,
+        default=None,
+        metavar="N",
+        help="queue a session running the best N policies and the best fixed γ live",
+    )
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:

@@ -72,10 +72,19 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     vllm_version = check_vllm_version(args.vllm_version) if args.vllm_version is not None else None
     store = open_app_store()
     result = recommend_and_export(
-        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
-        engine_from_cli(args.engine) if args.engine else None, formats=(args.export,) if args.export else (),
-        save=bool(args.export), temperature=args.temperature, vllm_version=vllm_version,
-    )  # fmt: skip
+        store,
+        args.session,
+        args.objective,
+        args.budget,
+        args.batch_size,
+        args.price,
+        args.regime,
+        engine_from_cli(args.engine) if args.engine else None,
+        formats=(args.export,) if args.export else (),
+        save=bool(args.export),
+        temperature=args.temperature,
+        vllm_version=vllm_version,
+    )
     if args.export:
         write_export(result, args.export, args.out)
         if args.out is None:

@@ -37,9 +37,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_output(out, "--html")
     store = open_app_store()
     html = session_report_html(
-        store, args.session, args.objective, args.budget, args.batch_size, args.price, args.regime,
-        engine_from_cli(args.engine) if args.engine else None, args.temperature,
-    )  # fmt: skip
+        store,
+        args.session,
+        args.objective,
+        args.budget,
+        args.batch_size,
+        args.price,
+        args.regime,
+        engine_from_cli(args.engine) if args.engine else None,
+        args.temperature,
+    )
     write_output(out, html, "--html")
     print(f"wrote {out} ({len(html.encode('utf-8')) // 1024} KiB)")
     return 0

@@ -60,8 +60,13 @@ def add_commands(sub: Any) -> None:
         help="serve the verdicts as Prometheus metrics on PORT (0: a free one); see docs/watch.md",
     )
     w.add_argument("--serve-host", default="127.0.0.1", help="the address --serve-metrics listens on")
-    w.add_argument("--action-dir", default=None, metavar="DIR", type=output_folder,
-                   help="write the file a 'costing you' or 'acceptance collapsed' verdict offers into DIR")  # fmt: skip
+    w.add_argument(
+        "--action-dir",
+        default=None,
+        metavar="DIR",
+        type=output_folder,
+        help="write the file a 'costing you' or 'acceptance collapsed' verdict offers into DIR",
+    )
 
 
 def _num(x: float | None, fmt: str = ".2f", unit: str = "") -> str:

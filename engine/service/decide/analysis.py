@@ -69,18 +69,40 @@ def _same(value: T, candidates: Iterable[T]) -> T:
     return next((c for c in candidates if c == value), value)
 
 
-def analyse(store: Any, session_ids: Sequence[int], query: Any, in_progress: int | None = None,
-            recommended: tuple[Recommendation, Evidence, RegimeReport] | None = None) -> Analysis:  # fmt: skip
+def analyse(
+    store: Any,
+    session_ids: Sequence[int],
+    query: Any,
+    in_progress: int | None = None,
+    recommended: tuple[Recommendation, Evidence, RegimeReport] | None = None,
+) -> Analysis:
     """The analysis of a query (engine.service.decide.decisions.DecisionQuery) over the sessions; `recommended`, the
     triple a caller already made for this query, is used as it is. SpectuneError when the sessions give nothing
     to recommend from."""
     ids = list(session_ids)
     triple = recommended or recommend_from_store(
-        store, ids, query.objective, query.budget, query.batch_size, query.price_per_hour, query.regime_override,
-        engine=query.engine, temperature=query.temperature, in_progress=in_progress,
-    )  # fmt: skip
+        store,
+        ids,
+        query.objective,
+        query.budget,
+        query.batch_size,
+        query.price_per_hour,
+        query.regime_override,
+        engine=query.engine,
+        temperature=query.temperature,
+        in_progress=in_progress,
+    )
     temperature = triple[0].temperature if query.temperature is None else query.temperature  # the one it chose
-    policies = session_policies(store, ids, query.objective, query.budget, query.batch_size, query.regime_override,
-                                engine=query.engine, temperature=temperature, recommended=triple,
-                                in_progress=in_progress)  # fmt: skip
+    policies = session_policies(
+        store,
+        ids,
+        query.objective,
+        query.budget,
+        query.batch_size,
+        query.regime_override,
+        engine=query.engine,
+        temperature=temperature,
+        recommended=triple,
+        in_progress=in_progress,
+    )
     return Analysis(*triple, policies)

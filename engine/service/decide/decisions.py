@@ -111,8 +111,13 @@ class Decision:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # type: ignore[arg-type]
 
 
-def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
-                 recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
+def decision_for(
+    store: Any,
+    session_ids: Sequence[int],
+    query: DecisionQuery,
+    in_progress: int | None = None,
+    recommended: tuple[Any, Any, Any] | None = None,
+) -> Decision:
     """The stored decision for the query over these sessions (decided(), its analysis left aside). SpectuneError
     when the sessions give nothing to decide from."""
     decision, _ = decided(store, session_ids, query, in_progress, recommended)
@@ -121,8 +126,13 @@ def decision_for(store: Any, session_ids: Sequence[int], query: DecisionQuery, i
     return decision
 
 
-def decided(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
-            recommended: tuple[Any, Any, Any] | None = None) -> tuple[Decision | None, Analysis]:  # fmt: skip
+def decided(
+    store: Any,
+    session_ids: Sequence[int],
+    query: DecisionQuery,
+    in_progress: int | None = None,
+    recommended: tuple[Any, Any, Any] | None = None,
+) -> tuple[Decision | None, Analysis]:
     """The stored decision for the query over these sessions and the analysis it was made from; both made and
     stored when none is, or when a run was stored since they were made. Sessions not yet finished (`in_progress`,
     or any not done) are decided, never stored: their runs are still coming. `recommended`: the (recommendation,
@@ -193,8 +203,13 @@ def _all_finished(store: Any, ids: Sequence[int]) -> bool:
     return all(row is not None and row.get("status") in ("done", "failed", "cancelled", "interrupted") for row in rows)
 
 
-def make_decision(store: Any, session_ids: Sequence[int], query: DecisionQuery, in_progress: int | None = None,
-                  recommended: tuple[Any, Any, Any] | None = None) -> Decision:  # fmt: skip
+def make_decision(
+    store: Any,
+    session_ids: Sequence[int],
+    query: DecisionQuery,
+    in_progress: int | None = None,
+    recommended: tuple[Any, Any, Any] | None = None,
+) -> Decision:
     """Decide once, unstored: the analysis of the query (engine.service.decide.analysis.analyse), then decide()."""
     ids = list(session_ids)
     return decide(store, ids, query, analyse(store, ids, query, in_progress, recommended))
@@ -227,19 +242,30 @@ def decide(store: Any, session_ids: Sequence[int], query: DecisionQuery, analysi
     temperature = float(rec.temperature)
     runs = [r for sid in ids for r in store.list_runs(sid)]
     return Decision(
-        query=asdict(query), configuration=None if chosen is None else chosen["configuration"],
-        draft=None if chosen is None else chosen["draft"], gamma=0 if chosen is None else int(chosen["gamma"]),
-        policy=None if chosen is None else chosen["policy"], temperature=temperature,
+        query=asdict(query),
+        configuration=None if chosen is None else chosen["configuration"],
+        draft=None if chosen is None else chosen["draft"],
+        gamma=0 if chosen is None else int(chosen["gamma"]),
+        policy=None if chosen is None else chosen["policy"],
+        temperature=temperature,
         predicted_speedup=None if chosen is None else chosen["predicted_speedup"],
         measured=None if chosen is None else measured_run(store, runs, chosen, temperature),
-        runner_up=runner_up, regime=report.regime, floor=sessions_floor(store, ids), notes=list(rec.notes),
-    )  # fmt: skip
+        runner_up=runner_up,
+        regime=report.regime,
+        floor=sessions_floor(store, ids),
+        notes=list(rec.notes),
+    )
 
 
 def _option(draft: str | None, gamma: int, policy: str | None, predicted: float) -> dict[str, Any]:
     label = f"{draft} {policy}" if policy else f"{draft} γ={gamma}"
-    return {"configuration": label, "draft": draft, "gamma": int(gamma), "policy": policy,
-            "predicted_speedup": round(float(predicted), 4)}  # fmt: skip
+    return {
+        "configuration": label,
+        "draft": draft,
+        "gamma": int(gamma),
+        "policy": policy,
+        "predicted_speedup": round(float(predicted), 4),
+    }
 
 
 def _runnable_policy(report: Any, store: Any, ids: Sequence[int]) -> dict[str, Any] | None:
@@ -279,9 +305,14 @@ def measured_run(
     note = floor_note((store.get_session(int(run["session_id"])) or {}).get("summary"))
     verdict = run_verdict(run)
     noisy = bool(note is not None and note.off) or bool(verdict and verdict.startswith("too noisy"))
-    return {"run_id": int(run["id"]), "session_id": int(run["session_id"]),
-            "speedup": None if speedup is None else round(float(speedup), 4), "verdict": verdict,
-            "flag": stored_speedup_flag(run), "noisy": noisy}  # fmt: skip
+    return {
+        "run_id": int(run["id"]),
+        "session_id": int(run["session_id"]),
+        "speedup": None if speedup is None else round(float(speedup), 4),
+        "verdict": verdict,
+        "flag": stored_speedup_flag(run),
+        "noisy": noisy,
+    }
 
 
 def sessions_floor(store: Any, ids: Sequence[int]) -> dict[str, Any] | None:

@@ -79,18 +79,27 @@ def engine_comparison(store: Any, session_ids: list[int]) -> list[dict[str, Any]
             summary = run.get("summary") or {}
             spread = summary.get("speedup_spread") or {}
             verdict = f" ({spread['verdict']})" if spread else ""
-            rows.append({
-                "engine": session_engine(session), "session": sid, "draft": run["draft"], "γ": run["gamma"],
-                "T": run["temperature"],
-                "α": run.get("alpha") if run.get("alpha") is not None else summary.get("alpha_from_acceptance_length"),
-                "α measured as": "mean β" if run.get("alpha") is not None else "from acceptance length",
-                "tokens per call": run.get("tokens_per_call"),
-                "draft acceptance rate": summary.get("draft_acceptance_rate"), "c": run.get("c"),
-                "tokens/s": run.get("tokens_per_s"), "speedup measured": run_speedup(run),
-                "spread": f"{spread_text(run)}{verdict}" if spread else None,
-                "speedup predicted": run.get("speedup_predicted"),
-                "bound": "⚠ impossible" if stored_speedup_flag(run) else None,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "engine": session_engine(session),
+                    "session": sid,
+                    "draft": run["draft"],
+                    "γ": run["gamma"],
+                    "T": run["temperature"],
+                    "α": run.get("alpha")
+                    if run.get("alpha") is not None
+                    else summary.get("alpha_from_acceptance_length"),
+                    "α measured as": "mean β" if run.get("alpha") is not None else "from acceptance length",
+                    "tokens per call": run.get("tokens_per_call"),
+                    "draft acceptance rate": summary.get("draft_acceptance_rate"),
+                    "c": run.get("c"),
+                    "tokens/s": run.get("tokens_per_s"),
+                    "speedup measured": run_speedup(run),
+                    "spread": f"{spread_text(run)}{verdict}" if spread else None,
+                    "speedup predicted": run.get("speedup_predicted"),
+                    "bound": "⚠ impossible" if stored_speedup_flag(run) else None,
+                }
+            )
     return sorted(rows, key=lambda r: (r["draft"], r["γ"], r["T"], r["engine"]))
 
 
@@ -141,8 +150,13 @@ def gather(
                     baseline_tps.append((float(run["temperature"]), run["tokens_per_s"]))
                 continue
             verify_cost |= usable_verify_points(run.get("verify_cost"))[0]
-            run = dict(run, session_id=sid, session_verify_cost=session_verify, target=session.get("target"),
-                       drafting_loop=drafting_loop(session_engine(session)))  # fmt: skip
+            run = dict(
+                run,
+                session_id=sid,
+                session_verify_cost=session_verify,
+                target=session.get("target"),
+                drafting_loop=drafting_loop(session_engine(session)),
+            )
             groups.setdefault((run["draft"], float(run["temperature"])), []).append(run)
     if not groups:
         raise SpectuneError("the chosen sessions have no finished speculative runs to recommend from")
@@ -356,10 +370,16 @@ def recommend_from_store(
         first = judge_regime(ev.regime, batch_size, 0, ev.verify_cost, regime_override)
         knee = None if regime_override else first.knee_batch
         rec = recommend(
-            ev.measurements, objective, first.label if first.label in REGIMES else UNKNOWN, budget=budget,
-            batch_size=batch_size, price_per_hour=price_per_hour, baseline_tokens_per_s=ev.baseline_tokens_per_s,
-            knee_batch=knee, regime_votes=first.votes,
-        )  # fmt: skip
+            ev.measurements,
+            objective,
+            first.label if first.label in REGIMES else UNKNOWN,
+            budget=budget,
+            batch_size=batch_size,
+            price_per_hour=price_per_hour,
+            baseline_tokens_per_s=ev.baseline_tokens_per_s,
+            knee_batch=knee,
+            regime_votes=first.votes,
+        )
         batching = [
             sid
             for sid in ev.session_ids  # only an engine that batches measured a surface of our drafts

@@ -49,19 +49,33 @@ class DraftPolicies:
         out = []
         for rank, r in enumerate(self.comparison.results, 1):
             live = self.live.get(r.policy) or {}
-            out.append({
-                "rank": rank, "draft": self.draft, "temperature": self.temperature, "policy": r.policy,
-                "kind": r.kind, "setting": r.setting, "tokens_per_call": r.tokens_per_call,
-                "draft_calls_per_step": r.draft_calls_per_step, "drafted_per_step": r.drafted_per_step,
-                "predicted_speedup": r.predicted_speedup, "cost_multiplier": r.cost_multiplier,
-                "ops_multiplier": r.ops_multiplier, "calls_exact": r.calls_exact,
-                "basis": shown_basis(r.basis, r.tokens_per_call, live.get("tokens_per_call")),
-                "live_tokens_per_call": live.get("tokens_per_call"),
-                "live_draft_calls_per_step": live.get("draft_calls_per_step"),
-                "live_speedup": live.get("speedup"), "live_tokens_per_s": live.get("tokens_per_s"),
-                "live": bool(live), "best_fixed": r is self.comparison.best_fixed, "live_flag": live.get("flag"),
-                "feasible": r.feasible, "why_not": r.infeasible_why,
-            })  # fmt: skip
+            out.append(
+                {
+                    "rank": rank,
+                    "draft": self.draft,
+                    "temperature": self.temperature,
+                    "policy": r.policy,
+                    "kind": r.kind,
+                    "setting": r.setting,
+                    "tokens_per_call": r.tokens_per_call,
+                    "draft_calls_per_step": r.draft_calls_per_step,
+                    "drafted_per_step": r.drafted_per_step,
+                    "predicted_speedup": r.predicted_speedup,
+                    "cost_multiplier": r.cost_multiplier,
+                    "ops_multiplier": r.ops_multiplier,
+                    "calls_exact": r.calls_exact,
+                    "basis": shown_basis(r.basis, r.tokens_per_call, live.get("tokens_per_call")),
+                    "live_tokens_per_call": live.get("tokens_per_call"),
+                    "live_draft_calls_per_step": live.get("draft_calls_per_step"),
+                    "live_speedup": live.get("speedup"),
+                    "live_tokens_per_s": live.get("tokens_per_s"),
+                    "live": bool(live),
+                    "best_fixed": r is self.comparison.best_fixed,
+                    "live_flag": live.get("flag"),
+                    "feasible": r.feasible,
+                    "why_not": r.infeasible_why,
+                }
+            )
         return out
 
 
@@ -184,9 +198,15 @@ def live_flag(
     if not speedup:
         return None
     broken = figures.get("speedup_flag") or speedup_flag(
-        speedup, most_drafted, per_call, c, figures.get("draft_calls_per_step"), verify_cost,
-        figures.get("speedup_whole_run"), loop_v,
-    )  # fmt: skip
+        speedup,
+        most_drafted,
+        per_call,
+        c,
+        figures.get("draft_calls_per_step"),
+        verify_cost,
+        figures.get("speedup_whole_run"),
+        loop_v,
+    )
     if broken:
         return str(broken)
     spread = figures.get("speedup_spread") or {}
@@ -267,9 +287,17 @@ def session_policies(
     engine = choose_engine(store, ids, engine)
     entry = get_engine(engine)  # a session's policies are replayed in its engine's own loop, as it ran
     rec, ev, report = recommended or recommend_from_store(
-        store, ids, objective, budget, batch_size, None, regime_override, engine=engine, temperature=temperature,
+        store,
+        ids,
+        objective,
+        budget,
+        batch_size,
+        None,
+        regime_override,
+        engine=engine,
+        temperature=temperature,
         in_progress=in_progress,
-    )  # fmt: skip
+    )
     regime = report.label if report.label in REGIMES else MEMORY_BOUND
     drafts: list[DraftPolicies] = []
     notes: list[str] = []
@@ -334,8 +362,17 @@ def recommendation_for(report: PolicyReport) -> Recommendation | None:
     if m is not None and (rec.off or rec.draft_name != m.name):
         gamma = int(chosen.comparison.best_fixed.policy.split(":")[1])
         best = chosen.comparison.best_fixed
-        rec = replace(rec, draft_name=m.name, method=m.method, model_ref=m.model_ref, gamma=gamma, measurement=m,
-                      predicted_speedup=best.predicted_speedup, schedule=None, temperature=m.temperature)  # fmt: skip
+        rec = replace(
+            rec,
+            draft_name=m.name,
+            method=m.method,
+            model_ref=m.model_ref,
+            gamma=gamma,
+            measurement=m,
+            predicted_speedup=best.predicted_speedup,
+            schedule=None,
+            temperature=m.temperature,
+        )
     return rec
 
 
@@ -369,8 +406,15 @@ def export_best(report: PolicyReport, fmt: str, vllm_version: str | None = None)
         "best_fixed_gamma": closest,
         "basis": best.basis,
     }
-    return export_policy(rec, best.policy, fmt, closest_gamma=closest, predicted=predicted, target=report.target,
-                         vllm_version=vllm_version)  # fmt: skip
+    return export_policy(
+        rec,
+        best.policy,
+        fmt,
+        closest_gamma=closest,
+        predicted=predicted,
+        target=report.target,
+        vllm_version=vllm_version,
+    )
 
 
 def prove(store: Any, report: PolicyReport, n: int) -> tuple[int, list[str]]:
@@ -392,6 +436,11 @@ def prove(store: Any, report: PolicyReport, n: int) -> tuple[int, list[str]]:
     spec.gammas = [int(comparison.best_fixed.policy.split(":")[1])]
     spec.temperatures = [report.chosen.temperature]
     spec.policies = picks
-    new_id = submit_session(store, spec, session["prompt_set_id"], session.get("n_prompts"),
-                            f"prove policies of session {report.session_ids[0]}")  # fmt: skip
+    new_id = submit_session(
+        store,
+        spec,
+        session["prompt_set_id"],
+        session.get("n_prompts"),
+        f"prove policies of session {report.session_ids[0]}",
+    )
     return new_id, [*picks, comparison.best_fixed.policy]

@@ -91,11 +91,17 @@ def surface_cells(runs: Sequence[Mapping[str, Any]]) -> list[SurfaceCell]:
         policy = run.get("policy") or summary.get("policy")
         verdict, noisy = noise_of(run_spread(run))
         how = f" {policy}" if policy else ""
-        cells.append(SurfaceCell(
-            configuration=f"{run.get('draft')}{how} T={_temperature(run.get('temperature'))}",
-            gamma=int(run.get("gamma") or 0), concurrency=run_concurrency(run), speedup=float(speedup),
-            verdict=verdict, noisy=noisy, flag=stored_speedup_flag(run),
-        ))  # fmt: skip
+        cells.append(
+            SurfaceCell(
+                configuration=f"{run.get('draft')}{how} T={_temperature(run.get('temperature'))}",
+                gamma=int(run.get("gamma") or 0),
+                concurrency=run_concurrency(run),
+                speedup=float(speedup),
+                verdict=verdict,
+                noisy=noisy,
+                flag=stored_speedup_flag(run),
+            )
+        )
     order = {c.configuration: i for i, c in reversed(list(enumerate(cells)))}
     return sorted(cells, key=lambda c: (order[c.configuration], c.gamma, c.concurrency))
 
@@ -111,8 +117,15 @@ def stops_paying(cells: Sequence[SurfaceCell]) -> list[StopsPaying]:
         judged = [c for c in group if not c.flag] or group  # an impossible speedup says nothing about paying
         losing = sorted((c for c in judged if not c.pays), key=lambda c: c.concurrency)
         first = losing[0] if losing else None
-        out.append(StopsPaying(configuration, gamma, first.concurrency if first else None,
-                               max(c.concurrency for c in judged), bool(first and first.noisy)))  # fmt: skip
+        out.append(
+            StopsPaying(
+                configuration,
+                gamma,
+                first.concurrency if first else None,
+                max(c.concurrency for c in judged),
+                bool(first and first.noisy),
+            )
+        )
     return out
 
 

@@ -155,17 +155,22 @@ def settings_facts(session: Mapping[str, Any]) -> list[tuple[str, Any]]:
     engine = stored.engine
     joined = lambda xs: ", ".join(map(str, xs or [])) or "—"  # noqa: E731
     return [
-        ("status", session.get("status")), ("engine", engine), ("target", session.get("target")),
-        ("drafts", joined(session.get("drafts"))), ("γ", joined(session.get("gammas"))),
+        ("status", session.get("status")),
+        ("engine", engine),
+        ("target", session.get("target")),
+        ("drafts", joined(session.get("drafts"))),
+        ("γ", joined(session.get("gammas"))),
         *([("policies", joined(options["policies"]))] if options.get("policies") else []),
         ("temperatures", ", ".join(f"{float(t):g}" for t in session.get("temperatures") or []) or "—"),
-        ("top-k / top-p", f"{session.get('top_k')} / {session.get('top_p')}"), ("seed", session.get("seed")),
+        ("top-k / top-p", f"{session.get('top_k')} / {session.get('top_p')}"),
+        ("seed", session.get("seed")),
         ("max new tokens", session.get("max_new_tokens")),
-        stored.weights, ("device", session.get("device")),
+        stored.weights,
+        ("device", session.get("device")),
         ("prompts", f"{session.get('n_prompts') or '—'} (set #{session.get('prompt_set_id') or '—'})"),
         ("created / finished", f"{minute(session.get('created_at'))} / {minute(session.get('finished_at'))}"),
         *budget_facts(session),
-    ]  # fmt: skip
+    ]
 
 
 def minute(value: Any) -> str:
@@ -255,8 +260,13 @@ def stored_regime(regime: Any) -> list[Html]:
         return [tag("p", "No regime was detected for this session (it ran without the batch sweep).", "muted")]
     evidence = regime.get("evidence")
     lines = [str(x) for x in evidence] if isinstance(evidence, list | tuple) else [str(evidence)] if evidence else []
-    head = tag("p", [tag("strong", str(regime["label"])), " — as detected when the session ran (a recommendation "
-                     "judges it again at its serving batch and γ)"])  # fmt: skip
+    head = tag(
+        "p",
+        [
+            tag("strong", str(regime["label"])),
+            " — as detected when the session ran (a recommendation judges it again at its serving batch and γ)",
+        ],
+    )
     return [head, Html(f"<details><summary>The evidence ({len(lines)} line(s))</summary>{bullets(lines)}</details>")]
 
 
@@ -281,10 +291,22 @@ RUN_NUMERIC = RUN_HEADERS[2:9] + ["speedup predicted"]  # the spread is words to
 def run_row(r: RunFigures, status: bool) -> list[Any]:
     spread = r.spread_words or "—"
     check = tag("span", "⚠ flagged", "flag") if r.flags else ""
-    return [r.label, *([r.status] if status else []), number(r.alpha, "%.3f"), number(r.tokens_per_call, "%.2f"),
-            number(r.draft_acceptance_rate, "%.3f"), number(r.c, "%.3f"), number(r.tokens_per_s, "%.1f"),
-            number(r.baseline_tokens_per_s, "%.1f"), number(r.speedup_measured, "%.2f×"), spread, r.verdict or "—",
-            number(r.speedup_predicted, "%.2f×"), r.fidelity or "—", check]  # fmt: skip
+    return [
+        r.label,
+        *([r.status] if status else []),
+        number(r.alpha, "%.3f"),
+        number(r.tokens_per_call, "%.2f"),
+        number(r.draft_acceptance_rate, "%.3f"),
+        number(r.c, "%.3f"),
+        number(r.tokens_per_s, "%.1f"),
+        number(r.baseline_tokens_per_s, "%.1f"),
+        number(r.speedup_measured, "%.2f×"),
+        spread,
+        r.verdict or "—",
+        number(r.speedup_predicted, "%.2f×"),
+        r.fidelity or "—",
+        check,
+    ]
 
 
 def runs_parts(figures: list[RunFigures]) -> list[Html]:
@@ -296,19 +318,48 @@ def runs_parts(figures: list[RunFigures]) -> list[Html]:
     flagged = [(r.label, flag) for r in figures for flag in r.flags]
     if flagged:
         parts.append(tag("h3", "Flags: figures that break a physical bound"))
-        parts.append(Html("<ul>" + "".join(tag("li", [tag("strong", f"{label}: "), tag("span", flag, "flag")])
-                                           for label, flag in flagged) + "</ul>"))  # fmt: skip
+        parts.append(
+            Html(
+                "<ul>"
+                + "".join(
+                    tag("li", [tag("strong", f"{label}: "), tag("span", flag, "flag")]) for label, flag in flagged
+                )
+                + "</ul>"
+            )
+        )
     speculative = [r for r in figures if r.kind != "baseline"]
-    rows = [(r.label, [Bar("measured (whole run; whisker: lowest–highest prompt)", r.speedup_measured,
-                           r.spread["min"] if r.spread else None, r.spread["max"] if r.spread else None),
-                       Bar("predicted", r.speedup_predicted)]) for r in speculative]  # fmt: skip
+    rows = [
+        (
+            r.label,
+            [
+                Bar(
+                    "measured (whole run; whisker: lowest–highest prompt)",
+                    r.speedup_measured,
+                    r.spread["min"] if r.spread else None,
+                    r.spread["max"] if r.spread else None,
+                ),
+                Bar("predicted", r.speedup_predicted),
+            ],
+        )
+        for r in speculative
+    ]
     if any(bars for _, bars in rows):
         parts.append(Html(bar_chart(rows, "Speedup per configuration against the target alone (red dashed: 1×)")))
     acceptance = widest_per_draft(speculative)
     if acceptance:
         series = [Series(r.label, [(i + 1, a) for i, a in enumerate(r.per_position_acceptance)]) for r in acceptance]
-        parts.append(Html(line_chart(series, "Acceptance rate per draft position (the widest γ of each draft)",
-                                     "draft position", "acceptance rate", reference=None, y_max=1.0)))  # fmt: skip
+        parts.append(
+            Html(
+                line_chart(
+                    series,
+                    "Acceptance rate per draft position (the widest γ of each draft)",
+                    "draft position",
+                    "acceptance rate",
+                    reference=None,
+                    y_max=1.0,
+                )
+            )
+        )
     return parts
 
 

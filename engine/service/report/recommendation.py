@@ -48,11 +48,18 @@ def decision(result: Recommended) -> list[Html]:
         rows = [("Draft", "none (target alone)"), ("Speculation", "off"), ("Predicted speedup", "1.00×")]
     else:
         flag = check_predicted_speedup(rec.predicted_speedup, rec.gamma)
-        banner = tag("div", [tag("strong", str(rec.draft_name)), " with ", tag("strong", f"γ = {rec.gamma}"),
-                             f": {rec.speedup_phrase()} · ops multiplier "
-                             f"{rec.ops_multiplier:.2f}× · cost per token {pct(rec.cost_change)} ({context(rec)})",
-                             *([tag("span", f" — ⚠ {flag.message}", "flag")] if flag else [])],
-                     "banner on")  # fmt: skip
+        banner = tag(
+            "div",
+            [
+                tag("strong", str(rec.draft_name)),
+                " with ",
+                tag("strong", f"γ = {rec.gamma}"),
+                f": {rec.speedup_phrase()} · ops multiplier "
+                f"{rec.ops_multiplier:.2f}× · cost per token {pct(rec.cost_change)} ({context(rec)})",
+                *([tag("span", f" — ⚠ {flag.message}", "flag")] if flag else []),
+            ],
+            "banner on",
+        )
         rows = [
             ("Draft", f"{rec.draft_name} ({rec.method})"),
             ("Recommended γ", str(rec.gamma)),
@@ -99,8 +106,13 @@ def regime(result: Recommended) -> list[Html]:
         parts.append(table(["batch", "decode step (ms)"], rows, numeric=["batch", "decode step (ms)"]))
     verify = sorted(ev.verify_cost.items())
     if verify:
-        parts.append(table(["k", "v(k): a k-token forward ÷ a 1-token one"], [(k, f"{v:.3f}") for k, v in verify],
-                           numeric=["k", "v(k): a k-token forward ÷ a 1-token one"]))  # fmt: skip
+        parts.append(
+            table(
+                ["k", "v(k): a k-token forward ÷ a 1-token one"],
+                [(k, f"{v:.3f}") for k, v in verify],
+                numeric=["k", "v(k): a k-token forward ÷ a 1-token one"],
+            )
+        )
     else:
         parts.append(tag("p", "No v(k) measured: only v(1) = 1 is known, so verification is assumed free.", "muted"))
     return parts
@@ -121,13 +133,36 @@ def drafts(result: Recommended) -> list[Html]:
         chosen = not rec.off and rec.measurement is m
         verdict = "recommended" if chosen else "pays, not the best" if s.pays else "does not pay"
         flagged = ", ".join(str(g) for g in sorted(int(g) for g in s.measured_flags))
-        rows.append((s.name, f"{m.temperature:g}", number(s.alpha, "%.3f"), number(s.c, "%.3f"), s.best_gamma,
-                     number(s.best_speedup, "%.2f×"), "—" if best is None else f"{best[1]:.2f}× at γ={best[0]}",
-                     number(s.ops_multiplier, "%.2f×"), pct(s.cost_change),
-                     "none ≤ 32" if s.crossover_gamma is None else s.crossover_gamma, verdict,
-                     tag("span", f"measurement error at γ = {flagged}", "flag") if flagged else ""))  # fmt: skip
-    headers = ["draft", "T", "α", "c", "its best γ", "predicted speedup", "measured (best possible)", "ops multiplier",
-               "cost / token", "crossover γ", "decision", "check"]  # fmt: skip
+        rows.append(
+            (
+                s.name,
+                f"{m.temperature:g}",
+                number(s.alpha, "%.3f"),
+                number(s.c, "%.3f"),
+                s.best_gamma,
+                number(s.best_speedup, "%.2f×"),
+                "—" if best is None else f"{best[1]:.2f}× at γ={best[0]}",
+                number(s.ops_multiplier, "%.2f×"),
+                pct(s.cost_change),
+                "none ≤ 32" if s.crossover_gamma is None else s.crossover_gamma,
+                verdict,
+                tag("span", f"measurement error at γ = {flagged}", "flag") if flagged else "",
+            )
+        )
+    headers = [
+        "draft",
+        "T",
+        "α",
+        "c",
+        "its best γ",
+        "predicted speedup",
+        "measured (best possible)",
+        "ops multiplier",
+        "cost / token",
+        "crossover γ",
+        "decision",
+        "check",
+    ]
     return [tag("h3", "Draft comparison"), table(headers, rows, numeric=headers[2:8])]
 
 
@@ -151,13 +186,19 @@ def curve(result: Recommended) -> list[Html]:
     measured = [(p.gamma, p.measured_speedup) for p in points if p.measured_speedup is not None and not p.measured_flag]
     impossible = [(p.gamma, p.measured_speedup) for p in points if p.measured_speedup is not None and p.measured_flag]
     chart = line_chart(
-        [Series("predicted speedup", [(p.gamma, p.speedup_predicted) for p in points]),
-         Series("ops multiplier", [(p.gamma, p.ops_multiplier) for p in points], dashed=True),
-         Series("measured speedup", measured, points_only=True, colour="#2ca02c"),
-         Series("measurement error (impossible)", impossible, points_only=True, colour="#d62728")],
-        f"Predicted speedup vs γ — {name}", "γ (draft tokens per step)", "× the target alone",
-        mark_x=None if rec.off else rec.gamma, mark_label="" if rec.off else f"recommended γ = {rec.gamma}", y_unit="×",
-    )  # fmt: skip
+        [
+            Series("predicted speedup", [(p.gamma, p.speedup_predicted) for p in points]),
+            Series("ops multiplier", [(p.gamma, p.ops_multiplier) for p in points], dashed=True),
+            Series("measured speedup", measured, points_only=True, colour="#2ca02c"),
+            Series("measurement error (impossible)", impossible, points_only=True, colour="#d62728"),
+        ],
+        f"Predicted speedup vs γ — {name}",
+        "γ (draft tokens per step)",
+        "× the target alone",
+        mark_x=None if rec.off else rec.gamma,
+        mark_label="" if rec.off else f"recommended γ = {rec.gamma}",
+        y_unit="×",
+    )
     cross = crossover_from_curve(points)
     caption = (
         f"{OFF_TEXT}: shown for the best candidate, {name}, for reference only; no γ of it pays."
@@ -166,9 +207,17 @@ def curve(result: Recommended) -> list[Html]:
     )
     crossing = f"γ = {cross}" if cross else "none up to γ = 32"
     caption += f" Crossover (ops multiplier above the speedup): {crossing}."
-    rows = [(p.gamma, number(p.expected_tokens, "%.2f"), number(p.speedup_predicted, "%.2f×"),
-             number(p.ops_multiplier, "%.2f×"), number(p.measured_speedup, "%.2f×"),
-             " · ".join([*(["measurement error"] if p.measured_flag else []), *p.flags])) for p in points]  # fmt: skip
+    rows = [
+        (
+            p.gamma,
+            number(p.expected_tokens, "%.2f"),
+            number(p.speedup_predicted, "%.2f×"),
+            number(p.ops_multiplier, "%.2f×"),
+            number(p.measured_speedup, "%.2f×"),
+            " · ".join([*(["measurement error"] if p.measured_flag else []), *p.flags]),
+        )
+        for p in points
+    ]
     headers = ["γ", "tokens per call", "predicted speedup", "ops multiplier", "measured speedup", "check"]
     details = Html(f"<details><summary>The curve as a table</summary>{table(headers, rows, headers[:5])}</details>")
     return [tag("h3", "Speedup against γ"), Html(chart), tag("p", caption, "muted"), details]
@@ -220,8 +269,13 @@ def exports(result: Recommended) -> list[Html]:
     """Every exported configuration file, byte for byte what the Recommend page offers for download."""
     parts = [tag("h3", "Exported configuration")]
     if result.recommendation.off:
-        parts.append(tag("p", f"{OFF_TEXT} is exported too, as an explained absence, so nobody re-enables it by "
-                              "accident.", "muted"))  # fmt: skip
+        parts.append(
+            tag(
+                "p",
+                f"{OFF_TEXT} is exported too, as an explained absence, so nobody re-enables it by accident.",
+                "muted",
+            )
+        )
     for fmt, exc in result.failed.items():
         parts.append(note(f"{format_label(fmt)}: the export failed: {exc}", "error"))
     for fmt, (filename, text) in result.files.items():
@@ -232,8 +286,15 @@ def exports(result: Recommended) -> list[Html]:
 
 def recommendation_parts(result: Recommended, policies: PolicyReport | None, why_no_policy: str | None) -> list[Html]:
     rec = result.recommendation
-    return [*decision(result), *regime(result), *drafts(result), *curve(result), *schedule(rec),
-            *policy(policies, why_no_policy, rec.off), *exports(result)]  # fmt: skip
+    return [
+        *decision(result),
+        *regime(result),
+        *drafts(result),
+        *curve(result),
+        *schedule(rec),
+        *policy(policies, why_no_policy, rec.off),
+        *exports(result),
+    ]
 
 
 def flagged_measurements(result: Recommended) -> dict[tuple[str, float, int], str]:

@@ -226,18 +226,29 @@ def run_figures(
         policy, spread = run_policy(r), run_spread(r)
         measured, predicted = run_speedups(r)
         speculative = r.get("kind") != "baseline"
-        rows.append(RunFigures(
-            label=run_label(r), kind=str(r.get("kind")), draft=str(r.get("draft")),
-            gamma=None if policy else r.get("gamma"), policy=policy, temperature=r.get("temperature"),
-            status=str(r.get("status")), alpha=r.get("alpha"), tokens_per_call=r.get("tokens_per_call"),
-            draft_acceptance_rate=(r.get("summary") or {}).get("draft_acceptance_rate"), c=r.get("c"),
-            tokens_per_s=r.get("tokens_per_s"),
-            baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
-            speedup_measured=measured, speedup_predicted=predicted, spread=spread,
-            verdict=run_verdict(r),
-            per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
-            flags=bound_flags(r, recommender),
-            fidelity=fidelity_counts(outputs_by_run.get(r["id"], [])) if speculative else "",
-            spread_words=spread_text(r),
-        ))  # fmt: skip
+        rows.append(
+            RunFigures(
+                label=run_label(r),
+                kind=str(r.get("kind")),
+                draft=str(r.get("draft")),
+                gamma=None if policy else r.get("gamma"),
+                policy=policy,
+                temperature=r.get("temperature"),
+                status=str(r.get("status")),
+                alpha=r.get("alpha"),
+                tokens_per_call=r.get("tokens_per_call"),
+                draft_acceptance_rate=(r.get("summary") or {}).get("draft_acceptance_rate"),
+                c=r.get("c"),
+                tokens_per_s=r.get("tokens_per_s"),
+                baseline_tokens_per_s=r.get("baseline_tokens_per_s") or baseline_tps(runs, r),
+                speedup_measured=measured,
+                speedup_predicted=predicted,
+                spread=spread,
+                verdict=run_verdict(r),
+                per_position_acceptance=[float(x) for x in r.get("per_position_acceptance") or []],
+                flags=bound_flags(r, recommender),
+                fidelity=fidelity_counts(outputs_by_run.get(r["id"], [])) if speculative else "",
+                spread_words=spread_text(r),
+            )
+        )
     return rows

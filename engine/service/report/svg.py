@@ -162,8 +162,16 @@ def line_chart(
 ) -> str:
     """Lines (and marker-only series) over a shared x axis; `mark_x` draws a labelled vertical marker; `y_max`
     fixes the top of the y axis (a rate: 1)."""
-    series = [Series(s.name, [(x, y) for x, y in s.points if finite(x) and finite(y)], s.points_only, s.dashed,
-                     s.colour or PALETTE[i % len(PALETTE)]) for i, s in enumerate(series)]  # fmt: skip
+    series = [
+        Series(
+            s.name,
+            [(x, y) for x, y in s.points if finite(x) and finite(y)],
+            s.points_only,
+            s.dashed,
+            s.colour or PALETTE[i % len(PALETTE)],
+        )
+        for i, s in enumerate(series)
+    ]
     series = [s for s in series if s.points]
     xs = [x for s in series for x, _ in s.points] or [0.0, 1.0]
     ys = [y for s in series for _, y in s.points] + ([reference] if reference is not None else []) or [0.0, 1.0]

@@ -201,8 +201,14 @@ def size_to_budget(
     else:
         tokens, prompts = _fill(shape, n_prompts, spec.max_new_tokens, at, budget_s, (MIN_TOKENS, MIN_PROMPTS))
     final = replace(shape, max_new_tokens=tokens)
-    return SizedPlan(final, prompts, budget_s, plan_seconds(final, prompts, at), at,
-                     tuple(_cuts(spec, n_prompts, final, prompts, at)))  # fmt: skip
+    return SizedPlan(
+        final,
+        prompts,
+        budget_s,
+        plan_seconds(final, prompts, at),
+        at,
+        tuple(_cuts(spec, n_prompts, final, prompts, at)),
+    )
 
 
 def _fewer_runs(spec: SessionSpec) -> list[SessionSpec]:

@@ -171,9 +171,18 @@ def estimate_session(
     if not entry.fixed_weights:  # an engine running quantised weights is faster on a CPU
         quantised = [e for e in map(registry.get, registry.sweep_engines()) if e.fixed_weights]
         cheaper += [f"{e.label} ({e.fixed_weights})" for e in quantised if e.availability()[0]]
-    return SessionEstimate(configurations, seconds, rate[1] if rate else None, held, what, tuple(cheaper),
-                           optional_configurations(spec), probed, entry.setup_note(spec, hardware),
-                           planned_decodes(spec, n_prompts))  # fmt: skip
+    return SessionEstimate(
+        configurations,
+        seconds,
+        rate[1] if rate else None,
+        held,
+        what,
+        tuple(cheaper),
+        optional_configurations(spec),
+        probed,
+        entry.setup_note(spec, hardware),
+        planned_decodes(spec, n_prompts),
+    )
 
 
 def estimate_for(store: Any, spec: SessionSpec, n_prompts: int) -> SessionEstimate:

@@ -130,9 +130,19 @@ class ProbeHooks(Hooks):
 
 def probe_spec(spec: SessionSpec) -> SessionSpec:
     """The target alone, in `spec`'s engine and dtype, at its first temperature, for PROBE_TOKENS tokens."""
-    return replace(spec, drafts=["none"], gammas=[1], policies=[], temperatures=spec.temperatures[:1],
-                   max_new_tokens=PROBE_TOKENS, measure_verify_cost=False, detect_regime=False, mode="full",
-                   confirm=False, concurrency=[1])  # fmt: skip
+    return replace(
+        spec,
+        drafts=["none"],
+        gammas=[1],
+        policies=[],
+        temperatures=spec.temperatures[:1],
+        max_new_tokens=PROBE_TOKENS,
+        measure_verify_cost=False,
+        detect_regime=False,
+        mode="full",
+        confirm=False,
+        concurrency=[1],
+    )
 
 
 def measure(
@@ -158,8 +168,17 @@ def measure(
     when = datetime.now(UTC).isoformat(timespec="seconds")
     # the timed decode's wall time, prefill and the engine's own overhead included, as a session's wall time has
     # them (llama-server's own tokens/s leaves prefill out)
-    return PaceProbe(hardware, spec.engine, spec.target, _dtype(spec), round(hooks.decode_start - hooks.started, 2),
-                     round(decoding / hooks.tokens, 4), hooks.tokens, when, hooks.bounded)  # fmt: skip
+    return PaceProbe(
+        hardware,
+        spec.engine,
+        spec.target,
+        _dtype(spec),
+        round(hooks.decode_start - hooks.started, 2),
+        round(decoding / hooks.tokens, 4),
+        hooks.tokens,
+        when,
+        hooks.bounded,
+    )
 
 
 def _dtype(spec: SessionSpec) -> str:
@@ -181,12 +200,25 @@ def run_probe(
     another probe runs here. A timeout or an interrupt ends the child before this returns; the child dies with this
     process too (it asks the kernel for SIGKILL when its owner dies, and every server it starts dies with it the
     same way)."""
-    request = json.dumps({"spec": spec.to_row(), "prompt": asdict(prompt), "hardware": hardware, "owner": os.getpid(),
-                          "bound_s": bound_s})  # fmt: skip
+    request = json.dumps(
+        {
+            "spec": spec.to_row(),
+            "prompt": asdict(prompt),
+            "hardware": hardware,
+            "owner": os.getpid(),
+            "bound_s": bound_s,
+        }
+    )
     with _one_probe_at_a_time():
-        child = subprocess.Popen([sys.executable, "-m", "engine.service.sizing.pace_probe"], cwd=PROJECT_ROOT,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-m", "engine.service.sizing.pace_probe"],
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         try:
             answers, err = _follow(child, request, timeout_s, on_progress or (lambda progress: None))
         finally:

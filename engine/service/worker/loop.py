@@ -170,9 +170,14 @@ def _error_text(exc: SpectuneError) -> str:
 
 
 def _end(
-    store: Any, session_id: int, hooks: StoreHooks, status: str, error: str | None,
-    summary: dict[str, Any] | None = None, runs: str | None = None,
-) -> str:  # fmt: skip
+    store: Any,
+    session_id: int,
+    hooks: StoreHooks,
+    status: str,
+    error: str | None,
+    summary: dict[str, Any] | None = None,
+    runs: str | None = None,
+) -> str:
     """Close the open runs (with ``runs``) and end the session; returns ``status``. When the store cannot be
     written (the disk is full) the end is recorded as pending, with its cause, for when writes work again."""
     try:
@@ -370,8 +375,14 @@ def _stop_for_a_replaced_file(store: Any, why: str, cut_short: int | None) -> No
         if spilled is not None
         else ""
     )
-    log.error("the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
-              "back with python -m engine restore %s.%s", why, saved, saved, carried)  # fmt: skip
+    log.error(
+        "the worker stops: %s. What it held, the last session's steps included, is saved as %s: put it "
+        "back with python -m engine restore %s.%s",
+        why,
+        saved,
+        saved,
+        carried,
+    )
 
 
 def _note_failure(backoff: WriteBackoff, what: str, exc: StoreError) -> None:

@@ -71,10 +71,18 @@ def measured_prompts(store: Any, run_id: int) -> dict[int, Measured]:
 def _step(row: dict[str, Any]) -> StepRecord:
     """A stored step as the record the loop logged (emitted token ids are not stored)."""
     return StepRecord(
-        row["prompt_index"], row["step_index"], row["gamma"], row["accepted"], list(row["accept_mask"]),
-        list(row["beta"]), row["draft_time_s"], row["verify_time_s"], row["draft_forwards"], row["emitted"],
+        row["prompt_index"],
+        row["step_index"],
+        row["gamma"],
+        row["accepted"],
+        list(row["accept_mask"]),
+        list(row["beta"]),
+        row["draft_time_s"],
+        row["verify_time_s"],
+        row["draft_forwards"],
+        row["emitted"],
         target_calls=row.get("target_calls") or 1,
-    )  # fmt: skip
+    )
 
 
 def _measured(row: dict[str, Any], records: list[StepRecord]) -> Measured:

@@ -36,8 +36,14 @@ def _choices(
     show what off means)."""
     from engine.service.decide.policies import recommendation_for, session_policies
 
-    report = session_policies(store, [session_id], batch_size=spec.serving_batch, engine=spec.engine,
-                              temperature=temperature, in_progress=session_id)  # fmt: skip
+    report = session_policies(
+        store,
+        [session_id],
+        batch_size=spec.serving_batch,
+        engine=spec.engine,
+        temperature=temperature,
+        in_progress=session_id,
+    )
     headline = report.recommendation
     rec = headline if headline is not None and not headline.off else recommendation_for(report)
     if rec is None or rec.draft_name is None or rec.gamma < 1:
@@ -84,28 +90,53 @@ def confirmed_rows(report: SweepReport, decision: ConfirmChoices) -> list[dict[s
     rows = []
     for choice in decision.choices:
         key = choice.key().as_dict()
-        run = next((r for r in reversed(report.runs)
-                    if all(r.get(k) == v for k, v in key.items()) and r.get("concurrency", 1) == 1), None)  # fmt: skip
+        run = next(
+            (
+                r
+                for r in reversed(report.runs)
+                if all(r.get(k) == v for k, v in key.items()) and r.get("concurrency", 1) == 1
+            ),
+            None,
+        )
         figures = ((run or {}).get("policy_live") or {}) if choice.policy is not None else (run or {})
         measured, whole = figures.get("speedup_measured"), figures.get("speedup_whole_run")
         ratio = whole / choice.predicted_speedup if whole and choice.predicted_speedup else None
-        rows.append(choice.to_dict() | {"measured_speedup": measured, "measured_whole_run": whole,
-                                        "measured_over_predicted": ratio,
-                                        "noisy": (run or {}).get("speedup_noisy"),
-                                        "flag": (run or {}).get("speedup_flag")})  # fmt: skip
+        rows.append(
+            choice.to_dict()
+            | {
+                "measured_speedup": measured,
+                "measured_whole_run": whole,
+                "measured_over_predicted": ratio,
+                "noisy": (run or {}).get("speedup_noisy"),
+                "flag": (run or {}).get("speedup_flag"),
+            }
+        )
     return rows
 
 
 def measured_keys(report: SweepReport) -> list[RunKey]:
     """The configurations a report measured, as a plan names them (a policy run under its policy)."""
-    return [RunKey(r["draft"], r["gamma"], r["temperature"], parse_policy(r["policy"]) if r.get("policy") else None,
-                   r.get("concurrency", 1)) for r in report.runs]  # fmt: skip
+    return [
+        RunKey(
+            r["draft"],
+            r["gamma"],
+            r["temperature"],
+            parse_policy(r["policy"]) if r.get("policy") else None,
+            r.get("concurrency", 1),
+        )
+        for r in report.runs
+    ]
 
 
 def run_quick(
-    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, prompts: list[PromptText], hooks: Hooks,
+    store: Any,
+    session_id: int,
+    spec: SessionSpec,
+    entry: EngineEntry,
+    prompts: list[PromptText],
+    hooks: Hooks,
     pool: ModelPool,
-) -> SweepReport:  # fmt: skip
+) -> SweepReport:
     """Probe, decide, confirm in engine `entry`; one merged report whose `quick` says what was chosen, why, and
     how it measured."""
     started = time.perf_counter()
@@ -130,9 +161,15 @@ CONFIRM_ROUNDS = 2  # a confirmation that changes the decision confirms the new 
 
 
 def confirm_after(
-    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, first: SweepReport,
-    prompts: list[PromptText], hooks: Hooks, pool: ModelPool,
-) -> tuple[SweepReport, ConfirmChoices, list[RunKey]]:  # fmt: skip
+    store: Any,
+    session_id: int,
+    spec: SessionSpec,
+    entry: EngineEntry,
+    first: SweepReport,
+    prompts: list[PromptText],
+    hooks: Hooks,
+    pool: ModelPool,
+) -> tuple[SweepReport, ConfirmChoices, list[RunKey]]:
     """What the one model decides from the runs `first` stored, and those of its choices `first` did not measure
     run live beside a fresh target alone at every level; then, where what they measured changes the decision to a
     configuration no run measured, that one too, up to CONFIRM_ROUNDS rounds: (one merged report, the decision, every
@@ -223,9 +260,14 @@ def _too_noisy(figures: dict[str, Any]) -> bool:
 
 
 def run_full(
-    store: Any, session_id: int, spec: SessionSpec, entry: EngineEntry, prompts: list[PromptText], hooks: Hooks,
+    store: Any,
+    session_id: int,
+    spec: SessionSpec,
+    entry: EngineEntry,
+    prompts: list[PromptText],
+    hooks: Hooks,
     pool: ModelPool,
-) -> SweepReport:  # fmt: skip
+) -> SweepReport:
     """The grid, then (with `spec.confirm`) the headline confirmed where the grid did not measure it; the report's
     `confirmation` says what was chosen, whether it ran, and how it measured."""
     started = time.perf_counter()
