@@ -169,6 +169,36 @@ def test_a_running_session_stops_within_one_heartbeat_and_ends_interrupted(
     assert "requeue --session" in ended["error"]
 
 
+def test_a_session_whose_file_is_deleted_after_its_last_step_is_spilled_not_ended_done(
+    home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file deleted after the session decoded, before its end and before any heartbeat looked: the session is
+    not ended `done` into the deleted file; it ends cut short, and is spilled for the next database."""
+    from engine.service.worker import loop
+    from tests.test_worker import open_db, queue
+
+    opened = open_db(home)
+    sid = queue(opened)
+    monkeypatch.setattr(store_hooks, "HEARTBEAT_S", 3600.0)  # no beat looks at the file during the session
+    summarised = loop._session_summary
+
+    def deleted_then_summarised(*args: Any) -> dict[str, Any]:
+        os.unlink(home / "spectune.db")
+        return summarised(*args)
+
+    monkeypatch.setattr(loop, "_session_summary", deleted_then_summarised)
+    try:
+        with caplog.at_level(logging.INFO, logger="spectune.worker"):
+            assert serve(opened, once=True) == 1
+    finally:
+        opened.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert f"session {sid}: interrupted" in said, said
+    stops = [line for line in said if "the worker stops" in line]
+    assert len(stops) == 1 and f"Session {sid}, which it was running, is spilled to" in stops[0], stops
+    assert not (home / "spectune.db").exists()
+
+
 def test_every_page_shows_a_banner_and_follows_a_restored_file(home: Path, store: Store) -> None:
     from streamlit.testing.v1 import AppTest
 

@@ -106,6 +106,8 @@ def _run_session(store: Any, session: dict[str, Any], pool: ModelPool, worker_id
         summary = _session_summary(report, hardware, sampler.describe())
         if report.get("hardware"):  # the numbers ran elsewhere (a deployment)
             store.set_hardware(session_id, report["hardware"])
+        if hooks.check_replaced():  # deleted under the session since the last beat: ended as cut short, spilled
+            return _stopped(store, session_id, hooks)
         hooks.phase("done", 1, 1, 0.0)
         if report.get("stopped"):  # the engine stopped early: what it measured is kept, the session failed
             return _end(store, session_id, hooks, "failed", report["stopped"], summary=jsonable(summary))

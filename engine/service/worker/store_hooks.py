@@ -166,6 +166,13 @@ class StoreHooks(Hooks):
     def all_decoded(self) -> None:
         self.store.set_progress(self.session_id, *self._progress.all_decoded())
 
+    def check_replaced(self) -> bool:
+        """Whether the session's database file was deleted, moved or replaced, looked at now (the heartbeat looks
+        only every beat): a session is never ended into a file no longer at its path."""
+        if self.replaced is None:
+            self.replaced = self.store.replaced()
+        return self.replaced is not None
+
     def should_stop(self) -> bool:
         if TERMINATING.is_set():  # the worker was told to exit: stop within this step
             return True
