@@ -36,6 +36,15 @@ def test_measured_speedup_without_tokens_per_call_is_bounded_by_gamma_plus_one()
     assert check_measured_speedup(math.inf, gamma=4) is not None
 
 
+def test_a_deployment_s_speedup_is_bound_by_the_tokens_per_call_it_reported_not_by_gamma_zero() -> None:
+    """An endpoint speculates with a γ of its own (stored as γ 0): 1.5× is possible where it delivered 2.4 tokens
+    a call, impossible where it delivered 1.1, and unjudged where it reported none."""
+    assert check_measured_speedup(1.5, gamma=0, tokens_per_call=2.4) is None
+    flag = check_measured_speedup(1.5, gamma=0, tokens_per_call=1.1)
+    assert flag is not None and "delivered 1.10 tokens per target call" in flag.message and "γ=0" not in flag.message
+    assert check_measured_speedup(1.5, gamma=0) is None
+
+
 def test_predicted_speedup_and_tokens_per_call_are_at_most_gamma_plus_one() -> None:
     flag = check_predicted_speedup(3.86, gamma=1)
     assert flag is not None and flag.bound == 2.0 and "exceeds γ+1 = 2" in flag.message

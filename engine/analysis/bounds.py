@@ -84,9 +84,15 @@ def check_measured_speedup(
     unknown. `whole_run`: the speedup is the whole run's (said in the message), not a median of per-prompt ratios.
 
     `tokens_per_call` is the run's own mean acceptance length; one that breaks its own bound is
-    ignored (γ+1 is used instead).
+    ignored (γ+1 is used instead). γ 0 is a deployment drafting with a γ of its own, unknown here
+    (engine.session.runner.RunKey): only the tokens per call it reported bound it, and nothing where it reported none.
     """
-    usable = tokens_per_call is not None and check_tokens_per_call(tokens_per_call, gamma) is None
+    if gamma <= 0:
+        if tokens_per_call is None or not tokens_per_call >= 1.0:
+            return None
+        usable = True
+    else:
+        usable = tokens_per_call is not None and check_tokens_per_call(tokens_per_call, gamma) is None
     per_call = float(tokens_per_call) if usable else gamma + 1.0  # type: ignore[arg-type]
     bound = per_call / (min(max(verify_floor, VERIFY_FLOOR), 1.0) + max(draft_share, 0.0))
     if not _over(speedup, bound, MEASURED_SLACK):
@@ -100,8 +106,8 @@ def check_measured_speedup(
         "measured speedup",
         float(speedup),
         bound,
-        f"measurement error: the measured {speedup:.2f}×{' over the whole run' if whole_run else ''} at γ={gamma} "
-        f"is impossible — {basis}, so no speedup above "
+        f"measurement error: the measured {speedup:.2f}×{' over the whole run' if whole_run else ''}"
+        f"{f' at γ={gamma}' if gamma > 0 else ''} is impossible — {basis}, so no speedup above "
         f"{bound:.2f}× can happen; likely cause: {LOAD_CAUSE}. Shown, never calibrated to.",
     )
 
