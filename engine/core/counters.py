@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from engine.core.records import StepRecord
+
 
 def mean_acceptance_length(drafts: float, accepted: float) -> float | None:
     """1 + accepted ÷ drafts (None without a draft)."""
@@ -76,6 +78,23 @@ class SpecCounters:
     target_calls: float = 0.0
     emitted: float = 0.0
     accepted_per_position: dict[int, float] = field(default_factory=dict)
+
+    def step_record(self, index: int, wall_s: float) -> StepRecord:
+        """A served request (or batch) as one step record of prompt `index`: these counters, and its wall time as
+        the verify's (a server reports no draft time of its own)."""
+        return StepRecord(
+            prompt_index=index,
+            step_index=0,
+            gamma=int(self.draft_tokens),
+            accepted=int(self.accepted_tokens),
+            accept_mask=[],
+            beta=[],
+            draft_time_s=0.0,
+            verify_time_s=wall_s,
+            draft_forwards=0,
+            emitted=int(self.emitted),
+            target_calls=int(self.target_calls),
+        )
 
     def _combine(self, other: SpecCounters, sign: float) -> SpecCounters:
         scalars = {

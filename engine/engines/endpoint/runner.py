@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from engine.analysis.prediction import DraftingLoop
 from engine.core.counters import SpecCounters
-from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.core.records import Cancelled, PromptOutput
 from engine.engines.endpoint.report import sweep_report
 from engine.engines.endpoint.results import RequestResult, SweepResult
 from engine.engines.endpoint.rounds import EndpointClient, Round
@@ -158,21 +158,7 @@ class EndpointRunner:
     def _decoded(self, rnd: Round, index: int, ctx: DecodeContext) -> Decoded:
         ok: list[RequestResult] = rnd.ok
         counters = _counters(rnd)
-        ctx.on_step(
-            StepRecord(
-                prompt_index=index,
-                step_index=0,
-                gamma=int(counters.draft_tokens),
-                accepted=int(counters.accepted_tokens),
-                accept_mask=[],
-                beta=[],
-                draft_time_s=0.0,
-                verify_time_s=rnd.wall_s,
-                draft_forwards=0,
-                emitted=int(counters.emitted),
-                target_calls=int(counters.target_calls),
-            )
-        )
+        ctx.on_step(counters.step_record(index, rnd.wall_s))
         mine = next((r for r in ok if r.prompt_index == index), ok[0])
         output = PromptOutput(
             prompt_index=index,

@@ -23,7 +23,7 @@ from engine.analysis.export.vllm import suffix_config, vllm_schedule
 from engine.analysis.prediction import DraftingLoop
 from engine.analysis.step_overhead import InLoop, loop_points
 from engine.core.counters import SpecCounters
-from engine.core.records import Cancelled, PromptOutput, StepRecord
+from engine.core.records import Cancelled, PromptOutput
 from engine.drafts.kinds import draft_kind
 from engine.drafts.refs import parse_ngram_spec, parse_suffix_spec
 from engine.engines.vllm import client
@@ -269,21 +269,7 @@ class VllmRunner:
         batch = self._batch(key, index, 0, ctx)
         done = batch.completions[0]
         counters = batch.counters
-        ctx.on_step(
-            StepRecord(
-                prompt_index=index,
-                step_index=0,
-                gamma=int(counters.draft_tokens),
-                accepted=int(counters.accepted_tokens),
-                accept_mask=[],
-                beta=[],
-                draft_time_s=0.0,
-                verify_time_s=batch.wall_s,
-                draft_forwards=0,
-                emitted=int(counters.emitted),
-                target_calls=int(counters.target_calls),
-            )
-        )
+        ctx.on_step(counters.step_record(index, batch.wall_s))
         output = PromptOutput(
             prompt_index=index,
             prompt_id=self.prompt_ids[index],
