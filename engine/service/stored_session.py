@@ -82,15 +82,11 @@ class StoredSession:
         return int(self.options.get("serving_batch") or 1)
 
     @property
-    def fixed_weights(self) -> str | None:
-        """The weights its engine always runs, whatever the dtype asked (a GGUF's quantisation), or None."""
-        entry = registry.find(self.engine)
-        return entry.fixed_weights if entry is not None else None
-
-    @property
     def weights(self) -> tuple[str, str]:
-        """(what the weights are called, what they were): its engine's fixed weights, else its dtype ("—" unset)."""
-        fixed = self.fixed_weights
+        """(what the weights are called, what they were): the weights its engine always runs whatever the dtype
+        asked (a GGUF's quantisation), else its dtype ("—" unset)."""
+        entry = registry.find(self.engine)
+        fixed = entry.fixed_weights if entry is not None else None
         return ("weights", fixed) if fixed else ("dtype", str(self.row.get("dtype") or "—"))
 
     @property

@@ -198,8 +198,7 @@ class StoreHooks(Hooks):
     def _beat_loop(self) -> None:
         while not self._beat_stop.wait(HEARTBEAT_S):
             try:
-                if (why := self.store.replaced()) is not None:
-                    self.replaced = why
+                if self.check_replaced():
                     return
                 if not self.store.heartbeat(self.session_id, self.worker_id):
                     self.lost = True
